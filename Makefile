@@ -1,0 +1,39 @@
+# The two set-up commands of the README: `make run` (the demo) and `make test` (the whole suite).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+
+.PHONY: run test lint system-deps bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+## run: install into .venv and run the embedded demo (no cluster, no Prometheus needed)
+run: $(STAMP)
+	$(BIN)/gpu-autoscaler serve
+
+## system-deps: Debian packages the tests drive for real (Prometheus), installed when missing
+system-deps:
+	@scripts/install-system-deps.sh
+
+## lint: ruff, mypy and the package layering contracts
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+## test: everything the suite needs, then lint and the whole test suite
+test: $(STAMP) system-deps lint
+	$(BIN)/pytest
+
+## bench: speed and memory figures (prints them; not part of the suite)
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_forecast.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache test-artifacts

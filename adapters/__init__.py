@@ -1,0 +1,1 @@
+"""I/O with the outside world: Prometheus, the Kubernetes API and trace files."""

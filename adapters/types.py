@@ -1,0 +1,41 @@
+"""Typed values the adapters hand to the rest of the service."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import pandas as pd
+
+
+class AdapterError(Exception):
+    """Base of every error an adapter raises; callers never see the HTTP library's types."""
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One time series pulled from a backend.
+
+    ``series`` is float64 on a tz-aware UTC DatetimeIndex at a regular ``step``; missing samples are
+    NaN (a gap is a gap, never a zero).
+    """
+
+    name: str
+    labels: Mapping[str, str]
+    series: pd.Series
+    step: pd.Timedelta
+
+
+@dataclass(frozen=True)
+class ScheduledWindow:
+    """Known future GPU demand: a training window from a CronJob or from the config file."""
+
+    source: str  # "cronjob" or "config"
+    namespace: str
+    name: str
+    start: datetime  # tz-aware UTC: when the work is due to start (the cron fire time)
+    end: datetime  # tz-aware UTC: start + expected duration
+    gpus: float
+    labels: Mapping[str, str] = field(default_factory=dict)
+    duration_source: str = "setting"  # "jobs", "activeDeadlineSeconds" or "setting"

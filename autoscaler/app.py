@@ -1,0 +1,262 @@
+"""The app factory and the process that serves both ports. Nothing starts on import."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from datetime import timedelta
+from multiprocessing import get_context
+
+from aiohttp import web
+from cryptography import x509
+
+from autoscaler import demo
+from autoscaler.api import AccessControl, Readiness, build_api_app, build_ops_app
+from autoscaler.auth import AllowAuthenticated, Authenticator, RequestHeaderConfig
+from autoscaler.certificates import load_certificates
+from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
+from autoscaler.refresher import MetricPlan, Refresher, RefreshSettings, SignalSource
+from autoscaler.self_metrics import SelfMetrics
+from autoscaler.settings import Settings
+from autoscaler.tls import ServerTLS, ServingFiles, ensure_self_signed
+
+log = logging.getLogger(__name__)
+
+REFRESHER = web.AppKey("refresher", Refresher)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """What the service serves and where the inputs come from."""
+
+    metrics: Sequence[MetricInfo]
+    plans: Sequence[MetricPlan]
+    sources: Sequence[SignalSource]
+    refresh: RefreshSettings
+
+
+def demo_pipeline() -> Pipeline:
+    return Pipeline(
+        metrics=demo.METRICS,
+        plans=demo.PLANS,
+        sources=(demo.DemoSignals(),),
+        refresh=RefreshSettings(interval=timedelta(seconds=60), lead_time=timedelta(minutes=10)),
+    )
+
+
+def _read_authorities(path: object) -> tuple[x509.Certificate, ...]:
+    if path is None:
+        return ()
+    from pathlib import Path
+
+    return tuple(load_certificates(Path(str(path)).read_bytes()))
+
+
+def build_access_control(settings: Settings) -> AccessControl:
+    auth = settings.auth
+    if auth.mode == "none":
+        log.warning(
+            "auth.mode is 'none': every caller is trusted (loopback address %s only)", settings.server.bind_address
+        )
+        return AccessControl(authenticator=None, authorizer=None)
+    if auth.mode == "kubernetes":
+        raise NotImplementedError("auth.mode 'kubernetes' is wired in build_kubernetes_access")
+    requestheader_authorities = _read_authorities(auth.requestheader_client_ca_file)
+    requestheader = (
+        RequestHeaderConfig(
+            authorities=requestheader_authorities,
+            allowed_names=auth.allowed_names,
+            username_headers=auth.username_headers,
+            group_headers=auth.group_headers,
+            extra_headers_prefixes=auth.extra_headers_prefixes,
+        )
+        if requestheader_authorities
+        else None
+    )
+    authenticator = Authenticator(
+        requestheader=requestheader,
+        client_authorities=_read_authorities(auth.client_ca_file),
+        token_cache_ttl_s=auth.token_cache_ttl.total_seconds(),
+    )
+    return AccessControl(authenticator=authenticator, authorizer=AllowAuthenticated())
+
+
+def client_ca_pems(access: AccessControl) -> list[bytes]:
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    authenticator = access.authenticator
+    if authenticator is None:
+        return []
+    authorities = list(authenticator.client_authorities)
+    if authenticator.requestheader is not None:
+        authorities += list(authenticator.requestheader.authorities)
+    return [authority.public_bytes(Encoding.PEM) for authority in authorities]
+
+
+def create_app(
+    settings: Settings,
+    *,
+    pipeline: Pipeline,
+    access: AccessControl,
+    provider: SnapshotProvider | None = None,
+    readiness: Readiness | None = None,
+    self_metrics: SelfMetrics | None = None,
+) -> tuple[web.Application, web.Application]:
+    """The secure API app and the plain ops app, sharing one provider; the API app owns the refresher."""
+    provider = provider or SnapshotProvider(empty_snapshot(pipeline.metrics))
+    readiness = readiness or Readiness()
+    self_metrics = self_metrics or SelfMetrics()
+    self_metrics.watch_snapshots(lambda: provider.snapshot)
+    api_app = build_api_app(provider=provider, access=access, readiness=readiness, self_metrics=self_metrics)
+    ops_app = build_ops_app(provider=provider, readiness=readiness, self_metrics=self_metrics)
+
+    async def refresher_ctx(app: web.Application) -> AsyncIterator[None]:
+        # "spawn": forked children of a process with live threads and sockets are unsafe.
+        pool = ProcessPoolExecutor(max_workers=2, mp_context=get_context("spawn"))
+        refresher = Refresher(
+            provider=provider,
+            sources=pipeline.sources,
+            plans=pipeline.plans,
+            metrics=pipeline.metrics,
+            settings=pipeline.refresh,
+            pool=pool,
+        )
+        app[REFRESHER] = refresher
+
+        def mark_ready() -> None:
+            if not readiness.ready:
+                log.info("first forecast served; ready")
+            readiness.ready, readiness.reason = True, "forecasts served"
+
+        task = asyncio.create_task(refresher.run(ready=mark_ready), name="refresher")
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    if pipeline.sources:
+        api_app.cleanup_ctx.append(refresher_ctx)
+    else:
+        readiness.ready, readiness.reason = True, "no signals configured: nothing to forecast"
+    return api_app, ops_app
+
+
+def _serving_files(settings: Settings) -> ServingFiles:
+    tls = settings.server.tls
+    if tls.cert_file is not None and tls.key_file is not None:
+        return ServingFiles(tls.cert_file, tls.key_file, generated=False)
+    return ensure_self_signed(settings.state_dir, hosts=("localhost", "127.0.0.1", settings.server.bind_address))
+
+
+def prepare_demo(settings: Settings) -> Settings:
+    """Point TLS and client authentication at the demo CA in the state dir (created on first run)."""
+    files = demo.prepare_state_dir(settings.state_dir)
+    return settings.model_copy(
+        update={
+            "server": settings.server.model_copy(
+                update={
+                    "tls": settings.server.tls.model_copy(
+                        update={"cert_file": files.serving_cert, "key_file": files.serving_key}
+                    )
+                }
+            ),
+            "auth": settings.auth.model_copy(
+                update={"mode": "files", "client_ca_file": files.ca_file, "authorization": "allow-authenticated"}
+            ),
+        }
+    )
+
+
+@dataclass(frozen=True)
+class Listening:
+    secure_port: int
+    http_port: int | None
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.setblocking(False)
+    return sock
+
+
+@contextlib.asynccontextmanager
+async def running(
+    settings: Settings, *, api_app: web.Application, ops_app: web.Application, tls: ServerTLS
+) -> AsyncIterator[Listening]:
+    """Serve both apps on the configured address (port 0 picks a free one) until the block ends."""
+    grace = settings.server.shutdown_grace.total_seconds()
+    runners = [
+        web.AppRunner(app, handle_signals=False, shutdown_timeout=grace, access_log=None) for app in (api_app, ops_app)
+    ]
+    host = settings.server.bind_address
+    secure_socket = _bind(host, settings.server.secure_port)
+    http_socket = _bind(host, settings.server.http_port) if settings.server.http_port is not None else None
+    try:
+        await runners[0].setup()
+        await web.SockSite(runners[0], secure_socket, ssl_context=tls.context).start()
+        if http_socket is not None:
+            await runners[1].setup()
+            await web.SockSite(runners[1], http_socket).start()
+        async with tls.watching(settings.server.tls.reload_interval.total_seconds()):
+            yield Listening(
+                secure_port=secure_socket.getsockname()[1],
+                http_port=http_socket.getsockname()[1] if http_socket is not None else None,
+            )
+    finally:
+        log.info("shutting down: draining in-flight requests for up to %.0f s", grace)
+        for runner in runners:
+            await runner.cleanup()
+        for sock in (secure_socket, http_socket):
+            if sock is not None:
+                sock.close()
+
+
+async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
+    """Run both ports until SIGTERM/SIGINT (or ``stop``), then drain in-flight requests."""
+    if settings.demo.enabled:
+        settings = prepare_demo(settings)
+        pipeline = demo_pipeline()
+    else:
+        pipeline = Pipeline(metrics=demo.METRICS, plans=(), sources=(), refresh=demo_pipeline().refresh)
+    access = build_access_control(settings)
+    tls = ServerTLS(_serving_files(settings), client_ca_pems(access))
+    api_app, ops_app = create_app(settings, pipeline=pipeline, access=access)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+    async with running(settings, api_app=api_app, ops_app=ops_app, tls=tls) as listening:
+        if settings.demo.enabled:
+            files = demo.demo_files(settings.state_dir)
+            demo.write_kubeconfig(files, f"https://{_url_host(settings.server.bind_address)}:{listening.secure_port}")
+        _announce(settings, listening)
+        await stop.wait()
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _announce(settings: Settings, listening: Listening) -> None:
+    shown = _url_host(settings.server.bind_address)
+    log.info("external metrics API on https://%s:%d", shown, listening.secure_port)
+    if listening.http_port:
+        log.info("probes and /metrics on http://%s:%d", shown, listening.http_port)
+    if settings.demo.enabled:
+        kubeconfig = settings.state_dir / "kubeconfig"
+        log.info(
+            "demo running. In another shell try:\n  kubectl --kubeconfig %s get --raw "
+            "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/gpu_demand_forecast",
+            kubeconfig,
+        )

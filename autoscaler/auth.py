@@ -1,0 +1,176 @@
+"""Authentication and authorisation of an aggregated API server (DESIGN.md section 4).
+
+Order, as kube-apiserver's delegated authenticators do it:
+1. a client certificate issued by the request-header CA whose CN is allowed: the user comes from the
+   ``X-Remote-User``/``X-Remote-Group``/``X-Remote-Extra-*`` headers (the aggregator's proxy);
+2. a client certificate issued by the client CA: the user is its CN, the groups its O fields;
+3. a bearer token, checked with a TokenReview.
+Headers are ignored unless step 1 applies, so a caller cannot forge them. When a review cannot be
+made, access is refused (fail closed), never granted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from cachetools import TTLCache
+from cryptography import x509
+from multidict import MultiMapping
+
+from autoscaler.certificates import common_name, issued_by, organizations
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    groups: tuple[str, ...] = ()
+    uid: str = ""
+    extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+class AccessDenied(Exception):
+    """Refused access; ``status`` is 401 (who are you?) or 403 (not allowed)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ReviewUnavailable(Exception):
+    """A TokenReview or SubjectAccessReview could not be made (API unreachable, 5xx)."""
+
+
+class TokenReviewer(Protocol):
+    async def review_token(self, token: str) -> User | None: ...
+
+
+class AccessReviewer(Protocol):
+    async def review_access(self, user: User, *, verb: str, group: str, resource: str, namespace: str) -> bool: ...
+
+
+@dataclass(frozen=True)
+class RequestHeaderConfig:
+    """Who may assert users through headers, and which headers carry them."""
+
+    authorities: tuple[x509.Certificate, ...]
+    allowed_names: tuple[str, ...] = ()
+    username_headers: tuple[str, ...] = ("X-Remote-User",)
+    group_headers: tuple[str, ...] = ("X-Remote-Group",)
+    extra_headers_prefixes: tuple[str, ...] = ("X-Remote-Extra-",)
+
+
+class Authenticator:
+    def __init__(
+        self,
+        *,
+        requestheader: RequestHeaderConfig | None,
+        client_authorities: tuple[x509.Certificate, ...] = (),
+        token_reviewer: TokenReviewer | None = None,
+        token_cache_ttl_s: float = 10.0,
+    ) -> None:
+        self.requestheader = requestheader
+        self.client_authorities = client_authorities
+        self.token_reviewer = token_reviewer
+        self._token_cache: TTLCache[str, User | None] = TTLCache(maxsize=4096, ttl=token_cache_ttl_s)
+
+    async def authenticate(self, peer_certificate_der: bytes | None, headers: MultiMapping[str]) -> User:
+        certificate = x509.load_der_x509_certificate(peer_certificate_der) if peer_certificate_der else None
+        if certificate is not None:
+            user = self._from_certificate(certificate, headers)
+            if user is not None:
+                return user
+        authorization = headers.get("Authorization") or ""
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() == "bearer" and token.strip():
+            return await self._from_token(token.strip())
+        raise AccessDenied(401, "Unauthorized")
+
+    def _from_certificate(self, certificate: x509.Certificate, headers: MultiMapping[str]) -> User | None:
+        proxy = self.requestheader
+        if proxy is not None and issued_by(certificate, list(proxy.authorities)):
+            name = common_name(certificate)
+            if proxy.allowed_names and name not in proxy.allowed_names:
+                log.warning("request-header client certificate CN %r is not in the allowed names", name)
+            else:
+                user = self._from_headers(proxy, headers)
+                if user is not None:
+                    return user
+        if self.client_authorities and issued_by(certificate, list(self.client_authorities)):
+            return User(name=common_name(certificate), groups=organizations(certificate))
+        return None
+
+    @staticmethod
+    def _from_headers(proxy: RequestHeaderConfig, headers: MultiMapping[str]) -> User | None:
+        username = next((value for h in proxy.username_headers if (value := headers.get(h))), None)
+        if not username:
+            return None
+        groups = tuple(group for h in proxy.group_headers for group in headers.getall(h, []))
+        extra: dict[str, tuple[str, ...]] = {}
+        for header in headers:
+            for prefix in proxy.extra_headers_prefixes:
+                if header.lower().startswith(prefix.lower()):
+                    extra[header[len(prefix) :].lower()] = tuple(headers.getall(header, []))
+        return User(name=username, groups=groups, extra=extra)
+
+    async def _from_token(self, token: str) -> User:
+        if self.token_reviewer is None:
+            raise AccessDenied(401, "Unauthorized")
+        if token in self._token_cache:
+            cached = self._token_cache[token]
+        else:
+            try:
+                cached = await self.token_reviewer.review_token(token)
+            except ReviewUnavailable as error:
+                log.error("TokenReview failed, refusing the request: %s", error)
+                raise AccessDenied(401, "Unauthorized: the token could not be reviewed") from None
+            self._token_cache[token] = cached
+        if cached is None:
+            raise AccessDenied(401, "Unauthorized")
+        return cached
+
+
+class Authorizer(Protocol):
+    async def authorize(self, user: User, *, namespace: str, metric: str) -> None:
+        """Return if ``user`` may get ``metric`` in ``namespace``; raise AccessDenied(403) if not."""
+        ...
+
+
+class AllowAuthenticated:
+    """Every authenticated caller may read every metric (the demo, and ``authorization: allow-authenticated``)."""
+
+    async def authorize(self, user: User, *, namespace: str, metric: str) -> None:
+        return None
+
+
+class SubjectAccessReviewAuthorizer:
+    """Ask Kubernetes (SubjectAccessReview) whether the user may ``get`` the metric, with a short cache."""
+
+    GROUP = "external.metrics.k8s.io"
+
+    def __init__(self, reviewer: AccessReviewer, *, cache_ttl_s: float = 10.0) -> None:
+        self.reviewer = reviewer
+        self._cache: TTLCache[tuple[object, ...], bool] = TTLCache(maxsize=16384, ttl=cache_ttl_s)
+
+    async def authorize(self, user: User, *, namespace: str, metric: str) -> None:
+        key = (user.name, user.groups, tuple(sorted(user.extra.items())), namespace, metric)
+        allowed = self._cache.get(key)
+        if allowed is None:
+            try:
+                allowed = await self.reviewer.review_access(
+                    user, verb="get", group=self.GROUP, resource=metric, namespace=namespace
+                )
+            except ReviewUnavailable as error:
+                log.error("SubjectAccessReview failed, refusing the request: %s", error)
+                raise AccessDenied(403, "Forbidden: access could not be reviewed") from None
+            self._cache[key] = allowed
+        if not allowed:
+            raise AccessDenied(
+                403,
+                f'{self.GROUP} "{metric}" is forbidden: User "{user.name}" cannot get resource "{metric}" '
+                f'in API group "{self.GROUP}" in the namespace "{namespace}"',
+            )

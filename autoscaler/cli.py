@@ -1,0 +1,110 @@
+"""The ``gpu-autoscaler`` command line."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from autoscaler import __version__
+from autoscaler.settings import Settings, SettingsError, load_settings
+
+
+def configure_logging(level: str, fmt: str = "text") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if fmt == "json":
+        handler.setFormatter(
+            logging.Formatter(
+                '{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","message":%(message)r}'
+            )
+        )
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # aiohttp logs every request at INFO through its access logger; we count them in /metrics instead.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="gpu-autoscaler")
+def main() -> None:
+    """Predictive GPU autoscaler: forecasts GPU demand and serves it to HPAs on the external metrics API."""
+
+
+@main.command()
+@click.option("--config", "config_file", type=click.Path(path_type=Path, dir_okay=False), help="Settings YAML file.")
+@click.option("--demo", is_flag=True, help="Run the embedded demo (the default when no --config is given).")
+@click.option("--secure-port", type=int, help="HTTPS port of the external metrics API [default: 6443].")
+@click.option("--http-port", type=int, help="Plain HTTP port for probes and /metrics [default: 8080].")
+@click.option("--bind-address", help="Address to listen on [default: 0.0.0.0; demo: 127.0.0.1].")
+@click.option(
+    "--state-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Where generated certificates live [default: .gpu-autoscaler].",
+)
+def serve(
+    config_file: Path | None,
+    demo: bool,
+    secure_port: int | None,
+    http_port: int | None,
+    bind_address: str | None,
+    state_dir: Path | None,
+) -> None:
+    """Serve the external metrics API (HTTPS) and probes/metrics (HTTP)."""
+    overrides: dict[str, Any] = {
+        "server.secure_port": secure_port,
+        "server.http_port": http_port,
+        "server.bind_address": bind_address,
+        "state_dir": str(state_dir) if state_dir else None,
+    }
+    if demo or config_file is None:
+        overrides["demo.enabled"] = True
+        overrides.setdefault("server.bind_address", None)
+        if bind_address is None:
+            overrides["server.bind_address"] = "127.0.0.1"
+    settings = _load_or_exit(config_file, overrides)
+    if settings.demo.enabled and not settings.server.is_loopback:
+        raise click.UsageError("the demo binds to a loopback address only (it trusts its own local CA)")
+    configure_logging(settings.log_level, settings.log_format)
+    from autoscaler.app import serve as run_server  # heavy imports only when serving
+
+    try:
+        asyncio.run(run_server(settings))
+    except OSError as error:
+        click.echo(f"gpu-autoscaler: cannot serve: {error}", err=True)
+        sys.exit(1)
+
+
+@main.command("check-config")
+@click.argument("config_file", type=click.Path(path_type=Path, dir_okay=False))
+def check_config(config_file: Path) -> None:
+    """Validate a settings file without starting anything (exit 0 valid, 1 invalid)."""
+    _load_or_exit(config_file, {})
+    click.echo(f"{config_file}: valid")
+
+
+def _load_or_exit(config_file: Path | None, overrides: dict[str, Any]) -> Settings:
+    try:
+        return load_settings(config_file, overrides=overrides)
+    except SettingsError as error:
+        click.echo(f"gpu-autoscaler: {error}", err=True)
+        sys.exit(1)
+
+
+def _register_optional_commands() -> None:
+    # Each command lives in its own module; registering here keeps `--help` listing all of them.
+    from autoscaler.cmd_backtest import backtest
+
+    main.add_command(backtest)
+
+
+try:
+    _register_optional_commands()
+except ImportError:  # pragma: no cover - only while a command module is being written
+    pass

@@ -1,0 +1,123 @@
+"""The Kubernetes JSON documents the API server answers with (discovery, Status, metric lists)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from autoscaler import __version__
+from autoscaler.provider import MetricInfo, ServedSeries
+from autoscaler.quantity import format_quantity
+
+GROUP = "external.metrics.k8s.io"
+VERSION = "v1beta1"
+GROUP_VERSION = f"{GROUP}/{VERSION}"
+
+# HTTP status -> metav1.StatusReason, as k8s.io/apimachinery names them.
+STATUS_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    406: "NotAcceptable",
+    413: "RequestEntityTooLarge",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+}
+
+
+def status(code: int, message: str, *, name: str | None = None, kind: str | None = None) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": STATUS_REASONS.get(code, "Unknown"),
+        "code": code,
+    }
+    if name is not None or kind is not None:
+        details: dict[str, Any] = {"group": GROUP}
+        if name is not None:
+            details["name"] = name
+        if kind is not None:
+            details["kind"] = kind
+        document["details"] = details
+    return document
+
+
+def _group_version() -> dict[str, str]:
+    return {"groupVersion": GROUP_VERSION, "version": VERSION}
+
+
+def api_group() -> dict[str, Any]:
+    return {
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": GROUP,
+        "versions": [_group_version()],
+        "preferredVersion": _group_version(),
+    }
+
+
+def api_group_list() -> dict[str, Any]:
+    group = api_group()
+    del group["kind"], group["apiVersion"]
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [group]}
+
+
+def api_resource_list(metrics: Iterable[MetricInfo]) -> dict[str, Any]:
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": GROUP_VERSION,
+        "resources": [
+            {
+                "name": info.name,
+                "singularName": "",
+                "namespaced": True,
+                "kind": "ExternalMetricValueList",
+                "verbs": ["get"],
+            }
+            for info in metrics
+        ],
+    }
+
+
+def rfc3339(moment: datetime) -> str:
+    if moment.utcoffset() is None:
+        raise ValueError("timestamps must be timezone-aware")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def external_metric_value_list(name: str, series: Sequence[ServedSeries]) -> dict[str, Any]:
+    items = []
+    for served in series:
+        item: dict[str, Any] = {
+            "metricName": name,
+            "metricLabels": dict(served.labels),
+            "timestamp": rfc3339(served.timestamp),
+            "value": format_quantity(served.value),
+        }
+        if served.window_seconds is not None:
+            item["window"] = served.window_seconds
+        items.append(item)
+    return {"kind": "ExternalMetricValueList", "apiVersion": GROUP_VERSION, "metadata": {}, "items": items}
+
+
+def version_info() -> dict[str, str]:
+    major, minor, *_ = __version__.split(".")
+    return {
+        "major": major,
+        "minor": minor,
+        "gitVersion": f"v{__version__}",
+        "gitCommit": "",
+        "gitTreeState": "",
+        "buildDate": "",
+        "goVersion": "",
+        "compiler": "",
+        "platform": "python",
+    }

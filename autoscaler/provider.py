@@ -1,0 +1,146 @@
+"""What the API reads: an immutable snapshot of served values behind a narrow interface.
+
+The request path only ever reads ``provider.snapshot`` (one attribute load) and filters it: no I/O,
+no model work, no locks. The refresher builds a whole new :class:`Snapshot` and swaps it in with a
+single assignment, so a reader sees either the old snapshot or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, Protocol
+
+from autoscaler.selectors import Selector
+
+FallbackMode = Literal["hold", "static", "error"]
+
+
+class ProviderError(Exception):
+    """Base of the errors the API turns into ``metav1.Status`` objects."""
+
+
+class MetricNotFound(ProviderError):
+    def __init__(self, metric: str, reason: str) -> None:
+        super().__init__(reason)
+        self.metric = metric
+
+
+class MetricUnavailable(ProviderError):
+    """The metric exists but its value cannot be trusted now (stale past its TTL, fallback ``error``)."""
+
+    def __init__(self, metric: str, reason: str) -> None:
+        super().__init__(reason)
+        self.metric = metric
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """A metric the service knows, whether or not it has values yet."""
+
+    name: str
+    description: str
+    unit: str = ""
+    # After the TTL, serve the last value (hold), a static value, or an error so the HPA holds.
+    fallback: FallbackMode = "hold"
+    fallback_value: float | None = None
+    staleness_ttl: timedelta = timedelta(minutes=15)
+
+
+@dataclass(frozen=True)
+class ServedSeries:
+    """One served value: a metric name, its labels and the value the HPA reads."""
+
+    metric: str
+    labels: Mapping[str, str]
+    value: float
+    # When the inputs behind this value were last pulled successfully.
+    timestamp: datetime
+    # None: served in every namespace; otherwise only in this one.
+    namespace: str | None = None
+    window_seconds: int | None = None
+    explanation: str = ""
+    # Inspection data (forecast arrays, model, windows); never read on the metrics path.
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    created_at: datetime
+    metrics: Mapping[str, MetricInfo]
+    series: Mapping[str, tuple[ServedSeries, ...]]
+    # Why the last refresh failed, if it did; the snapshot is then the last good one.
+    last_error: str | None = None
+
+
+def empty_snapshot(metrics: Sequence[MetricInfo], now: datetime | None = None) -> Snapshot:
+    return Snapshot(
+        created_at=now or datetime.now(UTC),
+        metrics={info.name: info for info in metrics},
+        series={info.name: () for info in metrics},
+    )
+
+
+class MetricsProvider(Protocol):
+    """The only thing the external metrics API knows about the rest of the service."""
+
+    def list_metrics(self) -> Sequence[MetricInfo]: ...
+
+    def get_metric(self, namespace: str, name: str, selector: Selector) -> Sequence[ServedSeries]: ...
+
+
+class SnapshotProvider:
+    """Serves the current snapshot; applies each metric's staleness fallback at read time."""
+
+    def __init__(self, snapshot: Snapshot, clock: Any = None) -> None:
+        self.snapshot = snapshot
+        self._clock = clock or (lambda: datetime.now(UTC))
+
+    def swap(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+
+    def list_metrics(self) -> Sequence[MetricInfo]:
+        return list(self.snapshot.metrics.values())
+
+    def get_metric(self, namespace: str, name: str, selector: Selector) -> Sequence[ServedSeries]:
+        snapshot = self.snapshot  # one read: the rest works on a consistent snapshot
+        key = name.lower()
+        info = snapshot.metrics.get(key)
+        if info is None:
+            raise MetricNotFound(name, f"external metric {name!r} is not served by gpu-autoscaler")
+        matching = [
+            series
+            for series in snapshot.series.get(key, ())
+            if (series.namespace is None or series.namespace == namespace) and selector.matches(series.labels)
+        ]
+        if not matching:
+            # An empty list makes the HPA report an error anyway; a 404 says why.
+            raise MetricNotFound(
+                name, f"no series of external metric {name!r} in namespace {namespace!r} matches the selector"
+            )
+        now = self._clock()
+        return [self._apply_staleness(info, series, now) for series in matching]
+
+    @staticmethod
+    def _apply_staleness(info: MetricInfo, series: ServedSeries, now: datetime) -> ServedSeries:
+        age = now - series.timestamp
+        if age <= info.staleness_ttl or info.fallback == "hold":
+            return series
+        if info.fallback == "error":
+            raise MetricUnavailable(
+                info.name,
+                f"external metric {info.name!r} is stale ({int(age.total_seconds())} s old, "
+                f"TTL {int(info.staleness_ttl.total_seconds())} s); the HPA keeps its current replicas",
+            )
+        assert info.fallback_value is not None  # noqa: S101 - settings validation guarantees it
+        return ServedSeries(
+            metric=series.metric,
+            labels=series.labels,
+            value=info.fallback_value,
+            timestamp=series.timestamp,
+            namespace=series.namespace,
+            window_seconds=series.window_seconds,
+            explanation=f"stale for {int(age.total_seconds())} s: static fallback {info.fallback_value}",
+            details=series.details,
+        )

@@ -1,0 +1,231 @@
+"""Pull -> forecast (in a process pool) -> build a new snapshot -> swap it in.
+
+One bad refresh never kills the process and never blanks a value: a signal whose pull or fit fails
+keeps its last good served values (their timestamps age, and staleness shows it), and the whole
+previous snapshot stays in place if building the new one fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+import pandas as pd
+
+from adapters.types import AdapterError, ScheduledWindow, Signal
+from autoscaler import policy
+from autoscaler.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
+
+if TYPE_CHECKING:
+    from forecast.engine import EngineResult
+
+log = logging.getLogger(__name__)
+
+PlanKind = Literal["demand", "headroom", "rate"]
+
+
+class SignalSource(Protocol):
+    name: str
+
+    async def pull(self, now: datetime) -> list[Signal]: ...
+
+
+@dataclass(frozen=True)
+class MetricPlan:
+    """How one served metric is made from one signal."""
+
+    metric: str
+    signal: str
+    kind: PlanKind
+    quantile: float = 0.9
+
+
+@dataclass(frozen=True)
+class RefreshSettings:
+    interval: timedelta
+    lead_time: timedelta
+    fit_timeout: timedelta = timedelta(seconds=60)
+
+
+@dataclass
+class RefreshStats:
+    """What the last refreshes did, for /readyz, /metrics and the logs."""
+
+    refreshes: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+    last_success: dict[str, datetime] = field(default_factory=dict)
+    last_error: dict[str, str] = field(default_factory=dict)
+    last_duration_s: float = 0.0
+
+
+WindowsFunction = Callable[[datetime], Sequence[ScheduledWindow]]
+
+
+def _labels_key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(labels.items()))
+
+
+class Refresher:
+    def __init__(
+        self,
+        *,
+        provider: SnapshotProvider,
+        sources: Sequence[SignalSource],
+        plans: Sequence[MetricPlan],
+        metrics: Sequence[MetricInfo],
+        settings: RefreshSettings,
+        pool: Executor,
+        windows: WindowsFunction | None = None,
+        clock: Callable[[], datetime] | None = None,
+        on_success: Callable[[Snapshot], None] | None = None,
+    ) -> None:
+        self.provider = provider
+        self.sources = list(sources)
+        self.plans = list(plans)
+        self.metrics = {info.name: info for info in metrics}
+        self.settings = settings
+        self.pool = pool
+        self.windows = windows or (lambda now: ())
+        self.clock = clock or (lambda: datetime.now(UTC))
+        self.on_success = on_success
+        self.stats = RefreshStats()
+        # Last good forecast per (signal, labels); reused when a later fit fails.
+        self._results: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[Signal, EngineResult, datetime]] = {}
+
+    async def _pull(self, source: SignalSource, now: datetime) -> list[Signal]:
+        try:
+            signals = await source.pull(now)
+        except AdapterError as error:
+            self._failed(source.name, f"pull failed: {error}")
+            return []
+        if not signals:
+            self._failed(source.name, "pull returned no series")
+        return signals
+
+    def _failed(self, name: str, reason: str) -> None:
+        self.stats.failures[name] = self.stats.failures.get(name, 0) + 1
+        self.stats.last_error[name] = reason
+        log.warning("signal %s: %s; serving its last good values", name, reason)
+
+    async def _fit(self, signal: Signal, now: datetime) -> None:
+        step = signal.step
+        lead_steps = max(1, int(pd.Timedelta(self.settings.lead_time) / step))
+        quantiles = tuple(sorted({plan.quantile for plan in self.plans if plan.signal == signal.name} or {0.9}))
+        loop = asyncio.get_running_loop()
+        call = loop.run_in_executor(
+            self.pool,
+            _fit_in_worker,
+            signal.series,
+            lead_steps,
+            quantiles,
+        )
+        try:
+            result = await asyncio.wait_for(call, self.settings.fit_timeout.total_seconds())
+        except Exception as error:  # a worker crash or timeout must not take the service down
+            self._failed(signal.name, f"forecast failed: {type(error).__name__}: {error}")
+            return
+        self._results[(signal.name, _labels_key(signal.labels))] = (signal, result, now)
+        self.stats.last_success[signal.name] = now
+        self.stats.last_error.pop(signal.name, None)
+
+    async def refresh_once(self) -> Snapshot:
+        started = time.perf_counter()
+        now = self.clock()
+        pulled = await asyncio.gather(*(self._pull(source, now) for source in self.sources))
+        signals = [signal for group in pulled for signal in group]
+        await asyncio.gather(*(self._fit(signal, now) for signal in signals))
+        snapshot = self._build(now)
+        self.provider.swap(snapshot)
+        self.stats.refreshes += 1
+        self.stats.last_duration_s = time.perf_counter() - started
+        if self.on_success is not None:
+            self.on_success(snapshot)
+        return snapshot
+
+    def _build(self, now: datetime) -> Snapshot:
+        windows = list(self.windows(now))
+        served: dict[str, list[ServedSeries]] = {name: [] for name in self.metrics}
+        for (signal_name, _), (signal, result, pulled_at) in sorted(self._results.items()):
+            for plan in self.plans:
+                if plan.signal != signal_name or plan.metric not in self.metrics:
+                    continue
+                served[plan.metric].append(self._serve(plan, signal, result, pulled_at, now, windows))
+        return Snapshot(
+            created_at=now,
+            metrics=self.metrics,
+            series={name: tuple(series) for name, series in served.items()},
+            last_error="; ".join(f"{k}: {v}" for k, v in sorted(self.stats.last_error.items())) or None,
+        )
+
+    def _serve(
+        self,
+        plan: MetricPlan,
+        signal: Signal,
+        result: EngineResult,
+        pulled_at: datetime,
+        now: datetime,
+        windows: Sequence[ScheduledWindow],
+    ) -> ServedSeries:
+        relevant = [w for w in windows if all(signal.labels.get(k) == v for k, v in w.labels.items())]
+        demand = policy.forecast_demand(
+            result.forecast,
+            quantile=plan.quantile,
+            now=now,
+            lead_time=self.settings.lead_time,
+            windows=relevant if plan.kind != "rate" else (),
+        )
+        decision = demand
+        if plan.kind == "headroom":
+            decision = policy.headroom(demand, policy.last_observed(signal.series))
+        details: dict[str, Any] = {
+            "model": result.model,
+            "notes": list(result.notes),
+            "fit_seconds": result.fit_seconds,
+            "forecast": result.forecast,
+            "history": signal.series,
+            "scores": result.scores,
+            "lead_time_seconds": int(self.settings.lead_time.total_seconds()),
+            "windows": relevant,
+            "quantile": plan.quantile,
+        }
+        return ServedSeries(
+            metric=plan.metric,
+            labels=dict(signal.labels),
+            value=decision.value,
+            timestamp=pulled_at,
+            explanation=decision.explanation,
+            details=details,
+        )
+
+    async def run(self, ready: Callable[[], None] | None = None) -> None:
+        """Refresh forever; a failing refresh is logged and retried at the next interval."""
+        while True:
+            try:
+                snapshot = await self.refresh_once()
+                if ready is not None and any(snapshot.series.values()):
+                    ready()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("refresh failed; keeping the previous snapshot")
+            await asyncio.sleep(self.settings.interval.total_seconds())
+
+
+def _fit_in_worker(series: pd.Series, lead_steps: int, quantiles: tuple[float, ...]) -> EngineResult:
+    # Top-level so the process pool can pickle it; the numerics are imported in the worker only.
+    from forecast.engine import fit_select_predict
+
+    # The horizon covers the lead time plus one step.
+    return fit_select_predict(
+        series,
+        horizon_steps=lead_steps + 1,
+        quantiles=quantiles,
+        policy_quantile=max(quantiles),
+        lead_steps=lead_steps,
+    )

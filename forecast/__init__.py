@@ -1,0 +1,1 @@
+"""Pure, synchronous forecasting numerics. Never imports aiohttp, adapters or autoscaler."""

@@ -1,0 +1,42 @@
+"""The typed result every forecasting model returns."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """A forecast over future steps: the mean and one array per quantile level.
+
+    ``timestamps`` are the (UTC) times the values apply to, one per step after the last
+    observation. Quantile arrays have the same length as ``mean``; an upper quantile is never
+    below the mean (models enforce this, :meth:`validate` checks it).
+    """
+
+    model: str
+    timestamps: pd.DatetimeIndex
+    mean: np.ndarray
+    quantiles: Mapping[float, np.ndarray] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def quantile(self, level: float) -> np.ndarray:
+        """The forecast at ``level``; the mean for 0.5 when no median was asked for."""
+        if level in self.quantiles:
+            return self.quantiles[level]
+        raise KeyError(f"quantile {level} was not forecast (have {sorted(self.quantiles)})")
+
+    def validate(self) -> Forecast:
+        n = len(self.timestamps)
+        if self.mean.shape != (n,):
+            raise ValueError(f"{self.model}: mean has shape {self.mean.shape}, expected ({n},)")
+        for level, values in self.quantiles.items():
+            if values.shape != (n,):
+                raise ValueError(f"{self.model}: quantile {level} has shape {values.shape}")
+            if level >= 0.5 and np.any(values < self.mean - 1e-9):
+                raise ValueError(f"{self.model}: quantile {level} falls below the mean")
+        return self

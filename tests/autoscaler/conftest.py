@@ -1,0 +1,121 @@
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from autoscaler.api import AccessControl, Readiness
+from autoscaler.app import Listening, Pipeline, build_access_control, client_ca_pems, create_app, running
+from autoscaler.auth import Authorizer
+from autoscaler.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
+from autoscaler.refresher import RefreshSettings
+from autoscaler.settings import Settings
+from autoscaler.tls import ServerTLS, ServingFiles
+from tests.pki import PKI, Client, make_pki
+
+NOW = datetime(2026, 11, 22, 8, 0, tzinfo=UTC)
+
+METRICS = (
+    MetricInfo("gpu_demand_forecast", "GPUs expected within the lead time"),
+    MetricInfo("gpu_headroom", "placeholder GPUs"),
+    MetricInfo("request_rate_forecast", "requests per second"),
+)
+
+
+def fixed_snapshot(now: datetime = NOW) -> Snapshot:
+    series = {
+        "gpu_demand_forecast": (
+            ServedSeries("gpu_demand_forecast", {"pool": "a100", "region": "eu"}, 12.0, now),
+            ServedSeries("gpu_demand_forecast", {"pool": "h100", "region": "us"}, 3.25, now, window_seconds=300),
+        ),
+        "gpu_headroom": (ServedSeries("gpu_headroom", {"pool": "a100"}, 0.5, now),),
+        "request_rate_forecast": (
+            ServedSeries("request_rate_forecast", {"service": "llm"}, 41.0, now, namespace="inference"),
+        ),
+    }
+    return Snapshot(created_at=now, metrics={m.name: m for m in METRICS}, series=series)
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> PKI:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@dataclass
+class RunningServer:
+    listening: Listening
+    provider: SnapshotProvider
+    readiness: Readiness
+    pki: PKI
+    tls: ServerTLS
+    settings: Settings
+    access: AccessControl
+    kubeconfigs: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def base_url(self) -> str:
+        return f"https://127.0.0.1:{self.listening.secure_port}"
+
+    @property
+    def ops_url(self) -> str:
+        return f"http://127.0.0.1:{self.listening.http_port}"
+
+    def ssl_context(self, client: Client | None) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.pki.client_ca))
+        if client is not None:
+            context.load_cert_chain(client.cert, client.key)
+        return context
+
+
+def server_settings(pki: PKI, tmp_path: Path, **auth: object) -> Settings:
+    return Settings.model_validate(
+        {
+            "server": {
+                "bind_address": "127.0.0.1",
+                "secure_port": 0,
+                "http_port": 0,
+                "tls": {
+                    "cert_file": str(pki.serving_cert),
+                    "key_file": str(pki.serving_key),
+                    "reload_interval": "100ms",
+                },
+                "shutdown_grace": "2s",
+            },
+            "auth": {
+                "mode": "files",
+                "requestheader_client_ca_file": str(pki.proxy_ca),
+                "allowed_names": ["front-proxy-client"],
+                "client_ca_file": str(pki.client_ca),
+                "authorization": "allow-authenticated",
+                **auth,
+            },
+            "state_dir": str(tmp_path / "state"),
+        }
+    )
+
+
+@pytest.fixture
+def authorizer_override() -> Authorizer | None:
+    """Tests that need another authorizer (SubjectAccessReview) override this fixture."""
+    return None
+
+
+@pytest.fixture
+async def api_server(pki: PKI, tmp_path: Path, authorizer_override: Authorizer | None) -> AsyncIterator[RunningServer]:
+    settings = server_settings(pki, tmp_path)
+    access = build_access_control(settings)
+    if authorizer_override is not None:
+        access = AccessControl(authenticator=access.authenticator, authorizer=authorizer_override)
+    provider = SnapshotProvider(fixed_snapshot(), clock=lambda: NOW + timedelta(seconds=30))
+    readiness = Readiness(ready=True, reason="test snapshot")
+    pipeline = Pipeline(
+        metrics=METRICS, plans=(), sources=(), refresh=RefreshSettings(timedelta(minutes=1), timedelta(minutes=5))
+    )
+    api_app, ops_app = create_app(settings, pipeline=pipeline, access=access, provider=provider, readiness=readiness)
+    tls = ServerTLS(ServingFiles(pki.serving_cert, pki.serving_key, generated=False), client_ca_pems(access))
+    async with running(settings, api_app=api_app, ops_app=ops_app, tls=tls) as listening:
+        yield RunningServer(listening, provider, readiness, pki, tls, settings, access)

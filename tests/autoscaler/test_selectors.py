@@ -1,0 +1,144 @@
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from autoscaler.selectors import (
+    MAX_SELECTOR_LENGTH,
+    Operator,
+    Requirement,
+    Selector,
+    SelectorError,
+    format_selector,
+    parse_selector,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("a=b", [Requirement("a", Operator.EQUALS, ("b",))]),
+        ("a==b", [Requirement("a", Operator.EQUALS, ("b",))]),
+        ("a!=b", [Requirement("a", Operator.NOT_EQUALS, ("b",))]),
+        ("a in (y,x)", [Requirement("a", Operator.IN, ("x", "y"))]),
+        ("a notin (x)", [Requirement("a", Operator.NOT_IN, ("x",))]),
+        ("a", [Requirement("a", Operator.EXISTS)]),
+        ("!a", [Requirement("a", Operator.DOES_NOT_EXIST)]),
+        ("a>3", [Requirement("a", Operator.GREATER_THAN, ("3",))]),
+        ("a<3", [Requirement("a", Operator.LESS_THAN, ("3",))]),
+        ("a=", [Requirement("a", Operator.EQUALS, ("",))]),
+        (
+            " karpenter.sh/nodepool = gpu , tier in ( a , b ),!legacy",
+            [
+                Requirement("karpenter.sh/nodepool", Operator.EQUALS, ("gpu",)),
+                Requirement("tier", Operator.IN, ("a", "b")),
+                Requirement("legacy", Operator.DOES_NOT_EXIST),
+            ],
+        ),
+    ],
+)
+def test_parses_every_operator(text, expected):
+    assert parse_selector(text).requirements == tuple(expected)
+
+
+@pytest.mark.parametrize("text", [None, "", "   "])
+def test_empty_selector_matches_everything(text):
+    selector = parse_selector(text)
+    assert selector.empty
+    assert selector.matches({}) and selector.matches({"a": "b"})
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("a in ()", "can't be empty"),
+        ("a in (x", "unclosed"),
+        ("a in x", "expected '('"),
+        ("a,", "trailing ','"),
+        (",a", "expected a label key"),
+        ("a b", "unknown operator"),
+        ("a=b=c", "expected ','"),
+        ("-a=b", "invalid label key"),
+        ("a=b c", "expected ','"),
+        ("a>x", "must be an integer"),
+        ("a=" + "x" * 64, "invalid label value"),
+        ("Bad_Prefix/a=b", "prefix must be a DNS subdomain"),
+        ("!", "expected a label key"),
+        ("a=(b)", "expected a value"),
+    ],
+)
+def test_malformed_selectors_say_what_is_wrong(text, fragment):
+    with pytest.raises(SelectorError, match=fragment.replace("(", r"\(")):
+        parse_selector(text)
+
+
+def test_huge_selector_is_refused_before_parsing():
+    with pytest.raises(SelectorError, match="limit"):
+        parse_selector("a=b," * (MAX_SELECTOR_LENGTH // 4 + 1))
+
+
+@pytest.mark.parametrize(
+    ("text", "labels", "matches"),
+    [
+        ("a=b", {"a": "b"}, True),
+        ("a=b", {"a": "c"}, False),
+        ("a=b", {}, False),
+        ("a!=b", {}, True),  # absent keys satisfy != and notin, as in Kubernetes
+        ("a notin (b)", {}, True),
+        ("a notin (b)", {"a": "b"}, False),
+        ("a in (b,c)", {"a": "c"}, True),
+        ("a in (b,c)", {}, False),
+        ("a", {"a": ""}, True),
+        ("!a", {"a": ""}, False),
+        ("a>3", {"a": "4"}, True),
+        ("a>3", {"a": "3"}, False),
+        ("a<3", {"a": "x"}, False),
+        ("a=b,c=d", {"a": "b", "c": "d"}, True),
+        ("a=b,c=d", {"a": "b"}, False),
+    ],
+)
+def test_matching_semantics(text, labels, matches):
+    assert parse_selector(text).matches(labels) is matches
+
+
+label_names = st.from_regex(r"[a-z0-9]([-a-z0-9_.]{0,10}[a-z0-9])?", fullmatch=True)
+prefixed_keys = st.builds(
+    lambda p, n: f"{p}/{n}" if p else n, st.sampled_from(["", "example.com", "karpenter.sh"]), label_names
+)
+requirements = st.one_of(
+    st.builds(lambda k, v: Requirement(k, Operator.EQUALS, (v,)), prefixed_keys, label_names),
+    st.builds(lambda k, v: Requirement(k, Operator.NOT_EQUALS, (v,)), prefixed_keys, label_names),
+    st.builds(
+        lambda k, vs: Requirement(k, Operator.IN, tuple(sorted(vs))),
+        prefixed_keys,
+        st.sets(label_names, min_size=1, max_size=4),
+    ),
+    st.builds(
+        lambda k, vs: Requirement(k, Operator.NOT_IN, tuple(sorted(vs))),
+        prefixed_keys,
+        st.sets(label_names, min_size=1, max_size=4),
+    ),
+    st.builds(lambda k: Requirement(k, Operator.EXISTS), prefixed_keys),
+    st.builds(lambda k: Requirement(k, Operator.DOES_NOT_EXIST), prefixed_keys),
+)
+
+
+@given(st.lists(requirements, min_size=1, max_size=6))
+def test_format_then_parse_round_trips(reqs):
+    selector = Selector(tuple(reqs))
+    assert parse_selector(format_selector(selector)) == selector
+
+
+@given(st.text(max_size=200))
+def test_arbitrary_text_parses_or_raises_selector_error(text):
+    try:
+        selector = parse_selector(text)
+    except SelectorError as error:
+        assert str(error)
+    else:
+        assert isinstance(selector, Selector)
+
+
+@given(st.lists(requirements, min_size=1, max_size=4), st.dictionaries(label_names, label_names, max_size=4))
+def test_selector_matches_iff_every_requirement_matches(reqs, labels):
+    selector = Selector(tuple(reqs))
+    assert selector.matches(labels) == all(r.matches(labels) for r in reqs)

@@ -1,0 +1,132 @@
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
+
+from autoscaler.cli import main
+from autoscaler.settings import Settings, SettingsError, load_settings
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "settings.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_are_valid():
+    settings = load_settings(None, environ={})
+    assert settings.server.secure_port == 6443
+    assert settings.server.http_port == 8080
+    assert settings.auth.mode == "kubernetes"
+
+
+def test_file_values_and_durations(tmp_path):
+    path = write(
+        tmp_path, "server:\n  secure_port: 7443\n  request_timeout: 1m30s\nauth:\n  authorization_cache_ttl: 5s\n"
+    )
+    settings = load_settings(path, environ={})
+    assert settings.server.secure_port == 7443
+    assert settings.server.request_timeout == timedelta(seconds=90)
+    assert settings.auth.authorization_cache_ttl == timedelta(seconds=5)
+
+
+def test_environment_overrides_the_file(tmp_path):
+    path = write(tmp_path, "server:\n  secure_port: 7443\n")
+    environ = {
+        "GPU_AUTOSCALER_SERVER__SECURE_PORT": "9443",
+        "GPU_AUTOSCALER_AUTH__ALLOWED_NAMES": "[front-proxy-client, aggregator]",
+        "UNRELATED": "x",
+    }
+    settings = load_settings(path, environ=environ)
+    assert settings.server.secure_port == 9443
+    assert settings.auth.allowed_names == ("front-proxy-client", "aggregator")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "server:\n  secure_port: abc\n",
+            "server.secure_port: Input should be a valid integer, unable to parse string as an integer (got 'abc')",
+        ),
+        (
+            "server:\n  secure_port: 70000\n",
+            "server.secure_port: Input should be less than or equal to 65535 (got 70000)",
+        ),
+        ("server:\n  scure_port: 1\n", "server.scure_port: unknown field (got 1)"),
+        ("auth:\n  mode: ldap\n", "auth.mode: Input should be 'kubernetes', 'files' or 'none' (got 'ldap')"),
+        ("auth:\n  token_cache_ttl: soon\n", "auth.token_cache_ttl: Value error, expected a duration such as"),
+        (
+            "server:\n  tls:\n    cert_file: a.crt\n",
+            "server.tls: Value error, cert_file and key_file must be given together",
+        ),
+        ("auth:\n  mode: none\n", "auth.mode 'none' is only allowed when server.bind_address is a loopback address"),
+        ("server:\n  secure_port: 8080\n", "secure_port and http_port must differ"),
+        ("auth:\n  mode: files\n", "mode 'files' needs requestheader_client_ca_file or client_ca_file"),
+    ],
+)
+def test_bad_config_names_the_field_value_and_expectation(tmp_path, text, expected):
+    with pytest.raises(SettingsError) as caught:
+        load_settings(write(tmp_path, text), environ={})
+    assert expected in str(caught.value)
+    assert str(tmp_path / "settings.yaml") in str(caught.value)
+
+
+def test_auth_none_is_allowed_on_loopback(tmp_path):
+    settings = load_settings(write(tmp_path, "server:\n  bind_address: 127.0.0.1\nauth:\n  mode: none\n"), environ={})
+    assert settings.auth.mode == "none"
+
+
+def test_bad_yaml_names_line_and_column(tmp_path):
+    with pytest.raises(SettingsError, match=r"not valid YAML at line 3, column 1: expected ',' or ']'"):
+        load_settings(write(tmp_path, "server:\n  secure_port: [1\n"), environ={})
+
+
+def test_non_mapping_top_level(tmp_path):
+    with pytest.raises(SettingsError, match="must hold a mapping at the top, got list"):
+        load_settings(write(tmp_path, "- a\n"), environ={})
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(SettingsError, match="cannot read settings file"):
+        load_settings(tmp_path / "nope.yaml", environ={})
+
+
+def test_check_config_exit_codes(tmp_path):
+    runner = CliRunner()
+    good = write(tmp_path, "server:\n  secure_port: 7443\n")
+    result = runner.invoke(main, ["check-config", str(good)])
+    assert result.exit_code == 0, result.output
+    assert "valid" in result.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("server:\n  secure_port: abc\n")
+    result = runner.invoke(main, ["check-config", str(bad)])
+    assert result.exit_code == 1
+    assert "server.secure_port" in result.output
+
+
+def test_console_script_help_and_version():
+    for args in (["--help"], ["serve", "--help"], ["check-config", "--help"], ["--version"]):
+        completed = subprocess.run(
+            [sys.executable, "-m", "autoscaler", *args], capture_output=True, text=True, timeout=60
+        )
+        assert completed.returncode == 0, completed.stderr
+    assert "0.1.0" in completed.stdout
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["server", "auth", "demo", "state_dir", "bogus"]),
+        st.one_of(st.integers(), st.text(max_size=5), st.none(), st.lists(st.integers(), max_size=2)),
+    )
+)
+def test_loader_never_crashes_on_random_documents(document):
+    try:
+        Settings.model_validate(document)
+    except Exception as error:  # only pydantic's ValidationError is acceptable
+        assert type(error).__name__ == "ValidationError"
