@@ -12,13 +12,16 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing import get_context
+from pathlib import Path
 
 from aiohttp import web
 from cryptography import x509
+from kubernetes_asyncio.client import ApiClient
 
-from autoscaler import demo
+from adapters.kube_client import KubeClientSettings, create_api_client
+from autoscaler import demo, kube_access
 from autoscaler.api import AccessControl, Readiness, build_api_app, build_ops_app
-from autoscaler.auth import AllowAuthenticated, Authenticator, RequestHeaderConfig
+from autoscaler.auth import AllowAuthenticated, Authenticator, Authorizer, RequestHeaderConfig
 from autoscaler.certificates import load_certificates
 from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
 from autoscaler.refresher import MetricPlan, Refresher, RefreshSettings, SignalSource
@@ -50,23 +53,32 @@ def demo_pipeline() -> Pipeline:
     )
 
 
-def _read_authorities(path: object) -> tuple[x509.Certificate, ...]:
-    if path is None:
-        return ()
-    from pathlib import Path
-
-    return tuple(load_certificates(Path(str(path)).read_bytes()))
+def _read_authorities(path: Path | None) -> tuple[x509.Certificate, ...]:
+    return tuple(load_certificates(path.read_bytes())) if path is not None else ()
 
 
-def build_access_control(settings: Settings) -> AccessControl:
+def needs_kubernetes_api(settings: Settings) -> bool:
+    auth = settings.auth
+    return auth.mode == "kubernetes" or (auth.mode == "files" and auth.authorization == "kubernetes")
+
+
+async def build_access(settings: Settings, kube: ApiClient | None = None) -> AccessControl:
+    """Authentication and authorisation as ``settings.auth`` says; ``kube`` serves the reviews."""
     auth = settings.auth
     if auth.mode == "none":
         log.warning(
             "auth.mode is 'none': every caller is trusted (loopback address %s only)", settings.server.bind_address
         )
         return AccessControl(authenticator=None, authorizer=None)
-    if auth.mode == "kubernetes":
-        raise NotImplementedError("auth.mode 'kubernetes' is wired in build_kubernetes_access")
+    if needs_kubernetes_api(settings) and kube is None:
+        raise ValueError("this auth configuration needs the Kubernetes API, but no client was given")
+    authorizer: Authorizer = (
+        kube_access.kubernetes_authorizer(kube, auth)
+        if kube is not None and needs_kubernetes_api(settings)
+        else AllowAuthenticated()
+    )
+    if auth.mode == "kubernetes" and kube is not None:
+        return AccessControl(await kube_access.kubernetes_authenticator(kube, auth), authorizer)
     requestheader_authorities = _read_authorities(auth.requestheader_client_ca_file)
     requestheader = (
         RequestHeaderConfig(
@@ -82,9 +94,10 @@ def build_access_control(settings: Settings) -> AccessControl:
     authenticator = Authenticator(
         requestheader=requestheader,
         client_authorities=_read_authorities(auth.client_ca_file),
+        token_reviewer=kube_access.KubeTokenReviewer(kube) if kube is not None else None,
         token_cache_ttl_s=auth.token_cache_ttl.total_seconds(),
     )
-    return AccessControl(authenticator=authenticator, authorizer=AllowAuthenticated())
+    return AccessControl(authenticator=authenticator, authorizer=authorizer)
 
 
 def client_ca_pems(access: AccessControl) -> list[bytes]:
@@ -228,9 +241,32 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
         pipeline = demo_pipeline()
     else:
         pipeline = Pipeline(metrics=demo.METRICS, plans=(), sources=(), refresh=demo_pipeline().refresh)
-    access = build_access_control(settings)
-    tls = ServerTLS(_serving_files(settings), client_ca_pems(access))
-    api_app, ops_app = create_app(settings, pipeline=pipeline, access=access)
+    async with contextlib.AsyncExitStack() as stack:
+        kube = await stack.enter_async_context(kubernetes_client(settings)) if needs_kubernetes_api(settings) else None
+        access = await build_access(settings, kube)
+        tls = ServerTLS(_serving_files(settings), client_ca_pems(access))
+        api_app, ops_app = create_app(settings, pipeline=pipeline, access=access)
+        await _serve_until_stopped(settings, api_app, ops_app, tls, stop)
+
+
+@contextlib.asynccontextmanager
+async def kubernetes_client(settings: Settings) -> AsyncIterator[ApiClient]:
+    kube_settings = settings.kubernetes
+    client = await create_api_client(
+        KubeClientSettings(
+            kubeconfig_path=kube_settings.kubeconfig,
+            request_timeout_s=kube_settings.request_timeout.total_seconds(),
+        )
+    )
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+async def _serve_until_stopped(
+    settings: Settings, api_app: web.Application, ops_app: web.Application, tls: ServerTLS, stop: asyncio.Event | None
+) -> None:
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -12,25 +12,17 @@ made, access is refused (fail closed), never granted.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from cachetools import TTLCache
 from cryptography import x509
 from multidict import MultiMapping
 
+from adapters.kube_auth import UserInfo as User
 from autoscaler.certificates import common_name, issued_by, organizations
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class User:
-    name: str
-    groups: tuple[str, ...] = ()
-    uid: str = ""
-    extra: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class AccessDenied(Exception):
@@ -101,7 +93,7 @@ class Authenticator:
                 if user is not None:
                     return user
         if self.client_authorities and issued_by(certificate, list(self.client_authorities)):
-            return User(name=common_name(certificate), groups=organizations(certificate))
+            return User(username=common_name(certificate), groups=organizations(certificate))
         return None
 
     @staticmethod
@@ -115,7 +107,7 @@ class Authenticator:
             for prefix in proxy.extra_headers_prefixes:
                 if header.lower().startswith(prefix.lower()):
                     extra[header[len(prefix) :].lower()] = tuple(headers.getall(header, []))
-        return User(name=username, groups=groups, extra=extra)
+        return User(username=username, groups=groups, extra=extra)
 
     async def _from_token(self, token: str) -> User:
         if self.token_reviewer is None:
@@ -157,7 +149,7 @@ class SubjectAccessReviewAuthorizer:
         self._cache: TTLCache[tuple[object, ...], bool] = TTLCache(maxsize=16384, ttl=cache_ttl_s)
 
     async def authorize(self, user: User, *, namespace: str, metric: str) -> None:
-        key = (user.name, user.groups, tuple(sorted(user.extra.items())), namespace, metric)
+        key = (user, namespace, metric)
         allowed = self._cache.get(key)
         if allowed is None:
             try:
@@ -171,6 +163,9 @@ class SubjectAccessReviewAuthorizer:
         if not allowed:
             raise AccessDenied(
                 403,
-                f'{self.GROUP} "{metric}" is forbidden: User "{user.name}" cannot get resource "{metric}" '
+                f'{self.GROUP} "{metric}" is forbidden: User "{user.username}" cannot get resource "{metric}" '
                 f'in API group "{self.GROUP}" in the namespace "{namespace}"',
             )
+
+
+__all__ = ["AccessDenied", "Authenticator", "Authorizer", "ReviewUnavailable", "User"]

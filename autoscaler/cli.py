@@ -72,11 +72,13 @@ def serve(
     if settings.demo.enabled and not settings.server.is_loopback:
         raise click.UsageError("the demo binds to a loopback address only (it trusts its own local CA)")
     configure_logging(settings.log_level, settings.log_format)
+    from adapters.types import AdapterError
     from autoscaler.app import serve as run_server  # heavy imports only when serving
 
     try:
         asyncio.run(run_server(settings))
-    except OSError as error:
+    except (OSError, AdapterError) as error:
+        # A port in use, unreadable certificates, or a Kubernetes API that cannot be reached.
         click.echo(f"gpu-autoscaler: cannot serve: {error}", err=True)
         sys.exit(1)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -51,6 +51,9 @@ class RefreshSettings:
     interval: timedelta
     lead_time: timedelta
     fit_timeout: timedelta = timedelta(seconds=60)
+    # Model selection (a backtest of every candidate) runs this often per series; in between only the
+    # selected model is refitted on the new data, which is far cheaper.
+    reselect_every: timedelta = timedelta(hours=6)
 
 
 @dataclass
@@ -67,8 +70,11 @@ class RefreshStats:
 WindowsFunction = Callable[[datetime], Sequence[ScheduledWindow]]
 
 
-def _labels_key(labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted(labels.items()))
+SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
+
+
+def _series_key(signal: Signal) -> SeriesKey:
+    return (signal.name, tuple(sorted(signal.labels.items())))
 
 
 class Refresher:
@@ -95,8 +101,10 @@ class Refresher:
         self.clock = clock or (lambda: datetime.now(UTC))
         self.on_success = on_success
         self.stats = RefreshStats()
-        # Last good forecast per (signal, labels); reused when a later fit fails.
-        self._results: dict[tuple[str, tuple[tuple[str, str], ...]], tuple[Signal, EngineResult, datetime]] = {}
+        # The values last served per series; kept as they were when a later pull or fit fails.
+        self._served: dict[SeriesKey, tuple[ServedSeries, ...]] = {}
+        # The model each series last selected by full backtest, and when.
+        self._selected: dict[SeriesKey, tuple[str, datetime]] = {}
 
     async def _pull(self, source: SignalSource, now: datetime) -> list[Signal]:
         try:
@@ -113,33 +121,42 @@ class Refresher:
         self.stats.last_error[name] = reason
         log.warning("signal %s: %s; serving its last good values", name, reason)
 
-    async def _fit(self, signal: Signal, now: datetime) -> None:
+    async def _fit(self, signal: Signal, now: datetime) -> tuple[SeriesKey, Signal, EngineResult] | None:
         step = signal.step
         lead_steps = max(1, int(pd.Timedelta(self.settings.lead_time) / step))
         quantiles = tuple(sorted({plan.quantile for plan in self.plans if plan.signal == signal.name} or {0.9}))
+        key = _series_key(signal)
+        selected = self._selected.get(key)
+        reselect = selected is None or now - selected[1] >= self.settings.reselect_every
+        candidates = None if reselect or selected is None else (selected[0],)
         loop = asyncio.get_running_loop()
-        call = loop.run_in_executor(
-            self.pool,
-            _fit_in_worker,
-            signal.series,
-            lead_steps,
-            quantiles,
-        )
+        call = loop.run_in_executor(self.pool, _fit_in_worker, signal.series, lead_steps, quantiles, candidates)
         try:
             result = await asyncio.wait_for(call, self.settings.fit_timeout.total_seconds())
         except Exception as error:  # a worker crash or timeout must not take the service down
             self._failed(signal.name, f"forecast failed: {type(error).__name__}: {error}")
-            return
-        self._results[(signal.name, _labels_key(signal.labels))] = (signal, result, now)
+            return None
+        if reselect:
+            self._selected[key] = (result.model, now)
         self.stats.last_success[signal.name] = now
         self.stats.last_error.pop(signal.name, None)
+        return key, signal, result
 
     async def refresh_once(self) -> Snapshot:
         started = time.perf_counter()
         now = self.clock()
         pulled = await asyncio.gather(*(self._pull(source, now) for source in self.sources))
         signals = [signal for group in pulled for signal in group]
-        await asyncio.gather(*(self._fit(signal, now) for signal in signals))
+        fitted = await asyncio.gather(*(self._fit(signal, now) for signal in signals))
+        windows = list(self.windows(now))
+        for outcome in fitted:
+            if outcome is not None:
+                key, signal, result = outcome
+                self._served[key] = tuple(
+                    self._serve(plan, signal, result, now, windows)
+                    for plan in self.plans
+                    if plan.signal == signal.name and plan.metric in self.metrics
+                )
         snapshot = self._build(now)
         self.provider.swap(snapshot)
         self.stats.refreshes += 1
@@ -149,13 +166,10 @@ class Refresher:
         return snapshot
 
     def _build(self, now: datetime) -> Snapshot:
-        windows = list(self.windows(now))
         served: dict[str, list[ServedSeries]] = {name: [] for name in self.metrics}
-        for (signal_name, _), (signal, result, pulled_at) in sorted(self._results.items()):
-            for plan in self.plans:
-                if plan.signal != signal_name or plan.metric not in self.metrics:
-                    continue
-                served[plan.metric].append(self._serve(plan, signal, result, pulled_at, now, windows))
+        for _, series_of_key in sorted(self._served.items()):
+            for series in series_of_key:
+                served[series.metric].append(series)
         return Snapshot(
             created_at=now,
             metrics=self.metrics,
@@ -168,7 +182,6 @@ class Refresher:
         plan: MetricPlan,
         signal: Signal,
         result: EngineResult,
-        pulled_at: datetime,
         now: datetime,
         windows: Sequence[ScheduledWindow],
     ) -> ServedSeries:
@@ -198,7 +211,7 @@ class Refresher:
             metric=plan.metric,
             labels=dict(signal.labels),
             value=decision.value,
-            timestamp=pulled_at,
+            timestamp=now,
             explanation=decision.explanation,
             details=details,
         )
@@ -217,7 +230,9 @@ class Refresher:
             await asyncio.sleep(self.settings.interval.total_seconds())
 
 
-def _fit_in_worker(series: pd.Series, lead_steps: int, quantiles: tuple[float, ...]) -> EngineResult:
+def _fit_in_worker(
+    series: pd.Series, lead_steps: int, quantiles: tuple[float, ...], candidates: tuple[str, ...] | None
+) -> EngineResult:
     # Top-level so the process pool can pickle it; the numerics are imported in the worker only.
     from forecast.engine import fit_select_predict
 
@@ -228,4 +243,5 @@ def _fit_in_worker(series: pd.Series, lead_steps: int, quantiles: tuple[float, .
         quantiles=quantiles,
         policy_quantile=max(quantiles),
         lead_steps=lead_steps,
+        candidates=candidates,
     )

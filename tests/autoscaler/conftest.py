@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from autoscaler.api import AccessControl, Readiness
-from autoscaler.app import Listening, Pipeline, build_access_control, client_ca_pems, create_app, running
+from autoscaler.app import Listening, Pipeline, build_access, client_ca_pems, create_app, running
 from autoscaler.auth import Authorizer
 from autoscaler.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
 from autoscaler.refresher import RefreshSettings
@@ -107,7 +107,7 @@ def authorizer_override() -> Authorizer | None:
 @pytest.fixture
 async def api_server(pki: PKI, tmp_path: Path, authorizer_override: Authorizer | None) -> AsyncIterator[RunningServer]:
     settings = server_settings(pki, tmp_path)
-    access = build_access_control(settings)
+    access = await build_access(settings)
     if authorizer_override is not None:
         access = AccessControl(authenticator=access.authenticator, authorizer=authorizer_override)
     provider = SnapshotProvider(fixed_snapshot(), clock=lambda: NOW + timedelta(seconds=30))

@@ -21,8 +21,8 @@ class RecordingAuthorizer:
 
     async def authorize(self, user: User, *, namespace: str, metric: str) -> None:
         self.calls.append((user, namespace, metric))
-        if user.name not in {"alice", "bob"}:
-            raise AccessDenied(403, f"user {user.name} may not get {metric}")
+        if user.username not in {"alice", "bob"}:
+            raise AccessDenied(403, f"user {user.username} may not get {metric}")
 
 
 @pytest.fixture
@@ -43,7 +43,7 @@ async def test_client_certificate_from_the_client_ca_authenticates(api_server, a
     code, _ = await request(api_server, "alice")
     assert code == 200
     user, namespace, metric = authorizer_override.calls[-1]
-    assert (user.name, user.groups, namespace, metric) == ("alice", ("team-a",), "default", "gpu_demand_forecast")
+    assert (user.username, user.groups, namespace, metric) == ("alice", ("team-a",), "default", "gpu_demand_forecast")
 
 
 async def test_no_certificate_is_401(api_server):
@@ -59,7 +59,7 @@ async def test_headers_without_a_verified_proxy_certificate_are_ignored(api_serv
     # alice's own (non-proxy) certificate does not make her headers trusted either
     code, _ = await request(api_server, "alice", forged)
     assert code == 200
-    assert authorizer_override.calls[-1][0].name == "alice"
+    assert authorizer_override.calls[-1][0].username == "alice"
 
 
 async def test_front_proxy_certificate_asserts_the_user_from_headers(api_server, authorizer_override):
@@ -76,7 +76,7 @@ async def test_front_proxy_certificate_asserts_the_user_from_headers(api_server,
     ):
         assert response.status == 200
     user = authorizer_override.calls[-1][0]
-    assert (user.name, user.groups, dict(user.extra)) == ("bob", ("devs", "ops"), {"scopes": ("view",)})
+    assert (user.username, user.groups, dict(user.extra)) == ("bob", ("devs", "ops"), {"scopes": ("view",)})
 
 
 async def test_front_proxy_with_a_cn_not_allowed_is_401(api_server):

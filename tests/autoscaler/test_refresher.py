@@ -1,0 +1,148 @@
+"""The refresher on a real trace: values appear, failures keep the last good ones, never 0 or empty."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from adapters.replay import ReplaySource, read_trace
+from adapters.types import AdapterError, Signal
+from autoscaler import demo, refresher
+from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
+from autoscaler.refresher import MetricPlan, Refresher, RefreshSettings
+from autoscaler.selectors import EVERYTHING
+
+METRICS = (MetricInfo("gpu_demand_forecast", "demand"), MetricInfo("gpu_headroom", "headroom"))
+PLANS = (MetricPlan("gpu_demand_forecast", "gpus", "demand", 0.9), MetricPlan("gpu_headroom", "gpus", "headroom", 0.9))
+
+
+class FlakySource:
+    """Helios Earth running GPUs (real trace) replayed up to the test clock; can be told to fail."""
+
+    name = "gpus"
+
+    def __init__(self) -> None:
+        trace = read_trace(demo._trace("helios_earth_running_gpus_5m.csv.gz"))
+        self.replay = ReplaySource("gpus", trace, {"pool": "earth"}, anchor=trace.index[0].to_pydatetime())
+        self.failure: str | None = None
+
+    async def pull(self, now: datetime) -> list[Signal]:
+        if self.failure == "error":
+            raise AdapterError("prometheus unreachable")
+        if self.failure == "empty":
+            return []
+        return [self.replay.history(now, timedelta(days=3))]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@pytest.fixture
+def parts():
+    clock = Clock()
+    source = FlakySource()
+    provider = SnapshotProvider(empty_snapshot(METRICS), clock=clock)
+    pool = ThreadPoolExecutor(max_workers=2)
+    settings = RefreshSettings(
+        interval=timedelta(minutes=1), lead_time=timedelta(minutes=10), reselect_every=timedelta(hours=1)
+    )
+    instance = Refresher(
+        provider=provider, sources=[source], plans=PLANS, metrics=METRICS, settings=settings, pool=pool, clock=clock
+    )
+    yield instance, source, provider, clock
+    pool.shutdown()
+
+
+async def test_first_refresh_serves_every_planned_metric(parts):
+    instance, source, provider, clock = parts
+    snapshot = await instance.refresh_once()
+    demand = snapshot.series["gpu_demand_forecast"][0]
+    headroom = snapshot.series["gpu_headroom"][0]
+    history = source.replay.history(clock.now, timedelta(days=3)).series
+    assert dict(demand.labels) == {"pool": "earth"}
+    # The trace is hundreds of running GPUs: a p90 forecast 10 minutes out sits near the last value.
+    assert 0.8 * history.iloc[-1] < demand.value < 1.3 * history.iloc[-1]
+    assert headroom.value == pytest.approx(max(0.0, demand.value - history.iloc[-1]))
+    assert "lead time" in demand.explanation and demand.details["model"]
+    assert provider.get_metric("default", "gpu_demand_forecast", EVERYTHING)[0].value == demand.value
+
+
+@pytest.mark.parametrize("failure", ["error", "empty"])
+async def test_failed_pull_keeps_last_good_values(parts, failure):
+    instance, source, provider, clock = parts
+    first = await instance.refresh_once()
+    source.failure = failure
+    clock.now += timedelta(minutes=5)
+    second = await instance.refresh_once()
+    assert second.series == first.series  # same values, same (old) timestamps: age shows the outage
+    assert instance.stats.failures["gpus"] == 1
+    assert instance.stats.last_error["gpus"]
+    assert second.last_error and "gpus" in second.last_error
+    served = provider.get_metric("default", "gpu_demand_forecast", EVERYTHING)
+    assert served[0].value == first.series["gpu_demand_forecast"][0].value > 0
+    source.failure = None
+    clock.now += timedelta(minutes=5)
+    third = await instance.refresh_once()
+    assert third.series["gpu_demand_forecast"][0].timestamp == clock.now
+    assert third.last_error is None
+
+
+async def test_failed_fit_keeps_last_good_values(parts, monkeypatch):
+    instance, _source, _provider, clock = parts
+    first = await instance.refresh_once()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("worker died")
+
+    monkeypatch.setattr(refresher, "_fit_in_worker", broken)
+    clock.now += timedelta(minutes=5)
+    second = await instance.refresh_once()
+    assert second.series == first.series
+    assert "forecast failed: RuntimeError: worker died" in instance.stats.last_error["gpus"]
+
+
+async def test_selection_runs_on_its_cadence_only(parts, monkeypatch):
+    instance, _source, _provider, clock = parts
+    seen: list[tuple[str, ...] | None] = []
+    real = refresher._fit_in_worker
+
+    def recording(series, lead_steps, quantiles, candidates):
+        seen.append(candidates)
+        return real(series, lead_steps, quantiles, candidates)
+
+    monkeypatch.setattr(refresher, "_fit_in_worker", recording)
+    first = await instance.refresh_once()
+    chosen = first.series["gpu_demand_forecast"][0].details["model"]
+    clock.now += timedelta(minutes=30)
+    await instance.refresh_once()
+    clock.now += timedelta(minutes=31)
+    await instance.refresh_once()
+    assert seen == [None, (chosen,), None]
+
+
+def test_staleness_fallbacks(parts):
+    from autoscaler.provider import MetricUnavailable, ServedSeries, Snapshot
+
+    now = datetime(2026, 11, 20, tzinfo=UTC)
+    series = ServedSeries("m", {"a": "b"}, 7.0, now)
+    clock = Clock()
+    clock.now = now + timedelta(hours=1)
+    for info, expected in (
+        (MetricInfo("m", "", fallback="hold", staleness_ttl=timedelta(minutes=15)), 7.0),
+        (MetricInfo("m", "", fallback="static", fallback_value=3.0, staleness_ttl=timedelta(minutes=15)), 3.0),
+        (MetricInfo("m", "", fallback="error", staleness_ttl=timedelta(hours=2)), 7.0),
+    ):
+        provider = SnapshotProvider(Snapshot(now, {"m": info}, {"m": (series,)}), clock=clock)
+        assert provider.get_metric("x", "m", EVERYTHING)[0].value == expected
+    # past the TTL, fallback "error" refuses to serve (the HPA then holds its replicas)
+    expired = MetricInfo("m", "", fallback="error", staleness_ttl=timedelta(minutes=15))
+    provider = SnapshotProvider(Snapshot(now, {"m": expired}, {"m": (series,)}), clock=clock)
+    with pytest.raises(MetricUnavailable, match="stale"):
+        provider.get_metric("x", "m", EVERYTHING)
