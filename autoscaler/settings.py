@@ -54,8 +54,6 @@ class ServerSettings(_Strict):
     # None switches the plain port off; 0 picks any free port (tests).
     http_port: int | None = Field(default=8080, ge=0, le=65535)
     tls: TLSSettings = TLSSettings()
-    # A request that takes longer than this to send its headers is dropped (slow clients).
-    request_timeout: Duration = timedelta(seconds=30)
     shutdown_grace: Duration = timedelta(seconds=10)
 
     @model_validator(mode="after")

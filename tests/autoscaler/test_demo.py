@@ -70,6 +70,17 @@ def test_demo_serves_forecasts_to_kubectl(demo_process):
         f"kubectl --kubeconfig {state / 'kubeconfig'} get --raw "
         "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/gpu_demand_forecast"
     )
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl is required"
+    base_args = command.group(1).split()[1:-1]
+    # Discovery answers at once, before any forecast exists, and is never empty.
+    discovery = subprocess.run(
+        [kubectl, *base_args, "/apis/external.metrics.k8s.io/v1beta1"], capture_output=True, text=True, timeout=60
+    )
+    assert discovery.returncode == 0, discovery.stderr
+    assert [r["name"] for r in json.loads(discovery.stdout)["resources"]] == [
+        "gpu_demand_forecast", "gpu_headroom", "request_rate_forecast"
+    ]
     # Not ready until the first forecast is in; readiness says so honestly.
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -82,15 +93,13 @@ def test_demo_serves_forecasts_to_kubectl(demo_process):
         time.sleep(0.5)
     else:
         pytest.fail("the demo did not become ready")
-    kubectl = shutil.which("kubectl")
-    assert kubectl, "kubectl is required"
     for metric, labels in (
         ("gpu_demand_forecast", {"pool": "demo-gpu"}),
         ("gpu_headroom", {"pool": "demo-gpu"}),
         ("request_rate_forecast", {"service": "sd-lora"}),
     ):
-        args = [*command.group(1).split()[:-1], f"/apis/external.metrics.k8s.io/v1beta1/namespaces/default/{metric}"]
-        completed = subprocess.run([kubectl, *args[1:]], capture_output=True, text=True, timeout=60)
+        path = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/default/{metric}"
+        completed = subprocess.run([kubectl, *base_args, path], capture_output=True, text=True, timeout=60)
         assert completed.returncode == 0, completed.stderr
         body = json.loads(completed.stdout)
         assert body["kind"] == "ExternalMetricValueList"

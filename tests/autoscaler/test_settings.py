@@ -27,11 +27,11 @@ def test_defaults_are_valid():
 
 def test_file_values_and_durations(tmp_path):
     path = write(
-        tmp_path, "server:\n  secure_port: 7443\n  request_timeout: 1m30s\nauth:\n  authorization_cache_ttl: 5s\n"
+        tmp_path, "server:\n  secure_port: 7443\n  shutdown_grace: 1m30s\nauth:\n  authorization_cache_ttl: 5s\n"
     )
     settings = load_settings(path, environ={})
     assert settings.server.secure_port == 7443
-    assert settings.server.request_timeout == timedelta(seconds=90)
+    assert settings.server.shutdown_grace == timedelta(seconds=90)
     assert settings.auth.authorization_cache_ttl == timedelta(seconds=5)
 
 
@@ -130,3 +130,10 @@ def test_loader_never_crashes_on_random_documents(document):
         Settings.model_validate(document)
     except Exception as error:  # only pydantic's ValidationError is acceptable
         assert type(error).__name__ == "ValidationError"
+
+
+def test_serve_refuses_a_bad_config_naming_the_field(tmp_path):
+    bad = write(tmp_path, "server:\n  http_port: -1\n")
+    result = CliRunner().invoke(main, ["serve", "--config", str(bad)])
+    assert result.exit_code == 1
+    assert "server.http_port: Input should be greater than or equal to 0 (got -1)" in result.output

@@ -1,0 +1,63 @@
+"""Serving certificates: rotation on disk without a restart, and the self-signed fallback."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+
+from cryptography import x509
+
+from autoscaler.certificates import issue_certificate
+from autoscaler.tls import ServerTLS, ensure_self_signed
+
+
+async def served_certificate(port: int, ca_file) -> x509.Certificate:
+    context = ssl.create_default_context(cafile=str(ca_file))
+    _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+    der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
+    writer.close()
+    await writer.wait_closed()
+    return x509.load_der_x509_certificate(der)
+
+
+async def test_rotated_certificate_is_served_without_restart(api_server, tmp_path):
+    pki = api_server.pki
+    before = await served_certificate(api_server.listening.secure_port, pki.client_ca)
+    rotated = issue_certificate(pki.serving_ca_pair, "gpu-autoscaler-rotated", hosts=("127.0.0.1",), server=True)
+    rotated.write(pki.serving_cert, pki.serving_key)
+    for _ in range(100):  # reload_interval is 100 ms in the fixture
+        await asyncio.sleep(0.05)
+        after = await served_certificate(api_server.listening.secure_port, pki.client_ca)
+        if after.serial_number != before.serial_number:
+            break
+    assert after.serial_number == rotated.certificate.serial_number
+    assert api_server.tls.reloads == 1
+
+
+def test_a_half_written_rotation_keeps_the_current_certificate(pki, tmp_path, caplog):
+    import shutil
+
+    from autoscaler.tls import ServingFiles
+
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    shutil.copy(pki.serving_cert, cert)
+    shutil.copy(pki.serving_key, key)
+    tls = ServerTLS(ServingFiles(cert, key, generated=False), [])
+    cert.write_text("-----BEGIN CERTIFICATE-----\ngarbage\n-----END CERTIFICATE-----\n")
+    with caplog.at_level(logging.WARNING):
+        assert tls.reload_if_changed() is False
+    assert "keeping the current one" in caplog.text
+    assert tls.reloads == 0
+
+
+def test_self_signed_when_no_certificate_is_configured(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING):
+        files = ensure_self_signed(tmp_path, hosts=("localhost", "127.0.0.1"))
+    assert "generated a self-signed one" in caplog.text
+    certificate = x509.load_pem_x509_certificate(files.cert_file.read_bytes())
+    names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "localhost" in names.get_values_for_type(x509.DNSName)
+    assert (files.key_file.stat().st_mode & 0o777) == 0o600
+    again = ensure_self_signed(tmp_path, hosts=("localhost",))
+    assert again.cert_file.read_bytes() == files.cert_file.read_bytes()  # made once, reused after
