@@ -1,0 +1,459 @@
+"""Known future GPU demand from CronJobs (and from windows declared in the config file).
+
+Pure functions over raw CronJob and Job JSON (as the watches keep them) and an explicit ``now``.
+
+Fire times follow the Kubernetes CronJob controller (robfig/cron), which differs from Debian cron at
+daylight-saving changes: a wall-clock time that does not exist that day (02:30 when clocks spring
+forward) is skipped, and one that exists twice (02:30 when clocks fall back) fires twice. cronsim
+(Debian semantics when given a time zone) is therefore run on naive wall-clock times, and each time
+is mapped to the instants it denotes in the CronJob's zone: none, one or two.
+
+A window's labels are the CronJob's labels plus ``gpu_resource`` (the GPU resource names requested,
+comma-joined) and ``nodepool`` when the pod template selects a Karpenter node pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from functools import partial
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import numpy as np
+from cronsim import CronSim, CronSimError
+from kubernetes_asyncio.client import ApiClient, BatchV1Api
+
+from adapters.kube_watch import WatchedResource
+from adapters.types import AdapterError, ScheduledWindow
+
+log = logging.getLogger(__name__)
+
+WHOLE_GPU = "nvidia.com/gpu"
+SHARED_GPU = "nvidia.com/gpu.shared"  # device-plugin time-slicing with renameByDefault
+MIG_PREFIX = "nvidia.com/mig-"
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
+
+# The descriptors robfig/cron's ParseStandard accepts (and so does the Kubernetes API), in 5 fields.
+CRON_MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+# A fixed wall-clock time can map to an instant this far from the naive reading (DST shifts are at
+# most 2 h, in Antarctica/Troll); iteration starts and stops this much beyond the wanted interval.
+_DST_MARGIN = timedelta(hours=3)
+
+
+class CronScheduleError(AdapterError):
+    """A schedule or time zone this module cannot evaluate (the CronJob is skipped)."""
+
+
+@dataclass(frozen=True)
+class CronWindowSettings:
+    horizon: timedelta = timedelta(hours=24)  # windows starting up to now + horizon
+    default_duration: timedelta = timedelta(hours=1)  # when neither past Jobs nor a deadline tell
+    duration_quantile: float = 0.9  # of the durations of past successful runs
+    max_job_samples: int = 20  # the most recent successful runs only
+    # Only CronJobs whose labels include all of these (a label selector's matchLabels).
+    match_labels: Mapping[str, str] = field(default_factory=dict)
+    # Kubernetes uses the controller-manager's zone when spec.timeZone is unset: UTC in practice.
+    default_timezone: str = "UTC"
+    max_windows_per_cronjob: int = 2000  # a guard against "* * * * *" over a long horizon
+
+
+# ----------------------------------------------------------------------------- watches
+
+
+def cronjob_resource(api: ApiClient, namespace: str | None = None) -> WatchedResource:
+    batch = BatchV1Api(api)
+    if namespace is None:
+        return WatchedResource("cronjobs", batch.list_cron_job_for_all_namespaces)
+    return WatchedResource(f"cronjobs/{namespace}", partial(batch.list_namespaced_cron_job, namespace))
+
+
+def job_resource(api: ApiClient, namespace: str | None = None) -> WatchedResource:
+    batch = BatchV1Api(api)
+    if namespace is None:
+        return WatchedResource("jobs", batch.list_job_for_all_namespaces)
+    return WatchedResource(f"jobs/{namespace}", partial(batch.list_namespaced_job, namespace))
+
+
+# ----------------------------------------------------------------------------- GPU requests
+
+
+def is_gpu_resource(name: str) -> bool:
+    return name in (WHOLE_GPU, SHARED_GPU) or name.startswith(MIG_PREFIX)
+
+
+_SUFFIXES = {
+    "": Decimal(1),
+    "m": Decimal("0.001"),
+    "k": Decimal(10**3),
+    "M": Decimal(10**6),
+    "G": Decimal(10**9),
+    "T": Decimal(10**12),
+    "Ki": Decimal(2**10),
+    "Mi": Decimal(2**20),
+    "Gi": Decimal(2**30),
+    "Ti": Decimal(2**40),
+}
+
+
+def parse_quantity(value: Any) -> float:
+    """A Kubernetes quantity ("2", "500m", "1k") as a number; raises ValueError if malformed."""
+    text = str(value).strip()
+    number, suffix = text, ""
+    for candidate in sorted(_SUFFIXES, key=len, reverse=True):
+        if candidate and text.endswith(candidate):
+            number, suffix = text[: -len(candidate)], candidate
+            break
+    try:
+        return float(Decimal(number) * _SUFFIXES[suffix])
+    except InvalidOperation as exc:
+        raise ValueError(f"not a quantity: {value!r}") from exc
+
+
+def _container_gpus(container: Mapping[str, Any]) -> dict[str, float]:
+    """GPU units one container asks for: its requests, else its limits (which then act as requests)."""
+    resources = container.get("resources") or {}
+    requests = resources.get("requests") or {}
+    limits = resources.get("limits") or {}
+    wanted: dict[str, float] = {}
+    for name in set(requests) | set(limits):
+        if is_gpu_resource(name):
+            wanted[name] = parse_quantity(requests[name] if name in requests else limits[name])
+    return wanted
+
+
+def pod_gpu_requests(pod_spec: Mapping[str, Any]) -> dict[str, float]:
+    """Effective GPU requests of a pod, per resource, as the scheduler computes them.
+
+    max(sum of app containers + restartable (sidecar) init containers, the largest need while init
+    containers run), plus the pod overhead; init containers run one at a time, next to the sidecars
+    started before them.
+    """
+    names: set[str] = set()
+    app_sum: dict[str, float] = {}
+    for container in pod_spec.get("containers") or []:
+        for name, amount in _container_gpus(container).items():
+            app_sum[name] = app_sum.get(name, 0.0) + amount
+            names.add(name)
+    sidecar_sum: dict[str, float] = {}
+    init_peak: dict[str, float] = {}
+    for container in pod_spec.get("initContainers") or []:
+        gpus = _container_gpus(container)
+        names.update(gpus)
+        sidecar = container.get("restartPolicy") == "Always"
+        for name in names:
+            amount = gpus.get(name, 0.0)
+            if sidecar:
+                sidecar_sum[name] = sidecar_sum.get(name, 0.0) + amount
+                running = sidecar_sum[name]
+            else:
+                running = sidecar_sum.get(name, 0.0) + amount
+            init_peak[name] = max(init_peak.get(name, 0.0), running)
+    overhead = pod_spec.get("overhead") or {}
+    effective: dict[str, float] = {}
+    for name in names:
+        amount = max(app_sum.get(name, 0.0) + sidecar_sum.get(name, 0.0), init_peak.get(name, 0.0))
+        if name in overhead:
+            amount += parse_quantity(overhead[name])
+        if amount > 0:
+            effective[name] = amount
+    return effective
+
+
+def job_pods(job_spec: Mapping[str, Any]) -> int:
+    """Pods a Job runs at once: parallelism (default 1), never more than completions."""
+    parallelism = job_spec.get("parallelism")
+    pods = 1 if parallelism is None else int(parallelism)
+    completions = job_spec.get("completions")
+    if completions is not None:
+        pods = min(pods, int(completions))
+    return max(0, pods)
+
+
+# ----------------------------------------------------------------------------- fire times
+
+
+def _split_schedule(schedule: str) -> tuple[str, str | None]:
+    """(5-field expression, time zone from a CRON_TZ=/TZ= prefix or None)."""
+    text = schedule.strip()
+    zone = None
+    if text.startswith(("CRON_TZ=", "TZ=")):
+        prefix, _, text = text.partition(" ")
+        zone = prefix.split("=", 1)[1]
+        text = text.strip()
+    if text.startswith("@"):
+        if text not in CRON_MACROS:
+            # @every <duration> fires relative to the controller's last run, which is not predictable here.
+            raise CronScheduleError(f"unsupported schedule descriptor {text!r}")
+        text = CRON_MACROS[text]
+    fields = text.split()
+    if len(fields) != 5:
+        raise CronScheduleError(f"a CronJob schedule has 5 fields, not {len(fields)}: {schedule!r}")
+    # robfig/cron accepts "?" for "no specific value" in the day fields; cronsim wants "*".
+    return " ".join("*" if f == "?" else f for f in fields), zone
+
+
+def _zone(name: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise CronScheduleError(f"unknown time zone {name!r}") from exc
+
+
+def _instants(wall: datetime, zone: ZoneInfo) -> list[datetime]:
+    """The UTC instants a naive wall-clock time denotes in ``zone``: 0 (skipped), 1, or 2 (repeated)."""
+    found = []
+    for fold in (0, 1):
+        instant = wall.replace(tzinfo=zone, fold=fold).astimezone(UTC)
+        if instant.astimezone(zone).replace(tzinfo=None) == wall and instant not in found:
+            found.append(instant)
+    return sorted(found)
+
+
+def fire_times(schedule: str, timezone: str, start: datetime, end: datetime, *, limit: int = 10_000) -> list[datetime]:
+    """UTC instants in ``[start, end)`` at which Kubernetes would start a CronJob with this schedule.
+
+    ``timezone`` is an IANA name; a CRON_TZ=/TZ= prefix in the schedule (accepted by old clusters)
+    wins. Raises ``CronScheduleError`` for a schedule or zone that cannot be evaluated.
+    """
+    if start.tzinfo is None or end.tzinfo is None:
+        raise ValueError("start and end must be timezone-aware")
+    expression, prefix_zone = _split_schedule(schedule)
+    zone = _zone(prefix_zone or timezone)
+    wall_start = start.astimezone(zone).replace(tzinfo=None) - _DST_MARGIN
+    wall_end = end.astimezone(zone).replace(tzinfo=None) + _DST_MARGIN
+    try:
+        walls: Iterator[datetime] = CronSim(expression, wall_start)
+        found: list[datetime] = []
+        for wall in walls:
+            if wall >= wall_end or len(found) >= limit:
+                break
+            found.extend(t for t in _instants(wall, zone) if start <= t < end)
+    except CronSimError as exc:
+        raise CronScheduleError(f"invalid schedule {schedule!r}: {exc}") from exc
+    return sorted(found)[:limit]
+
+
+# ----------------------------------------------------------------------------- durations
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _owned_by(job: Mapping[str, Any], cronjob: Mapping[str, Any]) -> bool:
+    cron_meta = cronjob.get("metadata") or {}
+    job_meta = job.get("metadata") or {}
+    if job_meta.get("namespace") != cron_meta.get("namespace"):
+        return False
+    for owner in job_meta.get("ownerReferences") or []:
+        if owner.get("kind") != "CronJob":
+            continue
+        if cron_meta.get("uid") and owner.get("uid"):
+            if owner["uid"] == cron_meta["uid"]:
+                return True
+        elif owner.get("name") == cron_meta.get("name"):
+            return True
+    return False
+
+
+def _succeeded(job: Mapping[str, Any]) -> bool:
+    status = job.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Complete" and condition.get("status") == "True":
+            return True
+    return bool(status.get("completionTime"))  # only set when a Job succeeds
+
+
+def past_run_durations(cronjob: Mapping[str, Any], jobs: Iterable[Mapping[str, Any]]) -> list[timedelta]:
+    """Durations of the CronJob's successful Jobs, oldest first (startTime to completionTime)."""
+    runs: list[tuple[datetime, timedelta]] = []
+    for job in jobs:
+        if not _owned_by(job, cronjob) or not _succeeded(job):
+            continue
+        status = job.get("status") or {}
+        started = _parse_time(status.get("startTime"))
+        completed = _parse_time(status.get("completionTime"))
+        if started is not None and completed is not None and completed >= started:
+            runs.append((started, completed - started))
+    runs.sort(key=lambda run: run[0])
+    return [duration for _, duration in runs]
+
+
+def expected_duration(
+    cronjob: Mapping[str, Any], jobs: Iterable[Mapping[str, Any]], settings: CronWindowSettings
+) -> tuple[timedelta, str]:
+    """(duration, source): the quantile of recent successful runs ("jobs"), else the Job's
+    activeDeadlineSeconds ("activeDeadlineSeconds", an upper bound), else the setting ("setting")."""
+    recent = past_run_durations(cronjob, jobs)[-settings.max_job_samples :]
+    if recent:
+        seconds = [d.total_seconds() for d in recent]
+        return timedelta(seconds=float(np.quantile(seconds, settings.duration_quantile))), "jobs"
+    job_spec = ((cronjob.get("spec") or {}).get("jobTemplate") or {}).get("spec") or {}
+    deadline = job_spec.get("activeDeadlineSeconds")
+    if deadline:
+        return timedelta(seconds=int(deadline)), "activeDeadlineSeconds"
+    return settings.default_duration, "setting"
+
+
+# ----------------------------------------------------------------------------- windows
+
+
+def _selected(cronjob: Mapping[str, Any], match_labels: Mapping[str, str]) -> bool:
+    labels = (cronjob.get("metadata") or {}).get("labels") or {}
+    return all(labels.get(key) == value for key, value in match_labels.items())
+
+
+def _apply_concurrency_policy(
+    starts: list[datetime], duration: timedelta, policy: str
+) -> list[tuple[datetime, datetime]]:
+    """Windows as the controller would run them: Forbid skips a run while the previous one runs,
+    Replace stops the previous run when the next starts, Allow (default) lets them overlap."""
+    windows: list[tuple[datetime, datetime]] = []
+    for start in starts:
+        end = start + duration
+        if windows and start < windows[-1][1]:
+            if policy == "Forbid":
+                continue
+            if policy == "Replace":
+                windows[-1] = (windows[-1][0], start)
+        windows.append((start, end))
+    return windows
+
+
+def windows_for_cronjob(
+    cronjob: Mapping[str, Any],
+    jobs: Iterable[Mapping[str, Any]],
+    now: datetime,
+    settings: CronWindowSettings,
+) -> list[ScheduledWindow]:
+    """Windows open at ``now`` or starting before ``now + horizon`` for one CronJob.
+
+    Empty when the CronJob is suspended, not selected, or requests no GPU. Raises
+    ``CronScheduleError`` for a schedule or time zone it cannot evaluate.
+    """
+    metadata = cronjob.get("metadata") or {}
+    spec = cronjob.get("spec") or {}
+    if spec.get("suspend") or not _selected(cronjob, settings.match_labels):
+        return []
+    job_spec = (spec.get("jobTemplate") or {}).get("spec") or {}
+    pod_spec = (job_spec.get("template") or {}).get("spec") or {}
+    try:
+        per_pod = pod_gpu_requests(pod_spec)
+    except ValueError as exc:
+        raise CronScheduleError(f"unreadable GPU request: {exc}") from exc
+    gpus = job_pods(job_spec) * sum(per_pod.values())
+    if gpus <= 0:
+        return []
+    duration, duration_source = expected_duration(cronjob, jobs, settings)
+    # A run that started up to one duration ago is still open now.
+    starts = fire_times(
+        str(spec.get("schedule", "")),
+        spec.get("timeZone") or settings.default_timezone,
+        now - duration,
+        now + settings.horizon,
+        limit=settings.max_windows_per_cronjob,
+    )
+    labels = dict(metadata.get("labels") or {})
+    labels["gpu_resource"] = ",".join(sorted(per_pod))
+    nodepool = (pod_spec.get("nodeSelector") or {}).get(NODEPOOL_LABEL)
+    if nodepool:
+        labels["nodepool"] = str(nodepool)
+    policy = str(spec.get("concurrencyPolicy") or "Allow")
+    return [
+        ScheduledWindow(
+            source="cronjob",
+            namespace=str(metadata.get("namespace", "")),
+            name=str(metadata.get("name", "")),
+            start=start,
+            end=end,
+            gpus=float(gpus),
+            labels=labels,
+            duration_source=duration_source,
+        )
+        for start, end in _apply_concurrency_policy(starts, duration, policy)
+        if end > now
+    ]
+
+
+def cronjob_windows(
+    cronjobs: Iterable[Mapping[str, Any]],
+    jobs: Iterable[Mapping[str, Any]],
+    now: datetime,
+    settings: CronWindowSettings,
+) -> list[ScheduledWindow]:
+    """Windows of every GPU CronJob, ordered by start; a CronJob that cannot be evaluated is logged
+    and skipped so that it does not hide the others."""
+    # Index Jobs by their CronJob owner once, instead of scanning every Job for every CronJob.
+    by_owner: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for job in jobs:
+        metadata = job.get("metadata") or {}
+        for owner in metadata.get("ownerReferences") or []:
+            if owner.get("kind") == "CronJob":
+                key = (str(metadata.get("namespace", "")), str(owner.get("uid") or owner.get("name", "")))
+                by_owner.setdefault(key, []).append(job)
+    windows: list[ScheduledWindow] = []
+    for cronjob in cronjobs:
+        metadata = cronjob.get("metadata") or {}
+        namespace = str(metadata.get("namespace", ""))
+        owned = by_owner.get((namespace, str(metadata.get("uid", ""))), []) + by_owner.get(
+            (namespace, str(metadata.get("name", ""))), []
+        )
+        try:
+            windows.extend(windows_for_cronjob(cronjob, owned, now, settings))
+        except CronScheduleError as exc:
+            log.warning("CronJob %s/%s skipped: %s", metadata.get("namespace"), metadata.get("name"), exc)
+    windows.sort(key=lambda w: (w.start, w.namespace, w.name))
+    return windows
+
+
+def config_windows(
+    *,
+    name: str,
+    cron: str,
+    timezone: str,
+    gpus: float,
+    duration: timedelta,
+    now: datetime,
+    horizon: timedelta,
+    namespace: str = "",
+    labels: Mapping[str, str] | None = None,
+) -> list[ScheduledWindow]:
+    """Windows declared in the config file, with the same fire-time rules as CronJobs."""
+    if not math.isfinite(gpus) or gpus < 0:
+        raise CronScheduleError(f"window {name!r}: gpus must be a finite number >= 0")
+    if duration <= timedelta(0):
+        raise CronScheduleError(f"window {name!r}: duration must be positive")
+    return [
+        ScheduledWindow(
+            source="config",
+            namespace=namespace,
+            name=name,
+            start=start,
+            end=start + duration,
+            gpus=float(gpus),
+            labels=dict(labels or {}),
+            duration_source="setting",
+        )
+        for start in fire_times(cron, timezone, now - duration, now + horizon)
+        if start + duration > now
+    ]

@@ -1,0 +1,697 @@
+"""A fake Kubernetes API server served by aiohttp inside the test process.
+
+It speaks the real JSON wire format, so tests drive the real kubernetes-asyncio client against it:
+
+- lists with ``metadata.resourceVersion`` (and ``limit``/``continue`` paging);
+- watches (``?watch=true&resourceVersion=N&allowWatchBookmarks=true&timeoutSeconds=S``): one JSON
+  event per line, ADDED/MODIFIED/DELETED/BOOKMARK, and ERROR with a 410 ``Expired`` Status when the
+  resourceVersion was compacted away (a list with a too-old resourceVersion gets HTTP 410);
+- TokenReview and SubjectAccessReview (POST), answered from ``tokens`` and ``sar_rule``;
+- fault injection: ``fail(...)`` for statuses (429 with Retry-After, 5xx), delays and dropped
+  connections; ``cut_watches``/``expire_watches``/``end_watches`` for open streams; ``compact()``.
+
+Objects live in memory under one cluster-wide, monotonically increasing resourceVersion. ``add``,
+``modify`` and ``delete`` are plain (sync) methods that notify the open watches.
+
+Usage (fixtures ``fake_kube`` and ``kube_api`` below)::
+
+    async def test_x(fake_kube, kube_api):
+        fake_kube.add("cronjobs", {"metadata": {"name": "train", "namespace": "ml"}, "spec": {...}})
+        fake_kube.tokens = {"tok": {"username": "alice", "groups": ["dev"]}}
+        fake_kube.sar_rule = lambda spec: spec["user"] == "alice"
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import copy
+import itertools
+import json
+import ssl
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp import web
+from kubernetes_asyncio.client import ApiClient
+
+from adapters.kube_client import KubeClientSettings, create_api_client
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+RESOURCE_TYPES: dict[str, ResourceType] = {
+    rt.plural: rt
+    for rt in (
+        ResourceType("batch", "v1", "cronjobs", "CronJob", True),
+        ResourceType("batch", "v1", "jobs", "Job", True),
+        ResourceType("karpenter.sh", "v1", "nodeclaims", "NodeClaim", False),
+        ResourceType("karpenter.sh", "v1", "nodepools", "NodePool", False),
+        ResourceType("", "v1", "resourcequotas", "ResourceQuota", True),
+        ResourceType("", "v1", "configmaps", "ConfigMap", True),
+    )
+}
+
+FAKE_ADMIN_TOKEN = "fake-admin-token"  # what the kubeconfig's user sends; the fake checks it
+REQUEST_HEADER_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
+
+_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    409: "AlreadyExists",
+    410: "Expired",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+def status_object(code: int, message: str, reason: str | None = None) -> dict[str, Any]:
+    """A metav1.Status as the API server sends it for failures."""
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason or _REASONS.get(code, "Unknown"),
+        "code": code,
+    }
+
+
+def status_response(code: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
+    return web.json_response(status_object(code, message), status=code, headers=headers)
+
+
+def _query_bool(value: str | None) -> bool:
+    # As Go's strconv.ParseBool: kubernetes-asyncio sends Python's "True".
+    return (value or "").lower() in ("1", "t", "true")
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Fault:
+    """One injected failure; the first fault matching a request (and with hits left) applies."""
+
+    status: int | None = None  # answer with this status and a Status body
+    retry_after: float | None = None  # Retry-After header (seconds) with ``status``
+    delay_s: float = 0.0  # wait this long before answering (or failing)
+    disconnect: bool = False  # drop the connection without an answer
+    method: str | None = None  # match GET, POST, ... (None: any)
+    plural: str | None = None  # match this resource, e.g. "cronjobs", "tokenreviews" (None: any)
+    watch: bool | None = None  # True: only watches, False: only non-watch requests, None: both
+    times: int | None = 1  # requests it applies to; None: forever
+    hits: int = 0
+
+    def matches(self, method: str, plural: str | None, watch: bool) -> bool:
+        if self.times is not None and self.hits >= self.times:
+            return False
+        if self.method is not None and self.method != method:
+            return False
+        if self.plural is not None and self.plural != plural:
+            return False
+        return self.watch is None or self.watch == watch
+
+
+@dataclass
+class RecordedRequest:
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    at: float  # loop time when the request arrived (fast-forwarded under looptime)
+    plural: str | None
+    watch: bool
+    status: int | None = None  # None while a watch is open or when the connection was dropped
+
+
+@dataclass
+class _Watcher:
+    resource: ResourceType
+    namespace: str | None
+    bookmarks: bool
+    queue: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
+
+
+class FakeKube:
+    """The fake API server. Start with ``await start()``; ``url`` and ``kubeconfig_path`` then work."""
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        bearer_token: str = FAKE_ADMIN_TOKEN,
+        tls: tuple[Path, Path, Path] | None = None,
+    ) -> None:
+        """``tls``: (serving cert, key, CA that issued it) to serve HTTPS; the kubeconfig trusts the CA."""
+        self.workdir = workdir
+        self.tls = tls
+        self.bearer_token = bearer_token
+        self.require_auth = True  # 401 unless the client sends ``Authorization: Bearer <bearer_token>``
+        self.installed: set[str] = set(RESOURCE_TYPES)  # drop "nodeclaims" to act as if Karpenter is absent
+        self.resource_version = 1
+        self.compacted_rv = 0  # watches/lists from an older resourceVersion get 410 Gone
+        self._objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {p: {} for p in RESOURCE_TYPES}
+        self._history: list[tuple[int, str, str, dict[str, Any]]] = []  # (rv, plural, type, object)
+        self._watchers: list[_Watcher] = []
+        self._watchers_changed = asyncio.Condition()
+        self.faults: list[Fault] = []
+        self.requests: list[RecordedRequest] = []
+        # TokenReview: token -> {"username", "uid"?, "groups"?, "extra"?, "audiences"?}; others are rejected.
+        self.tokens: dict[str, dict[str, Any]] = {}
+        self.token_requests: list[dict[str, Any]] = []
+        # SubjectAccessReview: spec -> allowed? (default: deny everything); every spec is recorded.
+        self.sar_rule: Callable[[Mapping[str, Any]], bool] = lambda spec: False
+        self.sar_requests: list[dict[str, Any]] = []
+        # Failure of both review endpoints: None, "unreachable" (connection dropped), "error" or "500",
+        # "forbidden" (403: the service lacks system:auth-delegator), "timeout" (never answers).
+        self.fail_mode: str | None = None
+        self.url = ""
+        self.kubeconfig_path = workdir / "fake-kubeconfig.yaml"
+        self._runner: web.AppRunner | None = None
+        self._name_counter = itertools.count(1)
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, shutdown_timeout=0.1, access_log=None)
+        await self._runner.setup()
+        ssl_context = None
+        if self.tls is not None:
+            ssl_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ssl_context.load_cert_chain(self.tls[0], self.tls[1])
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=ssl_context)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.url = f"{'https' if ssl_context else 'http'}://127.0.0.1:{port}"
+        self.write_kubeconfig(self.kubeconfig_path)
+
+    async def stop(self) -> None:
+        self.end_watches()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def write_kubeconfig(self, path: Path, *, token: str | None = None) -> Path:
+        cluster: dict[str, str] = {"server": self.url}
+        if self.tls is not None:
+            cluster["certificate-authority"] = str(self.tls[2])
+        document = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": cluster}],
+            "users": [{"name": "fake", "user": {"token": token or self.bearer_token}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+            "current-context": "fake",
+        }
+        path.write_text(yaml.safe_dump(document))
+        return path
+
+    async def api_client(self) -> ApiClient:
+        """A kubernetes-asyncio ApiClient configured from this server's kubeconfig (close it after)."""
+        return await create_api_client(KubeClientSettings(kubeconfig_path=self.kubeconfig_path))
+
+    # ----------------------------------------------------------------- objects
+
+    def _next_rv(self) -> int:
+        self.resource_version += 1
+        return self.resource_version
+
+    def _key(self, rt: ResourceType, obj: Mapping[str, Any]) -> tuple[str, str]:
+        metadata = obj["metadata"]
+        return (metadata.get("namespace", "") if rt.namespaced else "", metadata["name"])
+
+    def add(self, plural: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create an object (fills kind, apiVersion, uid, creationTimestamp, namespace, RV); returns it."""
+        rt = RESOURCE_TYPES[plural]
+        stored = copy.deepcopy(dict(obj))
+        stored.setdefault("kind", rt.kind)
+        stored.setdefault("apiVersion", rt.api_version)
+        metadata = stored.setdefault("metadata", {})
+        metadata.setdefault("name", f"{plural}-{next(self._name_counter)}")
+        if rt.namespaced:
+            metadata.setdefault("namespace", "default")
+        else:
+            metadata.pop("namespace", None)
+        metadata.setdefault("uid", str(uuid.uuid4()))
+        metadata.setdefault("creationTimestamp", rfc3339(datetime.now(UTC)))
+        key = self._key(rt, stored)
+        if key in self._objects[plural]:
+            raise ValueError(f"{plural} {key} already exists")
+        return self._store(rt, key, stored, "ADDED")
+
+    def modify(self, plural: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace an existing object (matched by namespace/name), keeping its uid and creation time."""
+        rt = RESOURCE_TYPES[plural]
+        stored = copy.deepcopy(dict(obj))
+        stored.setdefault("kind", rt.kind)
+        stored.setdefault("apiVersion", rt.api_version)
+        metadata = stored.setdefault("metadata", {})
+        if rt.namespaced:
+            metadata.setdefault("namespace", "default")
+        key = self._key(rt, stored)
+        old = self._objects[plural].get(key)
+        if old is None:
+            raise KeyError(f"{plural} {key} does not exist")
+        metadata.setdefault("uid", old["metadata"]["uid"])
+        metadata.setdefault("creationTimestamp", old["metadata"]["creationTimestamp"])
+        return self._store(rt, key, stored, "MODIFIED")
+
+    def delete(self, plural: str, name: str, namespace: str = "default") -> dict[str, Any]:
+        rt = RESOURCE_TYPES[plural]
+        key = (namespace if rt.namespaced else "", name)
+        obj = self._objects[plural].pop(key)
+        obj = copy.deepcopy(obj)
+        rv = self._next_rv()
+        obj["metadata"]["resourceVersion"] = str(rv)
+        self._record(rv, rt, "DELETED", obj)
+        return obj
+
+    def get(self, plural: str, name: str, namespace: str = "default") -> dict[str, Any] | None:
+        rt = RESOURCE_TYPES[plural]
+        return self._objects[plural].get((namespace if rt.namespaced else "", name))
+
+    def items(self, plural: str) -> list[dict[str, Any]]:
+        return list(self._objects[plural].values())
+
+    def _store(self, rt: ResourceType, key: tuple[str, str], obj: dict[str, Any], event_type: str) -> dict[str, Any]:
+        rv = self._next_rv()
+        obj["metadata"]["resourceVersion"] = str(rv)
+        self._objects[rt.plural][key] = obj
+        self._record(rv, rt, event_type, obj)
+        return copy.deepcopy(obj)
+
+    def _record(self, rv: int, rt: ResourceType, event_type: str, obj: dict[str, Any]) -> None:
+        snapshot = copy.deepcopy(obj)
+        self._history.append((rv, rt.plural, event_type, snapshot))
+        namespace = snapshot["metadata"].get("namespace")
+        for watcher in self._watchers:
+            if watcher.resource is rt and watcher.namespace in (None, namespace):
+                watcher.queue.put_nowait(("event", {"type": event_type, "object": snapshot}))
+
+    def compact(self) -> None:
+        """Forget history up to now: any older resourceVersion now gets 410 Gone."""
+        self.compacted_rv = self.resource_version
+        self._history.clear()
+
+    def set_request_header_config(
+        self,
+        *,
+        requestheader_client_ca: str | None = "",
+        allowed_names: list[str] | None = None,
+        username_headers: list[str] | None = None,
+        group_headers: list[str] | None = None,
+        extra_headers_prefixes: list[str] | None = None,
+        client_ca: str | None = None,
+    ) -> dict[str, Any]:
+        """Create or replace ConfigMap kube-system/extension-apiserver-authentication.
+
+        Keys whose argument is None are left out, as on clusters without front-proxy configuration.
+        """
+        data: dict[str, str] = {}
+        if requestheader_client_ca is not None:
+            data["requestheader-client-ca-file"] = requestheader_client_ca
+            data["requestheader-allowed-names"] = json.dumps(allowed_names or [])
+            data["requestheader-username-headers"] = json.dumps(username_headers or ["X-Remote-User"])
+            data["requestheader-group-headers"] = json.dumps(group_headers or ["X-Remote-Group"])
+            data["requestheader-extra-headers-prefix"] = json.dumps(extra_headers_prefixes or ["X-Remote-Extra-"])
+        if client_ca is not None:
+            data["client-ca-file"] = client_ca
+        namespace, name = REQUEST_HEADER_CONFIGMAP
+        obj = {"metadata": {"name": name, "namespace": namespace}, "data": data}
+        if self.get("configmaps", name, namespace) is None:
+            return self.add("configmaps", obj)
+        return self.modify("configmaps", obj)
+
+    # ----------------------------------------------------------------- watch control
+
+    def watchers(self, plural: str | None = None) -> int:
+        return sum(1 for w in self._watchers if plural is None or w.resource.plural == plural)
+
+    async def wait_for_watchers(self, plural: str, count: int = 1) -> None:
+        """Until at least ``count`` watches of ``plural`` are open (wrap in asyncio.wait_for)."""
+        async with self._watchers_changed:
+            await self._watchers_changed.wait_for(lambda: self.watchers(plural) >= count)
+
+    def _signal(self, plural: str | None, signal: str, payload: Any = None) -> None:
+        for watcher in self._watchers:
+            if plural is None or watcher.resource.plural == plural:
+                watcher.queue.put_nowait((signal, payload))
+
+    def bookmark(self, plural: str | None = None) -> None:
+        """Send a BOOKMARK at the current resourceVersion to watches that asked for bookmarks."""
+        self._signal(plural, "bookmark")
+
+    def cut_watches(self, plural: str | None = None) -> None:
+        """Drop open watch connections mid-stream (the client sees a broken chunked body)."""
+        self._signal(plural, "cut")
+
+    def end_watches(self, plural: str | None = None) -> None:
+        """End open watches cleanly, as the API server does when timeoutSeconds has passed."""
+        self._signal(plural, "end")
+
+    def send_raw(self, plural: str | None, line: bytes) -> None:
+        """Write ``line`` as is on open watches (for garbled-stream tests)."""
+        self._signal(plural, "raw", line)
+
+    def expire_watches(self, plural: str | None = None) -> None:
+        """Send an ERROR event with a 410 Expired Status on open watches, then end them."""
+        self._signal(plural, "expire")
+
+    # ----------------------------------------------------------------- fault injection
+
+    def fail(self, **kwargs: Any) -> Fault:
+        """Add a fault, e.g. ``fail(status=429, retry_after=3, plural="cronjobs", watch=True)``."""
+        fault = Fault(**kwargs)
+        self.faults.append(fault)
+        return fault
+
+    def requests_for(self, plural: str, *, watch: bool | None = None) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.plural == plural and (watch is None or r.watch == watch)]
+
+    # ----------------------------------------------------------------- HTTP
+
+    @staticmethod
+    def _parse_path(path: str) -> tuple[str, str, str | None, str | None, str | None] | None:
+        """(group, version, namespace, plural, name) of an API path, or None if it is not one."""
+        parts = [p for p in path.split("/") if p]
+        if len(parts) >= 2 and parts[0] == "api":
+            group, version, rest = "", parts[1], parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis":
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            return None
+        namespace = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        if not rest or len(rest) > 2:
+            return None
+        return group, version, namespace, rest[0], rest[1] if len(rest) == 2 else None
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        parsed = self._parse_path(request.path)
+        plural = parsed[3] if parsed else None
+        watch = _query_bool(request.query.get("watch"))
+        record = RecordedRequest(
+            method=request.method,
+            path=request.path,
+            query=dict(request.query),
+            headers=dict(request.headers),
+            at=asyncio.get_running_loop().time(),
+            plural=plural,
+            watch=watch,
+        )
+        self.requests.append(record)
+        response = await self._answer(request, parsed, watch)
+        record.status = response.status if response is not None else None
+        if response is None:  # connection dropped on purpose
+            raise web.HTTPInternalServerError()  # never reaches the client: the transport is gone
+        return response
+
+    async def _apply_fault(self, request: web.Request, plural: str | None, watch: bool) -> web.Response | None:
+        for fault in self.faults:
+            if fault.matches(request.method, plural, watch):
+                fault.hits += 1
+                if fault.delay_s:
+                    await asyncio.sleep(fault.delay_s)
+                if fault.disconnect:
+                    self._drop(request)
+                    return None
+                if fault.status is not None:
+                    headers = {}
+                    if fault.retry_after is not None:
+                        headers["Retry-After"] = f"{fault.retry_after:g}"
+                    return status_response(fault.status, f"injected fault {fault.status}", headers)
+                return None
+        return None
+
+    @staticmethod
+    def _drop(request: web.Request) -> None:
+        if request.transport is not None:
+            request.transport.abort()
+
+    async def _answer(
+        self,
+        request: web.Request,
+        parsed: tuple[str, str, str | None, str | None, str | None] | None,
+        watch: bool,
+    ) -> web.StreamResponse | None:
+        plural = parsed[3] if parsed else None
+        faulted = await self._apply_fault(request, plural, watch)
+        if faulted is not None:
+            return faulted
+        if request.transport is None or request.transport.is_closing():
+            return None
+        if request.path == "/version":
+            return web.json_response({"major": "1", "minor": "31", "gitVersion": "v1.31.0-fake"})
+        if self.require_auth and request.headers.get("Authorization") != f"Bearer {self.bearer_token}":
+            return status_response(401, "Unauthorized")
+        if parsed is None:
+            return status_response(404, f"the server could not find the requested resource {request.path}")
+        group, version, namespace, plural, name = parsed
+        if request.method == "POST" and (group, version, plural) == (
+            "authentication.k8s.io",
+            "v1",
+            "tokenreviews",
+        ):
+            return await self._token_review(request)
+        if request.method == "POST" and (group, version, plural) == (
+            "authorization.k8s.io",
+            "v1",
+            "subjectaccessreviews",
+        ):
+            return await self._subject_access_review(request)
+        rt = RESOURCE_TYPES.get(plural or "")
+        if rt is None or plural not in self.installed or (rt.group, rt.version) != (group, version):
+            return status_response(404, f"the server could not find the requested resource ({plural})")
+        if request.method != "GET":
+            return status_response(405, f"{request.method} is not supported by the fake")
+        if name is not None:
+            obj = self._objects[rt.plural].get((namespace or "" if rt.namespaced else "", name))
+            if obj is None:
+                return status_response(404, f'{rt.plural} "{name}" not found')
+            return web.json_response(obj)
+        if watch:
+            return await self._watch(request, rt, namespace)
+        return self._list(request, rt, namespace)
+
+    def _select(self, rt: ResourceType, namespace: str | None) -> list[dict[str, Any]]:
+        return [
+            obj for (ns, _), obj in sorted(self._objects[rt.plural].items()) if namespace is None or ns == namespace
+        ]
+
+    def _list(self, request: web.Request, rt: ResourceType, namespace: str | None) -> web.Response:
+        requested_rv = request.query.get("resourceVersion", "")
+        if requested_rv not in ("", "0") and int(requested_rv) < self.compacted_rv:
+            return status_response(410, f"too old resource version: {requested_rv} ({self.compacted_rv})")
+        items = self._select(rt, namespace)
+        list_rv = self.resource_version
+        start = 0
+        token = request.query.get("continue")
+        if token:
+            state = json.loads(base64.urlsafe_b64decode(token))
+            if state["rv"] < self.compacted_rv:
+                return status_response(410, "The provided continue parameter is too old")
+            keys = [self._key(rt, obj) for obj in items]
+            start = sum(1 for key in keys if list(key) <= state["after"])
+        limit = int(request.query.get("limit", "0") or 0)
+        page = items[start : start + limit] if limit else items[start:]
+        metadata: dict[str, Any] = {"resourceVersion": str(list_rv)}
+        if limit and start + limit < len(items):
+            after = list(self._key(rt, page[-1]))
+            raw = json.dumps({"rv": list_rv, "after": after}).encode()
+            metadata["continue"] = base64.urlsafe_b64encode(raw).decode()
+        body = {"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": metadata, "items": page}
+        return web.json_response(body)
+
+    async def _watch(self, request: web.Request, rt: ResourceType, namespace: str | None) -> web.StreamResponse:
+        loop = asyncio.get_running_loop()
+        requested_rv = request.query.get("resourceVersion", "")
+        timeout = request.query.get("timeoutSeconds")
+        deadline = loop.time() + float(timeout) if timeout else None
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+
+        async def send(event: Mapping[str, Any]) -> None:
+            await response.write(json.dumps(event).encode() + b"\n")
+
+        if requested_rv not in ("", "0") and int(requested_rv) < self.compacted_rv:
+            message = f"too old resource version: {requested_rv} ({self.compacted_rv})"
+            await send({"type": "ERROR", "object": status_object(410, message, "Expired")})
+            await response.write_eof()
+            return response
+
+        # Register and take the backlog in one synchronous step: no event can slip in between.
+        watcher = _Watcher(rt, namespace, _query_bool(request.query.get("allowWatchBookmarks")))
+        if requested_rv in ("", "0"):
+            backlog = [{"type": "ADDED", "object": copy.deepcopy(o)} for o in self._select(rt, namespace)]
+        else:
+            backlog = [
+                {"type": event_type, "object": obj}
+                for rv, plural, event_type, obj in self._history
+                if rv > int(requested_rv)
+                and plural == rt.plural
+                and namespace in (None, obj["metadata"].get("namespace"))
+            ]
+        self._watchers.append(watcher)
+        async with self._watchers_changed:
+            self._watchers_changed.notify_all()
+        try:
+            for event in backlog:
+                await send(event)
+            while True:
+                remaining = None if deadline is None else deadline - loop.time()
+                if remaining is not None and remaining <= 0:
+                    break
+                try:
+                    signal, payload = await asyncio.wait_for(watcher.queue.get(), remaining)
+                except TimeoutError:
+                    break
+                if signal == "event":
+                    await send(payload)
+                elif signal == "bookmark" and watcher.bookmarks:
+                    bookmark = {
+                        "kind": rt.kind,
+                        "apiVersion": rt.api_version,
+                        "metadata": {"resourceVersion": str(self.resource_version)},
+                    }
+                    await send({"type": "BOOKMARK", "object": bookmark})
+                elif signal == "expire":
+                    status = status_object(410, "too old resource version", "Expired")
+                    await send({"type": "ERROR", "object": status})
+                    break
+                elif signal == "raw":
+                    await response.write(payload)
+                elif signal == "end":
+                    break
+                elif signal == "cut":
+                    self._drop(request)
+                    return response
+            await response.write_eof()
+        except (ConnectionResetError, ConnectionError):
+            pass  # the client went away
+        finally:
+            self._watchers.remove(watcher)
+        return response
+
+    # ----------------------------------------------------------------- reviews
+
+    async def _review_failure(self, request: web.Request) -> tuple[bool, web.Response | None]:
+        """(failed, answer) per ``fail_mode``; answer None means the connection was dropped."""
+        mode = self.fail_mode
+        if mode is None:
+            return False, None
+        if mode == "unreachable":
+            self._drop(request)
+            return True, None
+        if mode in ("error", "500"):
+            return True, status_response(500, "review backend failed")
+        if mode == "forbidden":
+            return True, status_response(403, "forbidden: the service account may not create reviews")
+        if mode == "timeout":
+            await asyncio.sleep(3600)
+            return True, status_response(504, "review timed out")
+        raise ValueError(f"unknown fail_mode {mode!r}")
+
+    async def _token_review(self, request: web.Request) -> web.Response | None:
+        body = await request.json()
+        self.token_requests.append(body)
+        failed, failure = await self._review_failure(request)
+        if failed:
+            return failure
+        spec = body.get("spec") or {}
+        user = self.tokens.get(spec.get("token", ""))
+        requested = list(spec.get("audiences") or [])
+        # A token entry may name the audiences it is valid for (default: any).
+        valid_for = None if user is None else user.get("audiences")
+        audiences = [a for a in requested if valid_for is None or a in valid_for] if requested else None
+        status: dict[str, Any]
+        if user is None or audiences == []:
+            status = {"authenticated": False, "error": "invalid bearer token"}
+        else:
+            status = {
+                "authenticated": True,
+                "user": {
+                    "username": user["username"],
+                    "uid": user.get("uid", ""),
+                    "groups": list(user.get("groups", [])),
+                    "extra": {k: list(v) for k, v in (user.get("extra") or {}).items()},
+                },
+                "audiences": audiences or list(valid_for or ["https://kubernetes.default.svc"]),
+            }
+        answer = {"kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1", "spec": spec}
+        answer["status"] = status
+        answer["metadata"] = {"creationTimestamp": None}
+        return web.json_response(answer, status=201)
+
+    async def _subject_access_review(self, request: web.Request) -> web.Response | None:
+        body = await request.json()
+        spec = body.get("spec") or {}
+        self.sar_requests.append(spec)
+        failed, failure = await self._review_failure(request)
+        if failed:
+            return failure
+        allowed = bool(self.sar_rule(spec))
+        status: dict[str, Any] = {"allowed": allowed}
+        if not allowed:
+            status["reason"] = "denied by the fake's sar_rule"
+        answer = {
+            "kind": "SubjectAccessReview",
+            "apiVersion": "authorization.k8s.io/v1",
+            "metadata": {"creationTimestamp": None},
+            "spec": spec,
+            "status": status,
+        }
+        return web.json_response(answer, status=201)
+
+
+# --------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture
+async def fake_kube(tmp_path: Path) -> AsyncIterator[FakeKube]:
+    """A running fake API server; ``fake_kube.kubeconfig_path`` points a client at it."""
+    fake = FakeKube(tmp_path)
+    await fake.start()
+    try:
+        yield fake
+    finally:
+        await fake.stop()
+
+
+@pytest.fixture
+async def kube_api(fake_kube: FakeKube) -> AsyncIterator[ApiClient]:
+    """A kubernetes-asyncio ApiClient talking to ``fake_kube`` (built by adapters.kube_client)."""
+    api = await fake_kube.api_client()
+    try:
+        yield api
+    finally:
+        with contextlib.suppress(Exception):
+            await api.close()
