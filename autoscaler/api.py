@@ -166,7 +166,12 @@ async def readyz(request: web.Request) -> web.Response:
     readiness = request.app[READINESS]
     if "verbose" in request.query:
         lines = [f"[{'+' if readiness.ready else '-'}]snapshot: {readiness.reason}"]
-        lines += [f"[+]{name}: {detail}" for name, detail in sorted(readiness.checks.items())]
+        # Check lines inform; readiness itself is "is a forecast served", so a failing signal that still
+        # serves its last good values does not take the pod out of the Service.
+        lines += [
+            f"[{'-' if detail.startswith('failing') else '+'}]{name}: {detail}"
+            for name, detail in sorted(readiness.checks.items())
+        ]
         lines.append("readyz check passed" if readiness.ready else "readyz check failed")
         return web.Response(text="\n".join(lines) + "\n", status=200 if readiness.ready else 503)
     if readiness.ready:

@@ -7,10 +7,9 @@ import contextlib
 import logging
 import signal
 import socket
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from datetime import timedelta
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -23,8 +22,9 @@ from autoscaler import demo, kube_access
 from autoscaler.api import AccessControl, Readiness, build_api_app, build_ops_app
 from autoscaler.auth import AllowAuthenticated, Authenticator, Authorizer, RequestHeaderConfig
 from autoscaler.certificates import load_certificates
-from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
-from autoscaler.refresher import MetricPlan, Refresher, RefreshSettings, SignalSource
+from autoscaler.pipeline import Pipeline, open_pipeline
+from autoscaler.provider import SnapshotProvider, empty_snapshot
+from autoscaler.refresher import Refresher
 from autoscaler.self_metrics import SelfMetrics
 from autoscaler.settings import Settings
 from autoscaler.tls import ServerTLS, ServingFiles, ensure_self_signed
@@ -34,32 +34,33 @@ log = logging.getLogger(__name__)
 REFRESHER = web.AppKey("refresher", Refresher)
 
 
-@dataclass(frozen=True)
-class Pipeline:
-    """What the service serves and where the inputs come from."""
-
-    metrics: Sequence[MetricInfo]
-    plans: Sequence[MetricPlan]
-    sources: Sequence[SignalSource]
-    refresh: RefreshSettings
-
-
-def demo_pipeline() -> Pipeline:
-    return Pipeline(
-        metrics=demo.METRICS,
-        plans=demo.PLANS,
-        sources=(demo.DemoSignals(),),
-        refresh=RefreshSettings(interval=timedelta(seconds=60), lead_time=timedelta(minutes=10)),
-    )
-
-
 def _read_authorities(path: Path | None) -> tuple[x509.Certificate, ...]:
     return tuple(load_certificates(path.read_bytes())) if path is not None else ()
 
 
 def needs_kubernetes_api(settings: Settings) -> bool:
     auth = settings.auth
-    return auth.mode == "kubernetes" or (auth.mode == "files" and auth.authorization == "kubernetes")
+    if settings.demo.enabled:
+        return False
+    return (
+        settings.inputs is not None
+        or auth.mode == "kubernetes"
+        or (auth.mode == "files" and auth.authorization == "kubernetes")
+    )
+
+
+def update_readiness(readiness: Readiness, refresher: Refresher, pipeline: Pipeline) -> None:
+    """/readyz?verbose detail: each signal's last success or its error, and the watches' states."""
+    checks: dict[str, str] = {}
+    stats = refresher.stats
+    for source in pipeline.sources:
+        error = stats.last_error.get(source.name)
+        success = stats.last_success.get(source.name)
+        last = f"last success {success:%Y-%m-%dT%H:%M:%SZ}" if success else "no success yet"
+        checks[f"signal {source.name}"] = f"failing: {error} ({last})" if error else last
+    if pipeline.health is not None:
+        checks.update(pipeline.health())
+    readiness.checks = checks
 
 
 async def build_access(settings: Settings, kube: ApiClient | None = None) -> AccessControl:
@@ -131,7 +132,7 @@ def create_app(
 
     async def refresher_ctx(app: web.Application) -> AsyncIterator[None]:
         # "spawn": forked children of a process with live threads and sockets are unsafe.
-        pool = ProcessPoolExecutor(max_workers=2, mp_context=get_context("spawn"))
+        pool = ProcessPoolExecutor(max_workers=settings.forecast.workers, mp_context=get_context("spawn"))
         refresher = Refresher(
             provider=provider,
             sources=pipeline.sources,
@@ -139,6 +140,9 @@ def create_app(
             metrics=pipeline.metrics,
             settings=pipeline.refresh,
             pool=pool,
+            windows=pipeline.windows,
+            lead_time=pipeline.lead_time,
+            on_success=lambda snapshot: update_readiness(readiness, refresher, pipeline),
         )
         app[REFRESHER] = refresher
 
@@ -238,11 +242,9 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
     """Run both ports until SIGTERM/SIGINT (or ``stop``), then drain in-flight requests."""
     if settings.demo.enabled:
         settings = prepare_demo(settings)
-        pipeline = demo_pipeline()
-    else:
-        pipeline = Pipeline(metrics=demo.METRICS, plans=(), sources=(), refresh=demo_pipeline().refresh)
     async with contextlib.AsyncExitStack() as stack:
         kube = await stack.enter_async_context(kubernetes_client(settings)) if needs_kubernetes_api(settings) else None
+        pipeline = await stack.enter_async_context(open_pipeline(settings, kube))
         access = await build_access(settings, kube)
         tls = ServerTLS(_serving_files(settings), client_ca_pems(access))
         api_app, ops_app = create_app(settings, pipeline=pipeline, access=access)

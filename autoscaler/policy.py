@@ -15,6 +15,14 @@ from forecast.types import Forecast
 
 
 @dataclass(frozen=True)
+class LeadTime:
+    """How long a GPU node takes from launch to ready, and where that figure came from."""
+
+    value: timedelta
+    source: str
+
+
+@dataclass(frozen=True)
 class Decision:
     value: float
     explanation: str

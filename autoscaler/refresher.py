@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -49,11 +49,14 @@ class MetricPlan:
 @dataclass(frozen=True)
 class RefreshSettings:
     interval: timedelta
+    # Used for every series unless the refresher is given a lead_time function.
     lead_time: timedelta
     fit_timeout: timedelta = timedelta(seconds=60)
     # Model selection (a backtest of every candidate) runs this often per series; in between only the
     # selected model is refitted on the new data, which is far cheaper.
     reselect_every: timedelta = timedelta(hours=6)
+    # How far ahead scheduled windows are looked up (at least the longest lead time).
+    window_horizon: timedelta = timedelta(hours=1)
 
 
 @dataclass
@@ -67,7 +70,10 @@ class RefreshStats:
     last_duration_s: float = 0.0
 
 
-WindowsFunction = Callable[[datetime], Sequence[ScheduledWindow]]
+# (start, horizon) -> windows open at start or starting within the horizon.
+WindowsFunction = Callable[[datetime, timedelta], Sequence[ScheduledWindow]]
+LeadTimeFunction = Callable[[Mapping[str, str]], policy.LeadTime]
+NODEPOOL_LABEL = "nodepool"
 
 
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
@@ -88,6 +94,7 @@ class Refresher:
         settings: RefreshSettings,
         pool: Executor,
         windows: WindowsFunction | None = None,
+        lead_time: LeadTimeFunction | None = None,
         clock: Callable[[], datetime] | None = None,
         on_success: Callable[[Snapshot], None] | None = None,
     ) -> None:
@@ -97,7 +104,8 @@ class Refresher:
         self.metrics = {info.name: info for info in metrics}
         self.settings = settings
         self.pool = pool
-        self.windows = windows or (lambda now: ())
+        self.windows = windows or (lambda start, horizon: ())
+        self.lead_time = lead_time or (lambda labels: policy.LeadTime(settings.lead_time, "configured"))
         self.clock = clock or (lambda: datetime.now(UTC))
         self.on_success = on_success
         self.stats = RefreshStats()
@@ -110,7 +118,7 @@ class Refresher:
         try:
             signals = await source.pull(now)
         except AdapterError as error:
-            self._failed(source.name, f"pull failed: {error}")
+            self._failed(source.name, f"pull failed: {type(error).__name__}: {error}")
             return []
         if not signals:
             self._failed(source.name, "pull returned no series")
@@ -121,16 +129,19 @@ class Refresher:
         self.stats.last_error[name] = reason
         log.warning("signal %s: %s; serving its last good values", name, reason)
 
-    async def _fit(self, signal: Signal, now: datetime) -> tuple[SeriesKey, Signal, EngineResult] | None:
-        step = signal.step
-        lead_steps = max(1, int(pd.Timedelta(self.settings.lead_time) / step))
+    async def _fit(
+        self, signal: Signal, now: datetime, past_windows: Sequence[ScheduledWindow]
+    ) -> tuple[SeriesKey, Signal, EngineResult] | None:
+        lead_steps = max(1, int(pd.Timedelta(self.lead_time(signal.labels).value) / signal.step))
         quantiles = tuple(sorted({plan.quantile for plan in self.plans if plan.signal == signal.name} or {0.9}))
         key = _series_key(signal)
         selected = self._selected.get(key)
         reselect = selected is None or now - selected[1] >= self.settings.reselect_every
         candidates = None if reselect or selected is None else (selected[0],)
         loop = asyncio.get_running_loop()
-        call = loop.run_in_executor(self.pool, _fit_in_worker, signal.series, lead_steps, quantiles, candidates)
+        # Past runs of known jobs come out of the history: the schedule adds them back, once.
+        known = tuple((w.start, w.end, w.gpus) for w in windows_for(signal.labels, past_windows))
+        call = loop.run_in_executor(self.pool, _fit_in_worker, signal.series, lead_steps, quantiles, candidates, known)
         try:
             result = await asyncio.wait_for(call, self.settings.fit_timeout.total_seconds())
         except Exception as error:  # a worker crash or timeout must not take the service down
@@ -147,8 +158,10 @@ class Refresher:
         now = self.clock()
         pulled = await asyncio.gather(*(self._pull(source, now) for source in self.sources))
         signals = [signal for group in pulled for signal in group]
-        fitted = await asyncio.gather(*(self._fit(signal, now) for signal in signals))
-        windows = list(self.windows(now))
+        history_span = max((s.series.index[-1] - s.series.index[0] for s in signals if len(s.series)), default=None)
+        past_windows = list(self.windows(now - history_span, history_span)) if history_span is not None else []
+        fitted = await asyncio.gather(*(self._fit(signal, now, past_windows) for signal in signals))
+        windows = list(self.windows(now, self.settings.window_horizon))
         for outcome in fitted:
             if outcome is not None:
                 key, signal, result = outcome
@@ -185,13 +198,10 @@ class Refresher:
         now: datetime,
         windows: Sequence[ScheduledWindow],
     ) -> ServedSeries:
-        relevant = [w for w in windows if all(signal.labels.get(k) == v for k, v in w.labels.items())]
+        lead_time = self.lead_time(signal.labels)
+        relevant = windows_for(signal.labels, windows) if plan.kind != "rate" else []
         demand = policy.forecast_demand(
-            result.forecast,
-            quantile=plan.quantile,
-            now=now,
-            lead_time=self.settings.lead_time,
-            windows=relevant if plan.kind != "rate" else (),
+            result.forecast, quantile=plan.quantile, now=now, lead_time=lead_time.value, windows=relevant
         )
         decision = demand
         if plan.kind == "headroom":
@@ -203,7 +213,8 @@ class Refresher:
             "forecast": result.forecast,
             "history": signal.series,
             "scores": result.scores,
-            "lead_time_seconds": int(self.settings.lead_time.total_seconds()),
+            "lead_time_seconds": int(lead_time.value.total_seconds()),
+            "lead_time_source": lead_time.source,
             "windows": relevant,
             "quantile": plan.quantile,
         }
@@ -212,7 +223,7 @@ class Refresher:
             labels=dict(signal.labels),
             value=decision.value,
             timestamp=now,
-            explanation=decision.explanation,
+            explanation=f"{decision.explanation}; lead time {lead_time.source}",
             details=details,
         )
 
@@ -230,14 +241,32 @@ class Refresher:
             await asyncio.sleep(self.settings.interval.total_seconds())
 
 
+def windows_for(labels: Mapping[str, str], windows: Sequence[ScheduledWindow]) -> list[ScheduledWindow]:
+    """The windows a series must provision for: those of its node pool.
+
+    A window names its pool when the CronJob's pods select one (``karpenter.sh/nodepool``); a window
+    that names none belongs to series without a pool (or the unnamed pool, where Pending pods land).
+    """
+    pool = labels.get(NODEPOOL_LABEL, "")
+    return [window for window in windows if window.labels.get(NODEPOOL_LABEL, "") == pool]
+
+
 def _fit_in_worker(
-    series: pd.Series, lead_steps: int, quantiles: tuple[float, ...], candidates: tuple[str, ...] | None
+    series: pd.Series,
+    lead_steps: int,
+    quantiles: tuple[float, ...],
+    candidates: tuple[str, ...] | None,
+    known_windows: tuple[tuple[datetime, datetime, float], ...] = (),
 ) -> EngineResult:
     # Top-level so the process pool can pickle it; the numerics are imported in the worker only.
     from forecast.engine import fit_select_predict
+    from forecast.known_demand import remove_known_jobs
 
+    removal_notes: tuple[str, ...] = ()
+    if known_windows:
+        series, removal_notes = remove_known_jobs(series, known_windows)
     # The horizon covers the lead time plus one step.
-    return fit_select_predict(
+    result = fit_select_predict(
         series,
         horizon_steps=lead_steps + 1,
         quantiles=quantiles,
@@ -245,3 +274,4 @@ def _fit_in_worker(
         lead_steps=lead_steps,
         candidates=candidates,
     )
+    return replace(result, notes=(*result.notes, *removal_notes)) if removal_notes else result

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -102,6 +103,9 @@ class KubernetesSettings(_Strict):
     # Empty: in-cluster configuration, else the kubeconfig at this path.
     kubeconfig: Path | None = None
     request_timeout: Duration = timedelta(seconds=10)
+    # Watches reconnect with exponential backoff between these bounds.
+    backoff_initial: Duration = timedelta(seconds=1)
+    backoff_max: Duration = timedelta(seconds=60)
 
 
 class SeriesSettings(_Strict):
@@ -121,6 +125,124 @@ class SeriesSettings(_Strict):
         return self
 
 
+class PrometheusSettings(_Strict):
+    """Where the history comes from; the fields of managed Prometheus services are all here."""
+
+    url: str
+    timeout: Duration = timedelta(seconds=30)
+    retries: int = Field(default=3, ge=0, le=20)
+    backoff_initial: Duration = timedelta(milliseconds=500)
+    backoff_max: Duration = timedelta(seconds=10)
+    bearer_token_file: Path | None = None
+    basic_auth_username: str | None = None
+    basic_auth_password_file: Path | None = None
+    ca_file: Path | None = None
+    insecure_skip_verify: bool = False
+    headers: dict[str, str] = {}
+    max_workers: int = Field(default=4, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PrometheusSettings:
+        if not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"url must start with http:// or https://, got {self.url!r}")
+        if (self.basic_auth_username is None) != (self.basic_auth_password_file is None):
+            raise ValueError("basic_auth_username and basic_auth_password_file must be given together")
+        if self.bearer_token_file is not None and self.basic_auth_username is not None:
+            raise ValueError("set bearer_token_file or basic auth, not both")
+        if self.backoff_max < self.backoff_initial:
+            raise ValueError("backoff_max must not be below backoff_initial")
+        return self
+
+
+SignalPreset = Literal["gpus_requested", "gpus_allocatable", "gpu_utilization", "gpu_engine_active", "request_rate"]
+_METRIC_NAME = r"^[a-z][a-z0-9_]{0,62}$"
+
+
+class SignalSettings(_Strict):
+    """A named series to pull: a shipped preset or a PromQL query of your own."""
+
+    name: str = Field(pattern=_METRIC_NAME)
+    preset: (
+        Literal["gpus_requested", "gpus_allocatable", "gpu_utilization", "gpu_engine_active", "request_rate"] | None
+    ) = None
+    query: str | None = None
+    step: Duration = timedelta(minutes=5)
+    # Labels that identify a series (and become the served metric's labels); presets have defaults.
+    by: tuple[str, ...] | None = None
+    # request_rate preset: the counter, its rate window and label matchers.
+    metric: str | None = None
+    window: str = "5m"
+    matchers: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _preset_or_query(self) -> SignalSettings:
+        if (self.preset is None) == (self.query is None):
+            raise ValueError("give exactly one of preset and query")
+        if self.preset == "request_rate" and not self.metric:
+            raise ValueError("preset request_rate needs metric (the request counter's name)")
+        if self.step < timedelta(seconds=1) or self.step.total_seconds() % 1:
+            raise ValueError("step must be a whole number of seconds, at least 1s")
+        return self
+
+
+class MetricSettings(_Strict):
+    """One served external metric, made from one signal."""
+
+    signal: str
+    # demand: upper-quantile forecast over the lead time plus scheduled windows;
+    # headroom: demand minus what is requested now (for placeholder pods);
+    # rate: upper-quantile forecast over the lead time (for inference HPAs).
+    kind: Literal["demand", "headroom", "rate"]
+    quantile: float = Field(default=0.9, gt=0.5, lt=1.0)
+    description: str = ""
+    # After staleness_ttl without a successful pull: keep serving the last value (hold), serve
+    # fallback_value (static), or answer 503 so the HPA keeps its replicas (error).
+    fallback: Literal["hold", "static", "error"] = "hold"
+    fallback_value: float | None = None
+    staleness_ttl: Duration = timedelta(minutes=15)
+
+    @model_validator(mode="after")
+    def _static_needs_value(self) -> MetricSettings:
+        if self.fallback == "static" and self.fallback_value is None:
+            raise ValueError("fallback 'static' needs fallback_value")
+        return self
+
+
+class ForecastSettings(_Strict):
+    lookback: Duration = timedelta(days=14)
+    interval: Duration = timedelta(minutes=1)
+    reselect_every: Duration = timedelta(hours=6)
+    fit_timeout: Duration = timedelta(seconds=60)
+    workers: int = Field(default=2, ge=1, le=64)
+    # Used when Karpenter's NodeClaims have not taught the service a lead time yet.
+    default_lead_time: Duration = timedelta(minutes=5)
+    lead_time_quantile: float = Field(default=0.9, gt=0, le=1)
+    lead_time_margin: Duration = timedelta(seconds=30)
+
+
+class WindowSettings(_Strict):
+    """Training that does not run as a CronJob, declared by hand."""
+
+    name: str
+    cron: str
+    timezone: str = "UTC"
+    gpus: float = Field(gt=0)
+    duration: Duration
+    namespace: str = ""
+    labels: dict[str, str] = {}
+
+
+class KubernetesInputsSettings(_Strict):
+    """What the service learns from the Kubernetes API."""
+
+    cronjobs: bool = True
+    nodeclaims: bool = True
+    # Only CronJobs with these labels count (empty: every CronJob that requests GPUs).
+    cronjob_labels: dict[str, str] = {}
+    default_job_duration: Duration = timedelta(hours=1)
+    window_horizon: Duration = timedelta(hours=24)
+
+
 class DemoSettings(_Strict):
     enabled: bool = False
     # Simulated minutes per real second: 1.0 replays the trace in real time.
@@ -132,9 +254,32 @@ class Settings(_Strict):
     auth: AuthSettings = AuthSettings()
     kubernetes: KubernetesSettings = KubernetesSettings()
     demo: DemoSettings = DemoSettings()
+    prometheus: PrometheusSettings | None = None
+    signals: tuple[SignalSettings, ...] = ()
+    metrics: dict[str, MetricSettings] = {}
+    forecast: ForecastSettings = ForecastSettings()
+    inputs: KubernetesInputsSettings | None = None
+    windows: tuple[WindowSettings, ...] = ()
     state_dir: Path = Path(".gpu-autoscaler")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
+
+    @model_validator(mode="after")
+    def _metrics_name_signals(self) -> Settings:
+        names = [signal.name for signal in self.signals]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"signal names must be unique; repeated: {', '.join(duplicates)}")
+        for metric, spec in self.metrics.items():
+            if not re.match(_METRIC_NAME, metric):
+                raise ValueError(f"metric name {metric!r} must be lowercase letters, digits and '_'")
+            if spec.signal not in names:
+                raise ValueError(
+                    f"metrics.{metric}.signal {spec.signal!r} is not one of the signals ({', '.join(names) or 'none'})"
+                )
+        if self.signals and self.prometheus is None and not self.demo.enabled:
+            raise ValueError("signals need a prometheus section (its url at least)")
+        return self
 
     @model_validator(mode="after")
     def _auth_none_only_on_loopback(self) -> Settings:

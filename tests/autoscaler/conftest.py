@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from autoscaler.api import AccessControl, Readiness
-from autoscaler.app import Listening, Pipeline, build_access, client_ca_pems, create_app, running
+from autoscaler.app import Listening, build_access, client_ca_pems, create_app, running
 from autoscaler.auth import Authorizer
+from autoscaler.pipeline import Pipeline
 from autoscaler.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
 from autoscaler.refresher import RefreshSettings
 from autoscaler.settings import Settings

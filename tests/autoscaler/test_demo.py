@@ -79,7 +79,9 @@ def test_demo_serves_forecasts_to_kubectl(demo_process):
     )
     assert discovery.returncode == 0, discovery.stderr
     assert [r["name"] for r in json.loads(discovery.stdout)["resources"]] == [
-        "gpu_demand_forecast", "gpu_headroom", "request_rate_forecast"
+        "gpu_demand_forecast",
+        "gpu_headroom",
+        "request_rate_forecast",
     ]
     # Not ready until the first forecast is in; readiness says so honestly.
     deadline = time.monotonic() + START_TIMEOUT_S

@@ -10,7 +10,8 @@ import aiohttp
 import pytest
 
 from autoscaler.api import Readiness
-from autoscaler.app import Pipeline, build_access, client_ca_pems, create_app, running
+from autoscaler.app import build_access, client_ca_pems, create_app, running
+from autoscaler.pipeline import Pipeline
 from autoscaler.provider import SnapshotProvider
 from autoscaler.refresher import RefreshSettings
 from autoscaler.settings import Settings

@@ -1,0 +1,124 @@
+"""What the service serves and where its inputs come from, assembled from the settings.
+
+``open_pipeline`` owns the long-lived clients (the Prometheus thread pool, the Kubernetes watches)
+and closes them when the service stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from kubernetes_asyncio.client import ApiClient
+
+from adapters.kube_watch import WatchGroup
+from adapters.prometheus import PrometheusSource
+from adapters.types import ScheduledWindow
+from autoscaler import demo
+from autoscaler.kube_inputs import KubernetesInputs, declared_windows, watch_settings
+from autoscaler.provider import MetricInfo
+from autoscaler.refresher import LeadTimeFunction, MetricPlan, RefreshSettings, SignalSource, WindowsFunction
+from autoscaler.settings import Settings, WindowSettings
+from autoscaler.sources import PrometheusSignalSource, client_settings, signal_query
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    metrics: Sequence[MetricInfo]
+    plans: Sequence[MetricPlan]
+    sources: Sequence[SignalSource]
+    refresh: RefreshSettings
+    windows: WindowsFunction | None = None
+    lead_time: LeadTimeFunction | None = None
+    # Extra lines for /readyz?verbose (watch states and the like).
+    health: Callable[[], dict[str, str]] | None = None
+
+
+def metric_infos(settings: Settings) -> tuple[MetricInfo, ...]:
+    return tuple(
+        MetricInfo(
+            name=name,
+            description=spec.description or f"{spec.kind} of signal {spec.signal}",
+            fallback=spec.fallback,
+            fallback_value=spec.fallback_value,
+            staleness_ttl=spec.staleness_ttl,
+        )
+        for name, spec in settings.metrics.items()
+    )
+
+
+def metric_plans(settings: Settings) -> tuple[MetricPlan, ...]:
+    return tuple(MetricPlan(name, spec.signal, spec.kind, spec.quantile) for name, spec in settings.metrics.items())
+
+
+def refresh_settings(settings: Settings, lead_time: timedelta) -> RefreshSettings:
+    forecast = settings.forecast
+    return RefreshSettings(
+        interval=forecast.interval,
+        lead_time=lead_time,
+        fit_timeout=forecast.fit_timeout,
+        reselect_every=forecast.reselect_every,
+        window_horizon=max(timedelta(hours=1), 2 * lead_time),
+    )
+
+
+# The demo declares a nightly training window so that gpu_headroom visibly rises one lead time
+# before 02:00 UTC and falls after 04:00.
+DEMO_WINDOWS = (WindowSettings(name="nightly-training", cron="0 2 * * *", gpus=64, duration=timedelta(hours=2)),)
+DEMO_LEAD_TIME = timedelta(minutes=10)
+
+
+def demo_pipeline() -> Pipeline:
+    def windows(start: datetime, horizon: timedelta) -> list[ScheduledWindow]:
+        return declared_windows(DEMO_WINDOWS, start, horizon)
+
+    return Pipeline(
+        metrics=demo.METRICS,
+        plans=demo.PLANS,
+        sources=(demo.DemoSignals(),),
+        refresh=RefreshSettings(interval=timedelta(seconds=60), lead_time=DEMO_LEAD_TIME),
+        windows=windows,
+    )
+
+
+@contextlib.asynccontextmanager
+async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIterator[Pipeline]:
+    if settings.demo.enabled:
+        yield demo_pipeline()
+        return
+    async with contextlib.AsyncExitStack() as stack:
+        sources: list[SignalSource] = []
+        if settings.prometheus is not None:
+            prometheus = await stack.enter_async_context(PrometheusSource(client_settings(settings.prometheus)))
+            sources = [
+                PrometheusSignalSource(prometheus, signal_query(spec), settings.forecast.lookback)
+                for spec in settings.signals
+            ]
+        windows: WindowsFunction | None = None
+        lead_time: LeadTimeFunction | None = None
+        health: Callable[[], dict[str, str]] | None = None
+        if settings.inputs is not None and kube is not None:
+            inputs = KubernetesInputs(inputs=settings.inputs, forecast=settings.forecast, declared=settings.windows)
+            group = await stack.enter_async_context(WatchGroup(watch_settings(settings.kubernetes)))
+            inputs.start(group, kube)
+            windows, lead_time, health = inputs.windows, inputs.lead_time, inputs.health
+        elif settings.windows:
+            declared = settings.windows
+
+            def windows(start: datetime, horizon: timedelta) -> list[ScheduledWindow]:
+                return declared_windows(declared, start, horizon)
+
+        yield Pipeline(
+            metrics=metric_infos(settings),
+            plans=metric_plans(settings),
+            sources=sources,
+            refresh=refresh_settings(settings, settings.forecast.default_lead_time),
+            windows=windows,
+            lead_time=lead_time,
+            health=health,
+        )
