@@ -99,14 +99,13 @@ def _load_or_exit(config_file: Path | None, overrides: dict[str, Any]) -> Settin
         sys.exit(1)
 
 
-def _register_optional_commands() -> None:
+def _register_commands() -> None:
     # Each command lives in its own module; registering here keeps `--help` listing all of them.
     from autoscaler.cmd_backtest import backtest
+    from autoscaler.cmd_forecast import forecast_command
 
     main.add_command(backtest)
+    main.add_command(forecast_command)
 
 
-try:
-    _register_optional_commands()
-except ImportError:  # pragma: no cover - only while a command module is being written
-    pass
+_register_commands()
