@@ -11,13 +11,14 @@ import ipaddress
 import os
 import re
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from adapters.types import AdapterError
 from autoscaler.durations import parse_duration
 from autoscaler.selectors import SelectorError, parse_selector, validate_key, validate_value
 
@@ -230,6 +231,17 @@ class WindowSettings(_Strict):
     duration: Duration
     namespace: str = ""
     labels: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _schedule_is_valid(self) -> WindowSettings:
+        from adapters.cronjobs import fire_times  # the same rules as CronJobs, so a window reads the same
+
+        start = datetime(2026, 1, 1, tzinfo=UTC)
+        try:
+            fire_times(self.cron, self.timezone, start, start + timedelta(days=8), limit=100_000)
+        except (ValueError, AdapterError) as error:
+            raise ValueError(str(error)) from None
+        return self
 
 
 class KubernetesInputsSettings(_Strict):

@@ -68,6 +68,34 @@ def test_environment_overrides_the_file(tmp_path):
         ("auth:\n  mode: none\n", "auth.mode 'none' is only allowed when server.bind_address is a loopback address"),
         ("server:\n  secure_port: 8080\n", "secure_port and http_port must differ"),
         ("auth:\n  mode: files\n", "mode 'files' needs requestheader_client_ca_file or client_ca_file"),
+        ("windows:\n  - {name: w, cron: '0 2 * *', gpus: 1, duration: 1h}\n", "windows.0: Value error"),
+        ("windows:\n  - {name: w, cron: '0 2 * * *', timezone: Mars/Base, gpus: 1, duration: 1h}\n", "Mars/Base"),
+        ("windows:\n  - {name: w, cron: '0 2 * * *', gpus: 0, duration: 1h}\n", "windows.0.gpus: Input should be greater than 0"),
+        ("signals:\n  - {name: s, preset: gpus_requested}\n", "signals need a prometheus section"),
+        (
+            "prometheus: {url: 'http://p:9090'}\nsignals:\n  - {name: s, preset: gpus_requested, query: up}\n",
+            "signals.0: Value error, give exactly one of preset and query",
+        ),
+        (
+            "prometheus: {url: 'http://p:9090'}\nsignals:\n  - {name: s, preset: request_rate}\n",
+            "preset request_rate needs metric",
+        ),
+        (
+            "prometheus: {url: 'http://p:9090'}\nsignals:\n  - {name: s, preset: gpus_requested}\n"
+            "metrics:\n  m: {signal: t, kind: demand}\n",
+            "metrics.m.signal 't' is not one of the signals (s)",
+        ),
+        (
+            "prometheus: {url: 'http://p:9090'}\nsignals:\n  - {name: s, preset: gpus_requested}\n"
+            "metrics:\n  m: {signal: s, kind: demand, fallback: static}\n",
+            "fallback 'static' needs fallback_value",
+        ),
+        (
+            "prometheus: {url: 'http://p:9090'}\nsignals:\n  - {name: s, preset: gpus_requested}\n"
+            "metrics:\n  m: {signal: s, kind: demand, quantile: 1.5}\n",
+            "metrics.m.quantile: Input should be less than 1 (got 1.5)",
+        ),
+        ("prometheus: {url: 'prometheus:9090'}\n", "url must start with http:// or https://"),
     ],
 )
 def test_bad_config_names_the_field_value_and_expectation(tmp_path, text, expected):
@@ -137,3 +165,10 @@ def test_serve_refuses_a_bad_config_naming_the_field(tmp_path):
     result = CliRunner().invoke(main, ["serve", "--config", str(bad)])
     assert result.exit_code == 1
     assert "server.http_port: Input should be greater than or equal to 0 (got -1)" in result.output
+
+
+def test_shipped_example_is_valid():
+    example = Path(__file__).resolve().parents[2] / "examples" / "gpu-autoscaler.yaml"
+    settings = load_settings(example, environ={})
+    assert set(settings.metrics) == {"gpu_demand_forecast", "gpu_headroom", "request_rate_forecast"}
+    assert settings.windows[0].timezone == "Europe/Berlin"
