@@ -1,0 +1,152 @@
+"""CronJobs and NodeClaims in a fake Kubernetes API, read through kubernetes-asyncio, change what the
+service serves: windows raise gpu_headroom one lead time ahead; learned lead times replace defaults."""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from adapters.kube_watch import WatchGroup
+from autoscaler.kube_inputs import KubernetesInputs, watch_settings
+from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
+from autoscaler.refresher import MetricPlan, Refresher, RefreshSettings
+from autoscaler.selectors import parse_selector
+from autoscaler.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings
+from tests.adapters.test_cronjobs import make_cronjob
+from tests.adapters.test_nodeclaims import nodeclaim
+from tests.autoscaler.test_refresher import FlakySource
+
+METRICS = (MetricInfo("gpu_demand_forecast", ""), MetricInfo("gpu_headroom", ""))
+PLANS = (MetricPlan("gpu_demand_forecast", "gpus", "demand"), MetricPlan("gpu_headroom", "gpus", "headroom"))
+
+
+def stamp(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class PoolSource(FlakySource):
+    """The Helios trace as the requested GPUs of node pool "a100"."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.replay.labels = {"nodepool": "a100"}
+
+
+@pytest.fixture
+async def inputs(fake_kube, kube_api):
+    settings = KubernetesInputs(
+        inputs=KubernetesInputsSettings(),
+        forecast=ForecastSettings(default_lead_time=timedelta(minutes=5), lead_time_margin=timedelta(seconds=30)),
+    )
+    async with WatchGroup(watch_settings(KubernetesSettings())) as group:
+        settings.start(group, kube_api)
+        yield settings, group
+
+
+async def wait_synced(group: WatchGroup) -> None:
+    for _ in range(200):
+        if all(cache.synced or cache.absent for cache in group.caches.values()):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError({name: cache.last_error for name, cache in group.caches.items()})
+
+
+def build_refresher(
+    inputs: KubernetesInputs, now: datetime, pool: ThreadPoolExecutor
+) -> tuple[Refresher, SnapshotProvider]:
+    provider = SnapshotProvider(empty_snapshot(METRICS), clock=lambda: now)
+    refresher = Refresher(
+        provider=provider,
+        sources=[PoolSource()],
+        plans=PLANS,
+        metrics=METRICS,
+        settings=RefreshSettings(interval=timedelta(minutes=1), lead_time=timedelta(minutes=5)),
+        pool=pool,
+        windows=inputs.windows,
+        lead_time=inputs.lead_time,
+        clock=lambda: now,
+    )
+    return refresher, provider
+
+
+async def test_cronjob_window_raises_headroom_one_lead_time_ahead(fake_kube, inputs):
+    kube_inputs, group = inputs
+    # 16 GPUs (4 pods x 4) at 02:00 Europe/Berlin on node pool a100.
+    cronjob = make_cronjob(
+        "nightly",
+        schedule="0 2 * * *",
+        timezone="Europe/Berlin",
+        containers=[{"name": "t", "resources": {"limits": {"nvidia.com/gpu": "4"}}}],
+        job_spec={"parallelism": 4},
+        node_selector={"karpenter.sh/nodepool": "a100"},
+    )
+    fake_kube.add("cronjobs", cronjob)
+    await wait_synced(group)
+    fire = datetime(2026, 11, 20, 1, 0, tzinfo=UTC)  # 02:00 CET
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        values = {}
+        for label, now in (
+            ("long before", fire - timedelta(hours=2)),
+            ("within lead time", fire - timedelta(minutes=4)),
+        ):
+            refresher, provider = build_refresher(kube_inputs, now, pool)
+            await refresher.refresh_once()
+            (headroom,) = provider.get_metric("default", "gpu_headroom", parse_selector("nodepool=a100"))
+            (demand,) = provider.get_metric("default", "gpu_demand_forecast", parse_selector("nodepool=a100"))
+            values[label] = (headroom, demand)
+    before, within = values["long before"], values["within lead time"]
+    assert "ml/nightly (16 GPUs)" not in before[1].explanation
+    assert "plus scheduled windows ml/nightly (16 GPUs)" in within[1].explanation
+    # The window's 16 GPUs sit on top of the statistical forecast, so headroom covers them.
+    assert within[0].value >= 16
+    assert within[1].value - 16 >= 0
+
+
+async def test_suspended_cronjob_adds_nothing(fake_kube, inputs):
+    kube_inputs, group = inputs
+    fake_kube.add(
+        "cronjobs",
+        make_cronjob("off", schedule="*/5 * * * *", suspend=True, node_selector={"karpenter.sh/nodepool": "a100"}),
+    )
+    await wait_synced(group)
+    now = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
+    assert kube_inputs.windows(now, timedelta(hours=1)) == []
+
+
+async def test_lead_time_learned_from_nodeclaims(fake_kube, inputs):
+    kube_inputs, group = inputs
+    created = datetime(2026, 11, 19, tzinfo=UTC)
+    for index, seconds in enumerate([200, 210, 220, 230, 240, 250, 260, 270, 280, 400]):
+        fake_kube.add(
+            "nodeclaims", nodeclaim(f"gpu-{index}", seconds, pool="a100", created=created + timedelta(hours=index))
+        )
+    await wait_synced(group)
+    for _ in range(100):
+        lead = kube_inputs.lead_time({"nodepool": "a100"})
+        if lead.source.startswith("p90"):
+            break
+        await asyncio.sleep(0.02)
+    assert lead.source == "p90 of 10 NodeClaim launches of pool a100 plus margin"
+    # p90 of the ten launch times (linear interpolation) plus the 30 s margin
+    assert 280 + 30 <= lead.value.total_seconds() <= 400 + 30
+    other = kube_inputs.lead_time({"nodepool": "h100"})
+    assert (other.value, other.source) == (
+        timedelta(minutes=5),
+        "configured default (no NodeClaim has become ready yet)",
+    )
+
+
+async def test_without_karpenter_the_default_lead_time_is_used_and_said(fake_kube, inputs):
+    kube_inputs, group = inputs
+    fake_kube.installed.discard("nodeclaims")
+    await group.aclose()
+    api = await fake_kube.api_client()
+    async with api, WatchGroup(watch_settings(KubernetesSettings())) as fresh:
+        kube_inputs.start(fresh, api)
+        await wait_synced(fresh)
+        lead = kube_inputs.lead_time({"nodepool": "a100"})
+    assert lead.source == "configured default (Karpenter absent)"
+    assert lead.value == timedelta(minutes=5)
