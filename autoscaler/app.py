@@ -142,6 +142,7 @@ def create_app(
             pool=pool,
             windows=pipeline.windows,
             lead_time=pipeline.lead_time,
+            caps=pipeline.caps,
             on_success=lambda snapshot: update_readiness(readiness, refresher, pipeline),
         )
         app[REFRESHER] = refresher

@@ -34,7 +34,8 @@ METRICS = (
 
 PLANS = (
     MetricPlan("gpu_demand_forecast", GPU_SIGNAL, "demand", 0.9),
-    MetricPlan("gpu_headroom", GPU_SIGNAL, "headroom", 0.9),
+    # Placeholders step down gently after the nightly window closes instead of vanishing at once.
+    MetricPlan("gpu_headroom", GPU_SIGNAL, "headroom", 0.9, max_decrease_per_minute=8.0),
     MetricPlan("request_rate_forecast", RATE_SIGNAL, "rate", 0.9),
 )
 

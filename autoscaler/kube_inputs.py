@@ -6,6 +6,7 @@ refresher reads the caches, so nothing here is on the request path.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -13,10 +14,11 @@ from datetime import datetime, timedelta
 
 from kubernetes_asyncio.client import ApiClient
 
-from adapters import cronjobs, nodeclaims
+from adapters import cronjobs, nodeclaims, resourcelimits
+from adapters.kube_client import KubeError
 from adapters.kube_watch import WatchCache, WatchGroup, WatchSettings
 from adapters.types import ScheduledWindow
-from autoscaler.policy import LeadTime
+from autoscaler.policy import Cap, LeadTime
 from autoscaler.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings, WindowSettings
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,10 @@ class KubernetesInputs:
             match_labels=dict(inputs.cronjob_labels),
         )
         self.lead_times = nodeclaims.LeadTimeHistory()
+        # Polled, not watched: a handful of objects that change rarely.
+        self._nodepool_limits: dict[str, float | None] | None = None
+        self._quotas: dict[str, list[resourcelimits.GpuQuota]] = {}
+        self._limits_error: str | None = None
         self._cronjobs: WatchCache | None = None
         self._jobs: WatchCache | None = None
         self._nodeclaims: WatchCache | None = None
@@ -95,8 +101,39 @@ class KubernetesInputs:
         reason = "Karpenter absent" if estimate.status == "absent" else "no NodeClaim has become ready yet"
         return LeadTime(default, f"configured default ({reason})")
 
+    async def poll_limits(self, api: ApiClient, namespaces: Sequence[str], interval: timedelta) -> None:
+        """Keep NodePool GPU limits and placeholder ResourceQuotas fresh; a failed read keeps the last."""
+        while True:
+            try:
+                self._nodepool_limits = await resourcelimits.read_nodepool_gpu_limits(api)
+                for namespace in namespaces:
+                    self._quotas[namespace] = await resourcelimits.read_gpu_quotas(api, namespace)
+                self._limits_error = None
+            except KubeError as error:
+                self._limits_error = str(error)
+                log.warning("reading GPU limits failed, keeping the last ones: %s", error)
+            await asyncio.sleep(interval.total_seconds())
+
+    def caps(self, namespace: str | None, labels: Mapping[str, str], requested_now: float) -> list[Cap]:
+        """What bounds the placeholder GPUs of a series: its namespace's quota and its pool's limit."""
+        caps: list[Cap] = []
+        quotas = [q for q in self._quotas.get(namespace or "", []) if q.resource == resourcelimits.QUOTA_GPU_KEY]
+        tightest = min((q for q in quotas if q.hard is not None), key=lambda q: q.hard or 0.0, default=None)
+        if tightest is not None and tightest.hard is not None:
+            reason = f"ResourceQuota {tightest.namespace}/{tightest.name} ({tightest.resource} hard {tightest.hard:g})"
+            caps.append(Cap(tightest.hard, reason))
+        pool = labels.get(NODEPOOL_LABEL)
+        limit = (self._nodepool_limits or {}).get(pool) if pool else None
+        if limit is not None:
+            caps.append(
+                Cap(limit - requested_now, f"NodePool {pool} limit {limit:g} GPUs minus {requested_now:g} requested")
+            )
+        return caps
+
     def health(self) -> dict[str, str]:
         checks: dict[str, str] = {}
+        if self._limits_error is not None:
+            checks["gpu limits"] = f"failing: {self._limits_error}"
         for name, cache in (("cronjobs", self._cronjobs), ("jobs", self._jobs), ("nodeclaims", self._nodeclaims)):
             if cache is None:
                 continue

@@ -6,9 +6,10 @@ and closes them when the service stops.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -19,8 +20,16 @@ from adapters.prometheus import PrometheusSource
 from adapters.types import ScheduledWindow
 from autoscaler import demo
 from autoscaler.kube_inputs import KubernetesInputs, declared_windows, watch_settings
+from autoscaler.policy import Cap
 from autoscaler.provider import MetricInfo
-from autoscaler.refresher import LeadTimeFunction, MetricPlan, RefreshSettings, SignalSource, WindowsFunction
+from autoscaler.refresher import (
+    CapsFunction,
+    LeadTimeFunction,
+    MetricPlan,
+    RefreshSettings,
+    SignalSource,
+    WindowsFunction,
+)
 from autoscaler.settings import Settings, WindowSettings
 from autoscaler.sources import PrometheusSignalSource, client_settings, signal_query
 
@@ -35,6 +44,7 @@ class Pipeline:
     refresh: RefreshSettings
     windows: WindowsFunction | None = None
     lead_time: LeadTimeFunction | None = None
+    caps: CapsFunction | None = None
     # Extra lines for /readyz?verbose (watch states and the like).
     health: Callable[[], dict[str, str]] | None = None
 
@@ -53,7 +63,22 @@ def metric_infos(settings: Settings) -> tuple[MetricInfo, ...]:
 
 
 def metric_plans(settings: Settings) -> tuple[MetricPlan, ...]:
-    return tuple(MetricPlan(name, spec.signal, spec.kind, spec.quantile) for name, spec in settings.metrics.items())
+    return tuple(
+        MetricPlan(
+            metric=name,
+            signal=spec.signal,
+            kind=spec.kind,
+            quantile=spec.quantile,
+            min_value=spec.min_value,
+            max_value=spec.max_value,
+            max_decrease_per_minute=spec.max_decrease_per_minute,
+            placeholder_namespace=spec.placeholder_namespace,
+            utilization_signal=spec.utilization_signal,
+            replicas_signal=spec.replicas_signal,
+            target_utilization=spec.target_utilization,
+        )
+        for name, spec in settings.metrics.items()
+    )
 
 
 def refresh_settings(settings: Settings, lead_time: timedelta) -> RefreshSettings:
@@ -101,12 +126,22 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
             ]
         windows: WindowsFunction | None = None
         lead_time: LeadTimeFunction | None = None
+        caps: CapsFunction | None = None
         health: Callable[[], dict[str, str]] | None = None
         if settings.inputs is not None and kube is not None:
             inputs = KubernetesInputs(inputs=settings.inputs, forecast=settings.forecast, declared=settings.windows)
             group = await stack.enter_async_context(WatchGroup(watch_settings(settings.kubernetes)))
             inputs.start(group, kube)
             windows, lead_time, health = inputs.windows, inputs.lead_time, inputs.health
+            plans = metric_plans(settings)
+            namespaces = sorted({p.placeholder_namespace for p in plans if p.placeholder_namespace})
+            limits_task = asyncio.create_task(
+                inputs.poll_limits(kube, namespaces, settings.forecast.interval), name="gpu-limits"
+            )
+            stack.push_async_callback(_cancel, limits_task)
+
+            def caps(plan: MetricPlan, labels: Mapping[str, str], requested_now: float) -> Sequence[Cap]:
+                return inputs.caps(plan.placeholder_namespace, labels, requested_now)
         elif settings.windows:
             declared = settings.windows
 
@@ -120,5 +155,12 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
             refresh=refresh_settings(settings, settings.forecast.default_lead_time),
             windows=windows,
             lead_time=lead_time,
+            caps=caps,
             health=health,
         )
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PlanKind = Literal["demand", "headroom", "rate"]
+PlanKind = Literal["demand", "headroom", "rate", "replicas"]
 
 
 class SignalSource(Protocol):
@@ -38,12 +38,19 @@ class SignalSource(Protocol):
 
 @dataclass(frozen=True)
 class MetricPlan:
-    """How one served metric is made from one signal."""
+    """How one served metric is made from one signal, and the limits it is served within."""
 
     metric: str
     signal: str
     kind: PlanKind
     quantile: float = 0.9
+    min_value: float | None = None
+    max_value: float | None = None
+    max_decrease_per_minute: float | None = None
+    placeholder_namespace: str | None = None
+    utilization_signal: str | None = None
+    replicas_signal: str | None = None
+    target_utilization: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -73,14 +80,37 @@ class RefreshStats:
 # (start, horizon) -> windows open at start or starting within the horizon.
 WindowsFunction = Callable[[datetime, timedelta], Sequence[ScheduledWindow]]
 LeadTimeFunction = Callable[[Mapping[str, str]], policy.LeadTime]
+# (plan, series labels, GPUs requested now) -> the caps that apply (ResourceQuota, NodePool limits).
+CapsFunction = Callable[[MetricPlan, Mapping[str, str], float], Sequence[policy.Cap]]
 NODEPOOL_LABEL = "nodepool"
-
 
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
 
 
 def _series_key(signal: Signal) -> SeriesKey:
     return (signal.name, tuple(sorted(signal.labels.items())))
+
+
+@dataclass(frozen=True)
+class CapacityInputs:
+    """What a replicas plan learns one replica's capacity from (same labels as the rate series)."""
+
+    utilization: pd.Series
+    requests_per_replica: pd.Series
+    target_utilization: float
+
+
+@dataclass(frozen=True)
+class WorkerResult:
+    engine: EngineResult
+    capacity: policy.ReplicaCapacity | None = None
+
+
+@dataclass(frozen=True)
+class _Fitted:
+    key: SeriesKey
+    signal: Signal
+    result: WorkerResult
 
 
 class Refresher:
@@ -95,6 +125,7 @@ class Refresher:
         pool: Executor,
         windows: WindowsFunction | None = None,
         lead_time: LeadTimeFunction | None = None,
+        caps: CapsFunction | None = None,
         clock: Callable[[], datetime] | None = None,
         on_success: Callable[[Snapshot], None] | None = None,
     ) -> None:
@@ -106,6 +137,7 @@ class Refresher:
         self.pool = pool
         self.windows = windows or (lambda start, horizon: ())
         self.lead_time = lead_time or (lambda labels: policy.LeadTime(settings.lead_time, "configured"))
+        self.caps = caps or (lambda plan, labels, requested: ())
         self.clock = clock or (lambda: datetime.now(UTC))
         self.on_success = on_success
         self.stats = RefreshStats()
@@ -113,6 +145,8 @@ class Refresher:
         self._served: dict[SeriesKey, tuple[ServedSeries, ...]] = {}
         # The model each series last selected by full backtest, and when.
         self._selected: dict[SeriesKey, tuple[str, datetime]] = {}
+        # What each (metric, series) served last, for paced step-downs.
+        self._previous: dict[tuple[str, SeriesKey], tuple[float, datetime]] = {}
 
     async def _pull(self, source: SignalSource, now: datetime) -> list[Signal]:
         try:
@@ -129,46 +163,74 @@ class Refresher:
         self.stats.last_error[name] = reason
         log.warning("signal %s: %s; serving its last good values", name, reason)
 
+    def _capacity_inputs(self, signal: Signal, pulled: Mapping[SeriesKey, Signal]) -> CapacityInputs | None:
+        plan = next((p for p in self.plans if p.kind == "replicas" and p.signal == signal.name), None)
+        if plan is None or plan.utilization_signal is None or plan.replicas_signal is None:
+            return None
+        labels = tuple(sorted(signal.labels.items()))
+        utilization = pulled.get((plan.utilization_signal, labels))
+        replicas = pulled.get((plan.replicas_signal, labels))
+        if utilization is None or replicas is None:
+            return None
+        per_replica = signal.series / replicas.series.where(replicas.series > 0)
+        return CapacityInputs(utilization.series, per_replica, plan.target_utilization)
+
     async def _fit(
-        self, signal: Signal, now: datetime, past_windows: Sequence[ScheduledWindow]
-    ) -> tuple[SeriesKey, Signal, EngineResult] | None:
+        self,
+        signal: Signal,
+        now: datetime,
+        past_windows: Sequence[ScheduledWindow],
+        capacity_inputs: CapacityInputs | None,
+    ) -> _Fitted | None:
         lead_steps = max(1, int(pd.Timedelta(self.lead_time(signal.labels).value) / signal.step))
         quantiles = tuple(sorted({plan.quantile for plan in self.plans if plan.signal == signal.name} or {0.9}))
         key = _series_key(signal)
         selected = self._selected.get(key)
         reselect = selected is None or now - selected[1] >= self.settings.reselect_every
         candidates = None if reselect or selected is None else (selected[0],)
-        loop = asyncio.get_running_loop()
         # Past runs of known jobs come out of the history: the schedule adds them back, once.
         known = tuple((w.start, w.end, w.gpus) for w in windows_for(signal.labels, past_windows))
-        call = loop.run_in_executor(self.pool, _fit_in_worker, signal.series, lead_steps, quantiles, candidates, known)
+        loop = asyncio.get_running_loop()
+        call = loop.run_in_executor(
+            self.pool, _fit_in_worker, signal.series, lead_steps, quantiles, candidates, known, capacity_inputs
+        )
         try:
             result = await asyncio.wait_for(call, self.settings.fit_timeout.total_seconds())
         except Exception as error:  # a worker crash or timeout must not take the service down
             self._failed(signal.name, f"forecast failed: {type(error).__name__}: {error}")
             return None
         if reselect:
-            self._selected[key] = (result.model, now)
+            self._selected[key] = (result.engine.model, now)
         self.stats.last_success[signal.name] = now
         self.stats.last_error.pop(signal.name, None)
-        return key, signal, result
+        return _Fitted(key, signal, result)
 
     async def refresh_once(self) -> Snapshot:
         started = time.perf_counter()
         now = self.clock()
-        pulled = await asyncio.gather(*(self._pull(source, now) for source in self.sources))
-        signals = [signal for group in pulled for signal in group]
+        pulled_groups = await asyncio.gather(*(self._pull(source, now) for source in self.sources))
+        signals = [signal for group in pulled_groups for signal in group]
+        pulled = {_series_key(signal): signal for signal in signals}
         history_span = max((s.series.index[-1] - s.series.index[0] for s in signals if len(s.series)), default=None)
         past_windows = list(self.windows(now - history_span, history_span)) if history_span is not None else []
-        fitted = await asyncio.gather(*(self._fit(signal, now, past_windows) for signal in signals))
+        # Only signals that a plan serves are forecast; the others (utilisation, replicas) feed them.
+        served_signals = {plan.signal for plan in self.plans}
+        fitted = await asyncio.gather(
+            *(
+                self._fit(signal, now, past_windows, self._capacity_inputs(signal, pulled))
+                for signal in signals
+                if signal.name in served_signals
+            )
+        )
         windows = list(self.windows(now, self.settings.window_horizon))
         for outcome in fitted:
             if outcome is not None:
-                key, signal, result = outcome
-                self._served[key] = tuple(
-                    self._serve(plan, signal, result, now, windows)
+                self._served[outcome.key] = tuple(
+                    served
                     for plan in self.plans
-                    if plan.signal == signal.name and plan.metric in self.metrics
+                    if plan.signal == outcome.signal.name and plan.metric in self.metrics
+                    for served in [self._serve(plan, outcome, now, windows)]
+                    if served is not None
                 )
         snapshot = self._build(now)
         self.provider.swap(snapshot)
@@ -190,29 +252,42 @@ class Refresher:
             last_error="; ".join(f"{k}: {v}" for k, v in sorted(self.stats.last_error.items())) or None,
         )
 
-    def _serve(
-        self,
-        plan: MetricPlan,
-        signal: Signal,
-        result: EngineResult,
-        now: datetime,
-        windows: Sequence[ScheduledWindow],
-    ) -> ServedSeries:
+    def _decide(
+        self, plan: MetricPlan, fitted: _Fitted, now: datetime, windows: Sequence[ScheduledWindow]
+    ) -> tuple[policy.Decision | None, policy.LeadTime, list[ScheduledWindow]]:
+        signal, engine = fitted.signal, fitted.result.engine
         lead_time = self.lead_time(signal.labels)
-        relevant = windows_for(signal.labels, windows) if plan.kind != "rate" else []
+        relevant = windows_for(signal.labels, windows) if plan.kind in ("demand", "headroom") else []
         demand = policy.forecast_demand(
-            result.forecast, quantile=plan.quantile, now=now, lead_time=lead_time.value, windows=relevant
+            engine.forecast, quantile=plan.quantile, now=now, lead_time=lead_time.value, windows=relevant
         )
-        decision = demand
-        if plan.kind == "headroom":
-            decision = policy.headroom(demand, policy.last_observed(signal.series))
+        if plan.kind == "replicas":
+            return policy.replicas_for(demand, fitted.result.capacity, plan.target_utilization), lead_time, relevant
+        if plan.kind != "headroom":
+            return demand, lead_time, relevant
+        requested_now = policy.last_observed(signal.series)
+        decision = policy.headroom(demand, requested_now)
+        return policy.apply_caps(decision, self.caps(plan, signal.labels, requested_now)), lead_time, relevant
+
+    def _serve(
+        self, plan: MetricPlan, fitted: _Fitted, now: datetime, windows: Sequence[ScheduledWindow]
+    ) -> ServedSeries | None:
+        decision, lead_time, relevant = self._decide(plan, fitted, now, windows)
+        if decision is None:
+            log.warning("%s%s: no replica capacity can be learned yet", plan.metric, dict(fitted.signal.labels))
+            return None
+        decision = policy.clamp(decision, plan.min_value, plan.max_value)
+        previous_key = (plan.metric, fitted.key)
+        decision = policy.limit_step_down(decision, self._previous.get(previous_key), now, plan.max_decrease_per_minute)
+        self._previous[previous_key] = (decision.value, now)
+        engine = fitted.result.engine
         details: dict[str, Any] = {
-            "model": result.model,
-            "notes": list(result.notes),
-            "fit_seconds": result.fit_seconds,
-            "forecast": result.forecast,
-            "history": signal.series,
-            "scores": result.scores,
+            "model": engine.model,
+            "notes": list(engine.notes),
+            "fit_seconds": engine.fit_seconds,
+            "forecast": engine.forecast,
+            "history": fitted.signal.series,
+            "scores": engine.scores,
             "lead_time_seconds": int(lead_time.value.total_seconds()),
             "lead_time_source": lead_time.source,
             "windows": relevant,
@@ -220,7 +295,7 @@ class Refresher:
         }
         return ServedSeries(
             metric=plan.metric,
-            labels=dict(signal.labels),
+            labels=dict(fitted.signal.labels),
             value=decision.value,
             timestamp=now,
             explanation=f"{decision.explanation}; lead time {lead_time.source}",
@@ -257,7 +332,8 @@ def _fit_in_worker(
     quantiles: tuple[float, ...],
     candidates: tuple[str, ...] | None,
     known_windows: tuple[tuple[datetime, datetime, float], ...] = (),
-) -> EngineResult:
+    capacity_inputs: CapacityInputs | None = None,
+) -> WorkerResult:
     # Top-level so the process pool can pickle it; the numerics are imported in the worker only.
     from forecast.engine import fit_select_predict
     from forecast.known_demand import remove_known_jobs
@@ -274,4 +350,11 @@ def _fit_in_worker(
         lead_steps=lead_steps,
         candidates=candidates,
     )
-    return replace(result, notes=(*result.notes, *removal_notes)) if removal_notes else result
+    if removal_notes:
+        result = replace(result, notes=(*result.notes, *removal_notes))
+    capacity = None
+    if capacity_inputs is not None:
+        capacity = policy.learn_replica_capacity(
+            capacity_inputs.utilization, capacity_inputs.requests_per_replica, capacity_inputs.target_utilization
+        )
+    return WorkerResult(result, capacity)

@@ -192,8 +192,9 @@ class MetricSettings(_Strict):
     signal: str
     # demand: upper-quantile forecast over the lead time plus scheduled windows;
     # headroom: demand minus what is requested now (for placeholder pods);
-    # rate: upper-quantile forecast over the lead time (for inference HPAs).
-    kind: Literal["demand", "headroom", "rate"]
+    # rate: upper-quantile forecast over the lead time (for inference HPAs);
+    # replicas: the rate forecast divided by one replica's capacity, learned from history.
+    kind: Literal["demand", "headroom", "rate", "replicas"]
     quantile: float = Field(default=0.9, gt=0.5, lt=1.0)
     description: str = ""
     # After staleness_ttl without a successful pull: keep serving the last value (hold), serve
@@ -201,11 +202,26 @@ class MetricSettings(_Strict):
     fallback: Literal["hold", "static", "error"] = "hold"
     fallback_value: float | None = None
     staleness_ttl: Duration = timedelta(minutes=15)
+    min_value: float | None = None
+    max_value: float | None = None
+    # Falls are paced to at most this much per minute (rises pass at once); null: no pacing.
+    max_decrease_per_minute: float | None = Field(default=None, gt=0)
+    # headroom: the namespace of the placeholder pods, whose ResourceQuota requests.nvidia.com/gpu
+    # caps the value; NodePool limits cap it too when the series has a nodepool label.
+    placeholder_namespace: str | None = None
+    # replicas: per-service GPU utilisation (%) and replica count signals, matched by labels.
+    utilization_signal: str | None = None
+    replicas_signal: str | None = None
+    target_utilization: float = Field(default=60.0, gt=0, le=100)
 
     @model_validator(mode="after")
-    def _static_needs_value(self) -> MetricSettings:
+    def _consistent(self) -> MetricSettings:
         if self.fallback == "static" and self.fallback_value is None:
             raise ValueError("fallback 'static' needs fallback_value")
+        if self.kind == "replicas" and (self.utilization_signal is None or self.replicas_signal is None):
+            raise ValueError("kind 'replicas' needs utilization_signal and replicas_signal")
+        if self.min_value is not None and self.max_value is not None and self.min_value > self.max_value:
+            raise ValueError("min_value must not exceed max_value")
         return self
 
 

@@ -150,3 +150,72 @@ async def test_without_karpenter_the_default_lead_time_is_used_and_said(fake_kub
         lead = kube_inputs.lead_time({"nodepool": "a100"})
     assert lead.source == "configured default (Karpenter absent)"
     assert lead.value == timedelta(minutes=5)
+
+
+async def test_headroom_capped_by_quota_and_nodepool_limit(fake_kube, kube_api, inputs):
+    kube_inputs, group = inputs
+    now = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
+    requested_now = float(PoolSource().replay.history(now, timedelta(hours=1)).series.iloc[-1])
+    fake_kube.add(
+        "resourcequotas",
+        {
+            "metadata": {"name": "gpu", "namespace": "gpu-placeholders"},
+            "spec": {"hard": {"requests.nvidia.com/gpu": "3"}},
+            "status": {"hard": {"requests.nvidia.com/gpu": "3"}, "used": {"requests.nvidia.com/gpu": "1"}},
+        },
+    )
+    fake_kube.add(
+        "nodepools",
+        {
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodePool",
+            "metadata": {"name": "a100"},
+            "spec": {"limits": {"nvidia.com/gpu": str(int(requested_now) + 2)}},
+        },
+    )
+    poller = asyncio.create_task(kube_inputs.poll_limits(kube_api, ["gpu-placeholders"], timedelta(seconds=30)))
+    try:
+        for _ in range(100):
+            if kube_inputs.caps("gpu-placeholders", {"nodepool": "a100"}, 0.0):
+                break
+            await asyncio.sleep(0.02)
+        big_window = make_cronjob(
+            "big",
+            schedule="5 9 * * *",
+            containers=[{"name": "t", "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+            job_spec={"parallelism": 8},
+            node_selector={"karpenter.sh/nodepool": "a100"},
+        )
+        fake_kube.add("cronjobs", big_window)
+        await wait_synced(group)
+        await asyncio.sleep(0.1)
+        plans = (
+            MetricPlan("gpu_headroom", "gpus", "headroom", placeholder_namespace="gpu-placeholders"),
+            MetricPlan("gpu_demand_forecast", "gpus", "demand"),
+        )
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            provider = SnapshotProvider(empty_snapshot(METRICS), clock=lambda: now)
+            refresher = Refresher(
+                provider=provider,
+                sources=[PoolSource()],
+                plans=plans,
+                metrics=METRICS,
+                settings=RefreshSettings(interval=timedelta(minutes=1), lead_time=timedelta(minutes=10)),
+                pool=pool,
+                windows=kube_inputs.windows,
+                lead_time=kube_inputs.lead_time,
+                caps=lambda plan, labels, requested: kube_inputs.caps(plan.placeholder_namespace, labels, requested),
+                clock=lambda: now,
+            )
+            await refresher.refresh_once()
+    finally:
+        poller.cancel()
+    (headroom,) = provider.get_metric("default", "gpu_headroom", parse_selector("nodepool=a100"))
+    (demand,) = provider.get_metric("default", "gpu_demand_forecast", parse_selector("nodepool=a100"))
+    # 64 GPUs of the window open within the lead time; the pool may grow by 2 and the quota holds 3.
+    assert demand.value >= 64
+    assert headroom.value == 2
+    assert f"capped at 2 by NodePool a100 limit {int(requested_now) + 2} GPUs minus" in headroom.explanation
+    assert kube_inputs.caps("gpu-placeholders", {}, 0.0)[0].reason == (
+        "ResourceQuota gpu-placeholders/gpu (requests.nvidia.com/gpu hard 3)"
+    )

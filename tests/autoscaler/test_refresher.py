@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import pandas as pd
 import pytest
 
 from adapters.replay import ReplaySource, read_trace
 from adapters.types import AdapterError, Signal
-from autoscaler import demo, refresher
+from autoscaler import demo, policy, refresher
 from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
 from autoscaler.refresher import MetricPlan, Refresher, RefreshSettings
 from autoscaler.selectors import EVERYTHING
@@ -113,9 +116,9 @@ async def test_selection_runs_on_its_cadence_only(parts, monkeypatch):
     seen: list[tuple[str, ...] | None] = []
     real = refresher._fit_in_worker
 
-    def recording(series, lead_steps, quantiles, candidates, known_windows=()):
+    def recording(series, lead_steps, quantiles, candidates, known_windows=(), capacity_inputs=None):
         seen.append(candidates)
-        return real(series, lead_steps, quantiles, candidates, known_windows)
+        return real(series, lead_steps, quantiles, candidates, known_windows, capacity_inputs)
 
     monkeypatch.setattr(refresher, "_fit_in_worker", recording)
     first = await instance.refresh_once()
@@ -146,3 +149,77 @@ def test_staleness_fallbacks(parts):
     provider = SnapshotProvider(Snapshot(now, {"m": expired}, {"m": (series,)}), clock=clock)
     with pytest.raises(MetricUnavailable, match="stale"):
         provider.get_metric("x", "m", EVERYTHING)
+
+
+class GenAISource:
+    """Alibaba GenAI serving (real): summed QPS, mean GPU duty cycle and pod count per sample."""
+
+    name = "serving"
+
+    def __init__(self) -> None:
+        from tests.autoscaler.test_policy import genai_per_replica
+
+        data = genai_per_replica()
+        # The samples are 57 s apart in anonymised time; lay them on a 1-minute grid ending now.
+        self.data = data.reset_index(drop=True)
+
+    async def pull(self, now: datetime) -> list[Signal]:
+        index = pd.date_range(end=pd.Timestamp(now).floor("min"), periods=len(self.data), freq="min")
+        labels = {"service": "sd"}
+        step = pd.Timedelta(minutes=1)
+        return [
+            Signal("rate", labels, pd.Series(self.data["qps"].to_numpy(), index=index), step),
+            Signal("util", labels, pd.Series(self.data["utilization"].to_numpy(), index=index), step),
+            Signal("replicas", labels, pd.Series(self.data["pods"].to_numpy(dtype=float), index=index), step),
+        ]
+
+
+async def test_replicas_forecast_from_learned_capacity():
+    metrics = (MetricInfo("replicas_forecast", ""), MetricInfo("request_rate_forecast", ""))
+    plans = (
+        MetricPlan(
+            "replicas_forecast",
+            "rate",
+            "replicas",
+            utilization_signal="util",
+            replicas_signal="replicas",
+            target_utilization=20,
+        ),
+        MetricPlan("request_rate_forecast", "rate", "rate"),
+    )
+    now = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+    provider = SnapshotProvider(empty_snapshot(metrics), clock=lambda: now)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        refresher = Refresher(
+            provider=provider,
+            sources=[GenAISource()],
+            plans=plans,
+            metrics=metrics,
+            settings=RefreshSettings(interval=timedelta(minutes=1), lead_time=timedelta(minutes=5)),
+            pool=pool,
+            clock=lambda: now,
+        )
+        snapshot = await refresher.refresh_once()
+    (replicas,) = snapshot.series["replicas_forecast"]
+    (rate,) = snapshot.series["request_rate_forecast"]
+    data = GenAISource().data
+    capacity = policy.learn_replica_capacity(data["utilization"], data["qps"] / data["pods"], 20.0)
+    assert capacity is not None
+    assert replicas.value == math.ceil(rate.value / capacity.requests_per_second)
+    assert f"Huber fit on {capacity.samples} points" in replicas.explanation
+    # Only the served signal is forecast; utilisation and replica counts only feed the fit.
+    assert set(refresher._selected) == {("rate", (("service", "sd"),))}
+
+
+async def test_step_down_is_paced_across_refreshes(parts):
+    instance, source, _provider, clock = parts
+    instance.plans = [replace(plan, max_decrease_per_minute=0.1) for plan in instance.plans]
+    first = await instance.refresh_once()
+    before = first.series["gpu_demand_forecast"][0].value
+    # Demand halves: unpaced, the served value would fall by hundreds of GPUs at once.
+    source.replay.values = source.replay.values * 0.5
+    clock.now += timedelta(minutes=5)
+    second = await instance.refresh_once()
+    paced = second.series["gpu_demand_forecast"][0]
+    assert paced.value == pytest.approx(before - 0.5)
+    assert f"stepping down from {before:.2f} by at most 0.1 per minute" in paced.explanation

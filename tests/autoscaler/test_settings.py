@@ -70,7 +70,10 @@ def test_environment_overrides_the_file(tmp_path):
         ("auth:\n  mode: files\n", "mode 'files' needs requestheader_client_ca_file or client_ca_file"),
         ("windows:\n  - {name: w, cron: '0 2 * *', gpus: 1, duration: 1h}\n", "windows.0: Value error"),
         ("windows:\n  - {name: w, cron: '0 2 * * *', timezone: Mars/Base, gpus: 1, duration: 1h}\n", "Mars/Base"),
-        ("windows:\n  - {name: w, cron: '0 2 * * *', gpus: 0, duration: 1h}\n", "windows.0.gpus: Input should be greater than 0"),
+        (
+            "windows:\n  - {name: w, cron: '0 2 * * *', gpus: 0, duration: 1h}\n",
+            "windows.0.gpus: Input should be greater than 0",
+        ),
         ("signals:\n  - {name: s, preset: gpus_requested}\n", "signals need a prometheus section"),
         (
             "prometheus: {url: 'http://p:9090'}\nsignals:\n  - {name: s, preset: gpus_requested, query: up}\n",
