@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from cachetools import TTLCache
+from cachetools import LRUCache, TTLCache
 from cryptography import x509
 from multidict import MultiMapping
 
@@ -31,6 +31,15 @@ class AccessDenied(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+@dataclass(frozen=True)
+class CertificateVerdict:
+    """What one client certificate proves, decided once per certificate."""
+
+    proxy_allowed: bool  # issued by the request-header CA with an allowed CN: headers name the user
+    proxy_denied_name: str | None  # issued by the request-header CA, but this CN is not allowed
+    client_user: User | None  # issued by the client CA: the user it names
 
 
 class ReviewUnavailable(Exception):
@@ -69,11 +78,13 @@ class Authenticator:
         self.client_authorities = client_authorities
         self.token_reviewer = token_reviewer
         self._token_cache: TTLCache[str, User | None] = TTLCache(maxsize=4096, ttl=token_cache_ttl_s)
+        # What a certificate proves never changes, and parsing plus a signature check per request
+        # costs more than the rest of the request; TLS has already checked validity dates.
+        self._certificate_verdicts: LRUCache[bytes, CertificateVerdict] = LRUCache(maxsize=1024)
 
     async def authenticate(self, peer_certificate_der: bytes | None, headers: MultiMapping[str]) -> User:
-        certificate = x509.load_der_x509_certificate(peer_certificate_der) if peer_certificate_der else None
-        if certificate is not None:
-            user = self._from_certificate(certificate, headers)
+        if peer_certificate_der:
+            user = self._from_certificate(self._verdict(peer_certificate_der), headers)
             if user is not None:
                 return user
         authorization = headers.get("Authorization") or ""
@@ -82,19 +93,33 @@ class Authenticator:
             return await self._from_token(token.strip())
         raise AccessDenied(401, "Unauthorized")
 
-    def _from_certificate(self, certificate: x509.Certificate, headers: MultiMapping[str]) -> User | None:
-        proxy = self.requestheader
-        if proxy is not None and issued_by(certificate, list(proxy.authorities)):
+    def _verdict(self, der: bytes) -> CertificateVerdict:
+        verdict = self._certificate_verdicts.get(der)
+        if verdict is None:
+            certificate = x509.load_der_x509_certificate(der)
+            proxy = self.requestheader
             name = common_name(certificate)
-            if proxy.allowed_names and name not in proxy.allowed_names:
-                log.warning("request-header client certificate CN %r is not in the allowed names", name)
-            else:
-                user = self._from_headers(proxy, headers)
-                if user is not None:
-                    return user
-        if self.client_authorities and issued_by(certificate, list(self.client_authorities)):
-            return User(username=common_name(certificate), groups=organizations(certificate))
-        return None
+            from_proxy_ca = proxy is not None and issued_by(certificate, list(proxy.authorities))
+            name_allowed = proxy is not None and (not proxy.allowed_names or name in proxy.allowed_names)
+            from_client_ca = bool(self.client_authorities) and issued_by(certificate, list(self.client_authorities))
+            verdict = CertificateVerdict(
+                proxy_allowed=from_proxy_ca and name_allowed,
+                proxy_denied_name=name if from_proxy_ca and not name_allowed else None,
+                client_user=User(username=name, groups=organizations(certificate)) if from_client_ca else None,
+            )
+            self._certificate_verdicts[der] = verdict
+        return verdict
+
+    def _from_certificate(self, verdict: CertificateVerdict, headers: MultiMapping[str]) -> User | None:
+        if verdict.proxy_denied_name is not None:
+            log.warning(
+                "request-header client certificate CN %r is not in the allowed names", verdict.proxy_denied_name
+            )
+        if verdict.proxy_allowed and self.requestheader is not None:
+            user = self._from_headers(self.requestheader, headers)
+            if user is not None:
+                return user
+        return verdict.client_user
 
     @staticmethod
     def _from_headers(proxy: RequestHeaderConfig, headers: MultiMapping[str]) -> User | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 from pathlib import Path
@@ -72,11 +71,14 @@ def serve(
     if settings.demo.enabled and not settings.server.is_loopback:
         raise click.UsageError("the demo binds to a loopback address only (it trusts its own local CA)")
     configure_logging(settings.log_level, settings.log_format)
+    import uvloop
+
     from adapters.types import AdapterError
     from autoscaler.app import serve as run_server  # heavy imports only when serving
 
     try:
-        asyncio.run(run_server(settings))
+        # uvloop's event loop and TLS transport serve about twice the requests per core.
+        uvloop.run(run_server(settings))
     except (OSError, AdapterError) as error:
         # A port in use, unreadable certificates, or a Kubernetes API that cannot be reached.
         click.echo(f"gpu-autoscaler: cannot serve: {error}", err=True)

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from autoscaler import __version__
 from autoscaler.provider import MetricInfo, ServedSeries
-from autoscaler.quantity import format_quantity
 
 GROUP = "external.metrics.k8s.io"
 VERSION = "v1beta1"
@@ -87,24 +85,8 @@ def api_resource_list(metrics: Iterable[MetricInfo]) -> dict[str, Any]:
     }
 
 
-def rfc3339(moment: datetime) -> str:
-    if moment.utcoffset() is None:
-        raise ValueError("timestamps must be timezone-aware")
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def external_metric_value_list(name: str, series: Sequence[ServedSeries]) -> dict[str, Any]:
-    items = []
-    for served in series:
-        item: dict[str, Any] = {
-            "metricName": name,
-            "metricLabels": dict(served.labels),
-            "timestamp": rfc3339(served.timestamp),
-            "value": format_quantity(served.value),
-        }
-        if served.window_seconds is not None:
-            item["window"] = served.window_seconds
-        items.append(item)
+    items = [{"metricName": name, **served.item} for served in series]
     return {"kind": "ExternalMetricValueList", "apiVersion": GROUP_VERSION, "metadata": {}, "items": items}
 
 

@@ -15,7 +15,7 @@ from adapters.types import AdapterError, Signal
 from autoscaler import demo, policy, refresher
 from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
 from autoscaler.refresher import MetricPlan, Refresher, RefreshSettings
-from autoscaler.selectors import EVERYTHING
+from autoscaler.selectors import EVERYTHING, Selector, parse_selector
 
 METRICS = (MetricInfo("gpu_demand_forecast", "demand"), MetricInfo("gpu_headroom", "headroom"))
 PLANS = (MetricPlan("gpu_demand_forecast", "gpus", "demand", 0.9), MetricPlan("gpu_headroom", "gpus", "headroom", 0.9))
@@ -223,3 +223,35 @@ async def test_step_down_is_paced_across_refreshes(parts):
     paced = second.series["gpu_demand_forecast"][0]
     assert paced.value == pytest.approx(before - 0.5)
     assert f"stepping down from {before:.2f} by at most 0.1 per minute" in paced.explanation
+
+
+def test_label_index_finds_the_same_series_as_a_scan():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from autoscaler.provider import ServedSeries, Snapshot
+    from autoscaler.selectors import format_selector
+    from tests.autoscaler.test_selectors import requirements
+
+    now = datetime(2026, 11, 20, tzinfo=UTC)
+    pools = ["a100", "h100", "l4", ""]
+    series = tuple(
+        ServedSeries("m", {"nodepool": pools[i % 4], "zone": f"z{i % 3}", **({"extra": "x"} if i % 5 == 0 else {})}, i, now)
+        for i in range(60)
+    )
+    snapshot = Snapshot(now, {"m": MetricInfo("m", "")}, {"m": series})
+    pool_selectors = st.builds(
+        lambda keys, values: ",".join(f"{k} in ({','.join(values)})" for k in keys),
+        st.lists(st.sampled_from(["nodepool", "zone", "extra", "missing"]), min_size=1, max_size=2, unique=True),
+        st.lists(st.sampled_from(["a100", "h100", "z0", "z2", "x", "nope"]), min_size=1, max_size=3, unique=True),
+    )
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.one_of(pool_selectors, st.lists(requirements, min_size=1, max_size=3).map(lambda r: format_selector(Selector(tuple(r))))))
+    def check(text):
+        selector = parse_selector(text)
+        scanned = [s for s in series if selector.matches(s.labels)]
+        indexed = [s for s in snapshot.candidates("m", selector) if selector.matches(s.labels)]
+        assert indexed == scanned
+
+    check()
