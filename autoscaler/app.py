@@ -213,8 +213,11 @@ async def running(
 ) -> AsyncIterator[Listening]:
     """Serve both apps on the configured address (port 0 picks a free one) until the block ends."""
     grace = settings.server.shutdown_grace.total_seconds()
+    # Closes connections that send no complete request for this long (idle or slowloris).
+    idle = settings.server.idle_timeout.total_seconds()
     runners = [
-        web.AppRunner(app, handle_signals=False, shutdown_timeout=grace, access_log=None) for app in (api_app, ops_app)
+        web.AppRunner(app, handle_signals=False, shutdown_timeout=grace, access_log=None, keepalive_timeout=idle)
+        for app in (api_app, ops_app)
     ]
     host = settings.server.bind_address
     secure_socket = _bind(host, settings.server.secure_port)

@@ -13,6 +13,20 @@ from autoscaler import __version__
 from autoscaler.settings import Settings, SettingsError, load_settings
 
 
+class MalformedRequestFilter(logging.Filter):
+    """aiohttp logs a malformed request with a traceback that quotes the offending bytes, which may hold
+    a token; keep one line naming the error class instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from aiohttp.http_exceptions import HttpProcessingError
+
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError):
+            record.msg, record.args, record.exc_info = "malformed request refused (%s)", (type(error).__name__,), None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
 def configure_logging(level: str, fmt: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
@@ -28,6 +42,8 @@ def configure_logging(level: str, fmt: str = "text") -> None:
     root.setLevel(level.upper())
     # aiohttp logs every request at INFO through its access logger; we count them in /metrics instead.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    server_logger = logging.getLogger("aiohttp.server")
+    server_logger.filters[:] = [MalformedRequestFilter()]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -57,6 +57,9 @@ class ServerSettings(_Strict):
     http_port: int | None = Field(default=8080, ge=0, le=65535)
     tls: TLSSettings = TLSSettings()
     shutdown_grace: Duration = timedelta(seconds=10)
+    # A connection that sends no complete request for this long is closed: idle keep-alive
+    # connections and slow-header (slowloris) clients alike.
+    idle_timeout: Duration = timedelta(seconds=30)
 
     @model_validator(mode="after")
     def _ports_differ(self) -> ServerSettings:

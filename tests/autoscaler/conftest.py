@@ -85,6 +85,7 @@ def server_settings(pki: PKI, tmp_path: Path, **auth: object) -> Settings:
                     "reload_interval": "100ms",
                 },
                 "shutdown_grace": "2s",
+                "idle_timeout": "1s",
             },
             "auth": {
                 "mode": "files",

@@ -1,0 +1,157 @@
+"""Hostile input against the running server: traversal, oversized requests, slow clients, secrets."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+
+import aiohttp
+import pytest
+
+from tests.autoscaler.conftest import RunningServer
+
+PREFIX = "/apis/external.metrics.k8s.io/v1beta1"
+
+
+async def raw_request(server: RunningServer, data: bytes, client="alice", read_timeout=5.0) -> bytes:
+    context = server.ssl_context(getattr(server.pki, client) if client else None)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.listening.secure_port, ssl=context)
+    writer.write(data)
+    await writer.drain()
+    try:
+        return await asyncio.wait_for(reader.read(65536), read_timeout)
+    finally:
+        writer.close()
+
+
+async def still_serving(server: RunningServer) -> None:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(
+            server.base_url + f"{PREFIX}/namespaces/default/gpu_headroom", ssl=server.ssl_context(server.pki.alice)
+        ) as response,
+    ):
+        assert response.status == 200
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"{PREFIX}/namespaces/../../../../etc/passwd",
+        f"{PREFIX}/namespaces/%2e%2e/%2e%2e/etc/passwd",
+        "/apis/..%2f..%2fetc%2fpasswd",
+        "//etc/passwd",
+        f"{PREFIX}/namespaces/default/gpu_headroom/../../../../../etc/shadow",
+    ],
+)
+async def test_path_traversal_never_reaches_a_file(api_server, path):
+    answer = await raw_request(api_server, f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    status_line = answer.split(b"\r\n", 1)[0]
+    assert status_line.split()[1] in (b"400", b"404"), answer[:200]
+    assert b"root:" not in answer
+    await still_serving(api_server)
+
+
+async def test_oversized_header_is_rejected_and_the_server_keeps_serving(api_server):
+    answer = await raw_request(
+        api_server, b"GET /apis HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20_000 + b"\r\nConnection: close\r\n\r\n"
+    )
+    assert answer.split(b"\r\n", 1)[0].split()[1] in (b"400", b"431")
+    await still_serving(api_server)
+
+
+def test_malformed_request_logs_one_line_without_the_content(caplog):
+    from aiohttp.http_exceptions import LineTooLong
+
+    from autoscaler.cli import MalformedRequestFilter
+
+    logger = logging.getLogger("test.aiohttp.server")
+    logger.addFilter(MalformedRequestFilter())
+    try:
+        raise LineTooLong(b"Authorization: Bearer s3cr3t" * 10, 8190)
+    except LineTooLong:
+        with caplog.at_level(logging.DEBUG):
+            logger.exception("Error handling request from %s", "127.0.0.1")
+    (record,) = caplog.records
+    assert (record.levelname, record.getMessage()) == ("WARNING", "malformed request refused (LineTooLong)")
+    assert "s3cr3t" not in caplog.text
+
+
+async def test_huge_selector_is_a_400_not_a_crash(api_server):
+    selector = ",".join(f"k{i}=v" for i in range(3000))  # about 20 KB, over the URL line limit too
+    answer = await raw_request(
+        api_server,
+        f"GET {PREFIX}/namespaces/d/gpu_headroom?labelSelector={selector} HTTP/1.1\r\n"
+        "Host: x\r\nConnection: close\r\n\r\n".encode(),
+    )
+    assert answer.split(b"\r\n", 1)[0].split()[1] in (b"400", b"414")
+    await still_serving(api_server)
+
+
+async def test_selector_just_under_the_line_limit_is_parsed_and_refused_politely(api_server):
+    selector = ",".join(f"k{i}=v" for i in range(700))
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(
+            api_server.base_url + f"{PREFIX}/namespaces/d/gpu_headroom",
+            params={"labelSelector": selector},
+            ssl=api_server.ssl_context(api_server.pki.alice),
+        ) as response,
+    ):
+        assert response.status == 404  # valid syntax, matches nothing
+        assert (await response.json())["reason"] == "NotFound"
+
+
+async def test_oversized_body_is_never_read(api_server):
+    body = b"x" * (2 * 1024 * 1024)
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(
+            api_server.base_url + f"{PREFIX}/namespaces/default/gpu_headroom",
+            data=body,
+            ssl=api_server.ssl_context(api_server.pki.alice),
+        ) as response,
+    ):
+        assert response.status in (405, 413)
+    await still_serving(api_server)
+
+
+async def test_slow_header_client_is_dropped_and_others_are_served(api_server):
+    context = api_server.ssl_context(api_server.pki.alice)
+    reader, writer = await asyncio.open_connection("127.0.0.1", api_server.listening.secure_port, ssl=context)
+    started = time.monotonic()
+    writer.write(b"GET /apis HTTP/1.1\r\nHost: x\r\n")
+    await writer.drain()
+    # The slow client dribbles one header line at a time and never finishes the request.
+    closed = False
+    for index in range(40):
+        await still_serving(api_server)
+        try:
+            writer.write(f"X-Slow-{index}: y\r\n".encode())
+            await writer.drain()
+            closed = await asyncio.wait_for(reader.read(1024), 0.1) == b""
+        except TimeoutError:
+            continue
+        except (ConnectionError, ssl.SSLError):
+            closed = True
+        if closed:
+            break
+    writer.close()
+    assert closed, "the server kept a slow client for 4 s with idle_timeout 1 s"
+    assert time.monotonic() - started < 4
+
+
+async def test_rejected_tokens_are_not_logged(api_server, caplog):
+    with caplog.at_level(logging.DEBUG):
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(
+                api_server.base_url + f"{PREFIX}/namespaces/default/gpu_headroom",
+                headers={"Authorization": "Bearer s3cr3t-t0ken-value"},
+                ssl=api_server.ssl_context(None),
+            ) as response,
+        ):
+            assert response.status == 401
+    assert "s3cr3t-t0ken-value" not in caplog.text
