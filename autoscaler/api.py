@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from autoscaler import kube_objects
+from autoscaler import inspection, kube_objects
 from autoscaler.auth import AccessDenied, Authenticator, Authorizer, User
 from autoscaler.provider import MetricNotFound, MetricsProvider, MetricUnavailable
 from autoscaler.selectors import SelectorError, parse_selector
@@ -240,4 +240,5 @@ def build_ops_app(*, provider: MetricsProvider, readiness: Readiness, self_metri
     _shared_state(app, provider, readiness, self_metrics)
     _add_probes(app)
     app.router.add_get("/metrics", prometheus_metrics)
+    inspection.add_inspection_routes(app)
     return app

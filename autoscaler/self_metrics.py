@@ -1,42 +1,192 @@
-"""The service's own Prometheus metrics, on its own registry (never the process-wide default)."""
+"""The service's own Prometheus metrics, on its own registry (never the process-wide default).
+
+Request counters and latencies are updated by the API middleware. Everything about forecasts and
+refreshes is read at scrape time by custom collectors, from the current snapshot and the refresher's
+stats, so a scrape always shows exactly what is being served and nothing has to be kept in sync.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
 
+import numpy as np
+import pandas as pd
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from autoscaler.provider import Snapshot
+from autoscaler.provider import ServedSeries, Snapshot
+from autoscaler.refresher import RefreshStats
+from forecast.types import Forecast
+
+Clock = Callable[[], datetime]
+_INVALID_LABEL_CHARACTERS = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def series_labels(metric: str, labels: Mapping[str, str]) -> dict[str, str]:
+    """``metric`` plus each series label as ``label_<key>``; keys such as ``a.b/c`` become ``label_a_b_c``."""
+    return {"metric": metric, **{f"label_{_INVALID_LABEL_CHARACTERS.sub('_', k)}": v for k, v in labels.items()}}
+
+
+def _number(details: Mapping[str, Any], key: str) -> float | None:
+    value = details.get(key)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def lead_time_peaks(series: ServedSeries) -> tuple[float, float, float] | None:
+    """(quantile level, max upper quantile, max mean) over ``[timestamp, timestamp + lead time]``.
+
+    The same span the policy takes its peak over; ``None`` when the series carries no forecast.
+    """
+    forecast = series.details.get("forecast")
+    level = _number(series.details, "quantile")
+    lead_seconds = _number(series.details, "lead_time_seconds")
+    if not isinstance(forecast, Forecast) or level is None or lead_seconds is None or not len(forecast.timestamps):
+        return None
+    if level not in forecast.quantiles:
+        return None
+    horizon_end = pd.Timestamp(series.timestamp) + pd.Timedelta(seconds=lead_seconds)
+    inside = np.asarray(forecast.timestamps <= horizon_end)
+    if not inside.any():  # the first step is always inside, as in the policy
+        inside[0] = True
+    upper, mean = forecast.quantiles[level][inside], forecast.mean[inside]
+    if not (np.isfinite(upper).any() and np.isfinite(mean).any()):
+        return None
+    return level, float(np.nanmax(upper)), float(np.nanmax(mean))
 
 
 class SnapshotCollector(Collector):
-    """Exports the served values at scrape time, read from the current snapshot.
+    """Served values, forecasts, staleness, models and backtest scores, read from the current snapshot.
 
     Each series keeps its own labels, so KEDA's Prometheus scaler or Grafana can read exactly what an
     HPA would (the coexistence path when another provider owns the external metrics API).
     """
 
-    def __init__(self, current: Callable[[], Snapshot]) -> None:
+    def __init__(self, current: Callable[[], Snapshot], clock: Clock | None = None) -> None:
         self._current = current
+        self._clock = clock or (lambda: datetime.now(UTC))
 
     def collect(self) -> Iterable[Metric]:
         snapshot = self._current()
-        served = Metric("gpu_autoscaler_served_value", "Value served on the external metrics API", "gauge")
-        age = Metric(
-            "gpu_autoscaler_series_age_seconds", "Seconds since the inputs of a served value were pulled", "gauge"
+        now = self._clock()
+        served = GaugeMetricFamily("gpu_autoscaler_served_value", "Value served on the external metrics API")
+        upper = GaugeMetricFamily(
+            "gpu_autoscaler_forecast_upper", "Highest forecast at the policy quantile over the lead time"
         )
-        now = snapshot.created_at
+        mean = GaugeMetricFamily("gpu_autoscaler_forecast_mean", "Highest forecast mean over the lead time")
+        age = GaugeMetricFamily(
+            "gpu_autoscaler_series_age_seconds", "Seconds since the inputs of a served value were pulled"
+        )
+        lead_time = GaugeMetricFamily(
+            "gpu_autoscaler_lead_time_seconds", "Lead time the served value looks ahead (node launch to ready)"
+        )
+        fit = GaugeMetricFamily(
+            "gpu_autoscaler_fit_duration_seconds", "Wall time of the last model fit and selection of a series"
+        )
+        model = GaugeMetricFamily("gpu_autoscaler_model_info", "The model selected by backtest (always 1)")
+        pinball = GaugeMetricFamily(
+            "gpu_autoscaler_backtest_pinball", "Backtest pinball loss at the policy quantile, per candidate model"
+        )
+        under = GaugeMetricFamily(
+            "gpu_autoscaler_under_provision_rate",
+            "Share of backtest points where the selected model's upper forecast was below demand",
+        )
+        created = GaugeMetricFamily(
+            "gpu_autoscaler_snapshot_timestamp_seconds", "When the served snapshot was built (Unix seconds)"
+        )
+        created.add_metric([], snapshot.created_at.timestamp())
         for name, series_list in snapshot.series.items():
             for series in series_list:
-                labels = {"metric": name, **{f"label_{k}": v for k, v in series.labels.items()}}
-                served.add_sample("gpu_autoscaler_served_value", labels, series.value)
-                age.add_sample(
-                    "gpu_autoscaler_series_age_seconds", labels, max(0.0, (now - series.timestamp).total_seconds())
-                )
-        yield served
-        yield age
+                labels = series_labels(name, series.labels)
+                served.add_sample(served.name, labels, series.value)
+                age.add_sample(age.name, labels, max(0.0, (now - series.timestamp).total_seconds()))
+                self._add_forecast(series, labels, upper, mean, lead_time, fit)
+                self._add_models(series, labels, model, pinball, under)
+        yield from (served, upper, mean, age, lead_time, fit, model, pinball, under, created)
+
+    @staticmethod
+    def _add_forecast(
+        series: ServedSeries,
+        labels: dict[str, str],
+        upper: GaugeMetricFamily,
+        mean: GaugeMetricFamily,
+        lead_time: GaugeMetricFamily,
+        fit: GaugeMetricFamily,
+    ) -> None:
+        peaks = lead_time_peaks(series)
+        if peaks is not None:
+            level, upper_peak, mean_peak = peaks
+            upper.add_sample(upper.name, {**labels, "quantile": f"{level:g}"}, upper_peak)
+            mean.add_sample(mean.name, labels, mean_peak)
+        lead_seconds = _number(series.details, "lead_time_seconds")
+        if lead_seconds is not None:
+            lead_time.add_sample(lead_time.name, labels, lead_seconds)
+        fit_seconds = _number(series.details, "fit_seconds")
+        if fit_seconds is not None:
+            fit.add_sample(fit.name, labels, fit_seconds)
+
+    @staticmethod
+    def _add_models(
+        series: ServedSeries,
+        labels: dict[str, str],
+        model: GaugeMetricFamily,
+        pinball: GaugeMetricFamily,
+        under: GaugeMetricFamily,
+    ) -> None:
+        selected = series.details.get("model")
+        if isinstance(selected, str):
+            model.add_sample(model.name, {**labels, "model": selected}, 1.0)
+        scores = series.details.get("scores")
+        if not isinstance(scores, Mapping):
+            return
+        for candidate, score in sorted(scores.items()):
+            if not isinstance(score, Mapping):
+                continue
+            loss = _number(score, "pinball")
+            if loss is not None:
+                pinball.add_sample(pinball.name, {**labels, "model": str(candidate)}, loss)
+            rate = _number(score, "under_provision_rate")
+            if candidate == selected and rate is not None and math.isfinite(rate):
+                under.add_sample(under.name, labels, rate)
+
+
+class RefreshCollector(Collector):
+    """Per-signal pull health and refresh timing, read from the refresher's stats at scrape time.
+
+    ``stats`` returns ``None`` while no refresher runs (before start-up, or with no signals).
+    """
+
+    def __init__(self, stats: Callable[[], RefreshStats | None]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterable[Metric]:
+        stats = self._stats()
+        last_success = GaugeMetricFamily(
+            "gpu_autoscaler_last_success_timestamp_seconds",
+            "When a signal was last pulled and fitted successfully (Unix seconds)",
+            labels=["signal"],
+        )
+        failures = CounterMetricFamily(
+            "gpu_autoscaler_refresh_failures", "Failed pulls or fits per signal", labels=["signal"]
+        )
+        refreshes = CounterMetricFamily("gpu_autoscaler_refreshes", "Refreshes run (pull, fit, swap)")
+        duration = GaugeMetricFamily(
+            "gpu_autoscaler_refresh_duration_seconds", "Wall time of the last refresh (all pulls and fits)"
+        )
+        if stats is not None:
+            for signal in sorted(stats.last_success.keys() | stats.failures.keys()):
+                # A signal that never failed still gets a 0, so rate() and increase() work from the start.
+                failures.add_metric([signal], stats.failures.get(signal, 0))
+                if signal in stats.last_success:
+                    last_success.add_metric([signal], stats.last_success[signal].timestamp())
+            refreshes.add_metric([], stats.refreshes)
+            if stats.refreshes:
+                duration.add_metric([], stats.last_duration_s)
+        yield from (last_success, failures, refreshes, duration)
 
 
 class SelfMetrics:
@@ -62,5 +212,8 @@ class SelfMetrics:
             registry=self.registry,
         )
 
-    def watch_snapshots(self, current: Callable[[], Snapshot]) -> None:
-        self.registry.register(SnapshotCollector(current))
+    def watch_snapshots(self, current: Callable[[], Snapshot], clock: Clock | None = None) -> None:
+        self.registry.register(SnapshotCollector(current, clock))
+
+    def watch_refreshes(self, stats: Callable[[], RefreshStats | None]) -> None:
+        self.registry.register(RefreshCollector(stats))

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the test suite runs for real, when they are missing.
+# Installs the Debian packages the test suite runs for real (Prometheus, headless Chromium), when missing.
 # kubectl is expected on the machine already (it is not packaged by Debian).
 set -euo pipefail
 
 missing=()
 command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)  # the web page test drives it headless
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi

@@ -1,0 +1,198 @@
+"""The OpenAPI 3 document of the inspection API (served at ``/openapi.json``).
+
+A test fuzzes the running API from this document with schemathesis, so a handler and its
+description cannot drift apart silently.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Metric names as the service accepts them in a path segment: no slash, no dot segments.
+METRIC_NAME_PATTERN = r"^[A-Za-z0-9_:][A-Za-z0-9_:.-]{0,252}$"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {**schema, "nullable": True}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _object(properties: dict[str, Any], *, required: bool = True) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
+    if required:
+        schema["required"] = list(properties)
+    return schema
+
+
+_NUMBER_OR_NULL = _nullable({"type": "number"})
+_TIMESTAMP = {"type": "string", "format": "date-time", "description": "RFC 3339, UTC"}
+_LABELS = {"type": "object", "additionalProperties": {"type": "string"}}
+
+
+def _schemas() -> dict[str, Any]:
+    return {
+        "Error": {
+            "type": "object",
+            "required": ["error"],
+            "properties": {
+                "error": {"type": "string", "description": "what went wrong, for people"},
+                "metric": {"type": "string", "description": "the metric asked for (404)"},
+                "parameter": {"type": "string", "description": "the query parameter at fault (400)"},
+            },
+            "additionalProperties": False,
+        },
+        "Backtest": _object(
+            {
+                "quantile": {**_NUMBER_OR_NULL, "description": "the policy quantile the pinball loss is taken at"},
+                "scores": {
+                    "type": "object",
+                    "description": "rolling-origin backtest scores per candidate model (null: not finite)",
+                    "additionalProperties": {"type": "object", "additionalProperties": _NUMBER_OR_NULL},
+                },
+            }
+        ),
+        "History": _object(
+            {
+                "timestamps": {"type": "array", "items": _TIMESTAMP},
+                "values": {"type": "array", "items": _NUMBER_OR_NULL, "description": "null marks a gap"},
+            }
+        ),
+        "Forecast": _nullable(
+            _object(
+                {
+                    "timestamps": {"type": "array", "items": _TIMESTAMP},
+                    "mean": {"type": "array", "items": _NUMBER_OR_NULL},
+                    "quantiles": {
+                        "type": "object",
+                        "description": 'arrays by quantile level, e.g. "0.9"',
+                        "additionalProperties": {"type": "array", "items": _NUMBER_OR_NULL},
+                    },
+                }
+            )
+        ),
+        "Window": _object(
+            {
+                "namespace": {"type": "string"},
+                "name": {"type": "string"},
+                "start": _TIMESTAMP,
+                "end": _TIMESTAMP,
+                "gpus": {"type": "number"},
+                "source": {"type": "string", "description": "cronjob or config"},
+            }
+        ),
+        "SeriesDetail": _object(
+            {
+                "metric": {"type": "string"},
+                "labels": _LABELS,
+                "value": {**_NUMBER_OR_NULL, "description": "what an HPA reads now (after the staleness fallback)"},
+                "explanation": {"type": "string"},
+                "model": _nullable({"type": "string"}),
+                "stale_seconds": {"type": "number", "minimum": 0},
+                "history": _ref("History"),
+                "forecast": _ref("Forecast"),
+                "windows": {"type": "array", "items": _ref("Window")},
+                "lead_time_seconds": _nullable({"type": "integer"}),
+                "backtest": _ref("Backtest"),
+            }
+        ),
+        "SeriesSummary": _object(
+            {
+                "labels": _LABELS,
+                "value": _NUMBER_OR_NULL,
+                "timestamp": _TIMESTAMP,
+                "stale_seconds": {"type": "number", "minimum": 0},
+                "model": _nullable({"type": "string"}),
+                "lead_time_seconds": _nullable({"type": "integer"}),
+                "backtest": _ref("Backtest"),
+            }
+        ),
+        "MetricSummary": _object(
+            {
+                "metric": {"type": "string"},
+                "description": {"type": "string"},
+                "unit": {"type": "string"},
+                "fallback": {"type": "string", "enum": ["hold", "static", "error"]},
+                "staleness_ttl_seconds": {"type": "number"},
+                "series": {"type": "array", "items": _ref("SeriesSummary")},
+            }
+        ),
+        "ForecastIndex": _object(
+            {
+                "snapshot": _object({"created_at": _TIMESTAMP, "last_error": _nullable({"type": "string"})}),
+                "metrics": {"type": "array", "items": _ref("MetricSummary")},
+            }
+        ),
+    }
+
+
+def openapi_document() -> dict[str, Any]:
+    """The whole document; built on each call (it is small) so no shared mutable state exists."""
+    error = _json(_ref("Error"), "")
+    return {
+        "openapi": "3.0.3",
+        "info": {
+            "title": "gpu-autoscaler inspection API",
+            "version": "1",
+            "description": (
+                "What the service serves on the external metrics API and why: forecasts, history, scheduled "
+                "windows and backtest scores. Read-only; answers come from the in-memory snapshot."
+            ),
+        },
+        "paths": {
+            "/api/v1/forecasts": {
+                "get": {
+                    "operationId": "listForecasts",
+                    "summary": "Every served metric and series with its value, staleness and model",
+                    "responses": {"200": _json(_ref("ForecastIndex"), "the current snapshot, summarised")},
+                }
+            },
+            "/api/v1/forecasts/{metric}": {
+                "get": {
+                    "operationId": "getForecast",
+                    "summary": "Each series of one metric: value, explanation, history, forecast, windows, scores",
+                    "parameters": [
+                        {
+                            "name": "metric",
+                            "in": "path",
+                            "required": True,
+                            "schema": {"type": "string", "pattern": METRIC_NAME_PATTERN},
+                        },
+                        {
+                            "name": "labelSelector",
+                            "in": "query",
+                            "required": False,
+                            "description": "Kubernetes label selector, e.g. nodepool=a100,region in (eu,us)",
+                            "schema": {"type": "string"},
+                        },
+                        {
+                            "name": "history",
+                            "in": "query",
+                            "required": False,
+                            "description": "how much history to return, counted back from its last point (6h)",
+                            "schema": {"type": "string", "default": "6h"},
+                        },
+                    ],
+                    "responses": {
+                        "200": _json({"type": "array", "items": _ref("SeriesDetail")}, "matching series"),
+                        "400": {**error, "description": "malformed labelSelector or history"},
+                        "404": {**error, "description": "the metric is not served"},
+                    },
+                }
+            },
+            "/openapi.json": {
+                "get": {
+                    "operationId": "getOpenAPI",
+                    "summary": "This document",
+                    "responses": {"200": _json({"type": "object"}, "OpenAPI 3 document")},
+                }
+            },
+        },
+        "components": {"schemas": _schemas()},
+    }

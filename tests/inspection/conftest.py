@@ -1,0 +1,185 @@
+"""A snapshot with real forecast arrays (the demo's Helios trace) and the ops app serving it.
+
+The server runs in its own thread and event loop so that synchronous clients (schemathesis'
+requests, a Chromium subprocess) and asynchronous ones can all talk to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from aiohttp import web
+
+from adapters.types import ScheduledWindow
+from autoscaler import policy
+from autoscaler.api import Readiness, build_ops_app
+from autoscaler.inspection import CLOCK
+from autoscaler.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
+from autoscaler.self_metrics import SelfMetrics
+from forecast.engine import EngineResult, fit_select_predict
+from forecast.io import read_series_csv
+
+TRACE = Path(__file__).resolve().parents[2] / "autoscaler" / "demo_data" / "helios_earth_running_gpus_5m.csv.gz"
+# The trace ends at 2020-05-28T23:55Z; the refresh happens one step later.
+NOW = datetime(2020, 5, 29, 0, 0, tzinfo=UTC)
+SCRAPE_DELAY = timedelta(seconds=42)
+LEAD_TIME = timedelta(minutes=30)
+QUANTILE = 0.9
+# Points of the served history that are gaps (NaN), counted from the end.
+GAP_POSITIONS = (-20, -19, -18)
+
+METRICS = (
+    MetricInfo("gpu_demand_forecast", "GPUs expected within the lead time", unit="GPUs"),
+    MetricInfo("gpu_headroom", "Placeholder GPUs to hold", unit="GPUs"),
+    MetricInfo("request_rate_forecast", "Requests per second", unit="req/s"),
+)
+WINDOW = ScheduledWindow(
+    source="cronjob",
+    namespace="research",
+    name="nightly-train",
+    start=NOW + timedelta(minutes=10),
+    end=NOW + timedelta(minutes=70),
+    gpus=64.0,
+    labels={"nodepool": "a100"},
+)
+
+
+@dataclass(frozen=True)
+class RealForecast:
+    snapshot: Snapshot
+    result: EngineResult
+    demand: ServedSeries
+    headroom: ServedSeries
+
+
+def _details(result: EngineResult, history: Any) -> dict[str, Any]:
+    # What the refresher writes into ServedSeries.details.
+    return {
+        "model": result.model,
+        "notes": list(result.notes),
+        "fit_seconds": result.fit_seconds,
+        "forecast": result.forecast,
+        "history": history,
+        "scores": result.scores,
+        "lead_time_seconds": int(LEAD_TIME.total_seconds()),
+        "lead_time_source": "configured",
+        "windows": [WINDOW],
+        "quantile": QUANTILE,
+    }
+
+
+def build_real_forecast() -> RealForecast:
+    series = read_series_csv(TRACE).iloc[-3 * 288 :]  # three days of 5-minute points: a fast fit
+    lead_steps = int(LEAD_TIME / timedelta(minutes=5))
+    result = fit_select_predict(
+        series, horizon_steps=lead_steps + 1, quantiles=(QUANTILE,), policy_quantile=QUANTILE, lead_steps=lead_steps
+    )
+    history = series.copy()
+    history.iloc[list(GAP_POSITIONS)] = np.nan  # gaps stay gaps: the API must answer null for them
+    demand = policy.forecast_demand(result.forecast, quantile=QUANTILE, now=NOW, lead_time=LEAD_TIME, windows=[WINDOW])
+    headroom = policy.headroom(demand, policy.last_observed(series))
+    details = _details(result, history)
+    demand_series = ServedSeries(
+        "gpu_demand_forecast",
+        {"nodepool": "a100"},
+        demand.value,
+        NOW,
+        explanation=f"{demand.explanation}; lead time configured",
+        details=details,
+    )
+    headroom_series = ServedSeries(
+        "gpu_headroom",
+        {"nodepool": "a100"},
+        headroom.value,
+        NOW,
+        explanation=f"{headroom.explanation}; lead time configured",
+        details=details,
+    )
+    # A series whose first forecast has not been made: no details at all.
+    bare = ServedSeries("gpu_demand_forecast", {"nodepool": "h100"}, 3.0, NOW - timedelta(minutes=2))
+    snapshot = Snapshot(
+        created_at=NOW,
+        metrics={info.name: info for info in METRICS},
+        series={
+            "gpu_demand_forecast": (demand_series, bare),
+            "gpu_headroom": (headroom_series,),
+            "request_rate_forecast": (),
+        },
+    )
+    return RealForecast(snapshot, result, demand_series, headroom_series)
+
+
+@pytest.fixture(scope="session")
+def real_forecast() -> RealForecast:
+    return build_real_forecast()
+
+
+@dataclass
+class OpsServer:
+    url: str
+    app: web.Application
+    self_metrics: SelfMetrics
+    provider: SnapshotProvider
+    forecast: RealForecast
+
+    def get(self, path: str) -> tuple[int, str, bytes]:
+        try:
+            with urllib.request.urlopen(self.url + path, timeout=30) as response:  # noqa: S310 - loopback
+                return response.status, response.headers.get("Content-Type", ""), response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.headers.get("Content-Type", ""), error.read()
+
+    def get_json(self, path: str) -> tuple[int, Any]:
+        status, content_type, body = self.get(path)
+        assert content_type.startswith("application/json"), (path, content_type, body[:200])
+        return status, json.loads(body)
+
+
+def build_app(snapshot: Snapshot) -> tuple[web.Application, SelfMetrics, SnapshotProvider]:
+    provider = SnapshotProvider(snapshot, clock=lambda: NOW + SCRAPE_DELAY)
+    self_metrics = SelfMetrics()
+    self_metrics.watch_snapshots(lambda: provider.snapshot, clock=lambda: NOW + SCRAPE_DELAY)
+    app = build_ops_app(provider=provider, readiness=Readiness(ready=True, reason="test"), self_metrics=self_metrics)
+    app[CLOCK] = lambda: NOW + SCRAPE_DELAY  # staleness is then exactly SCRAPE_DELAY
+    return app, self_metrics, provider
+
+
+@contextmanager
+def serve_in_thread(app: web.Application) -> Iterator[str]:
+    """Serve ``app`` on a free loopback port from a thread of its own; yields the base URL."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.setblocking(False)
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1)
+    loop.run_until_complete(runner.setup())
+    loop.run_until_complete(web.SockSite(runner, sock).start())
+    thread = threading.Thread(target=loop.run_forever, name="ops-server", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.run_until_complete(runner.cleanup())
+        loop.close()
+        sock.close()
+
+
+@pytest.fixture
+def ops_server(real_forecast: RealForecast) -> Iterator[OpsServer]:
+    app, self_metrics, provider = build_app(real_forecast.snapshot)
+    with serve_in_thread(app) as url:
+        yield OpsServer(url, app, self_metrics, provider, real_forecast)

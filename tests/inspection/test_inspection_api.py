@@ -1,0 +1,226 @@
+"""The inspection API's exact JSON shapes and status codes, on a snapshot with real forecast arrays."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from urllib.parse import quote
+
+import pytest
+
+from tests.inspection.conftest import GAP_POSITIONS, LEAD_TIME, NOW, QUANTILE, SCRAPE_DELAY, WINDOW, OpsServer
+
+DETAIL_KEYS = {
+    "metric",
+    "labels",
+    "value",
+    "explanation",
+    "model",
+    "stale_seconds",
+    "history",
+    "forecast",
+    "windows",
+    "lead_time_seconds",
+    "backtest",
+}
+
+
+def rfc3339(stamp) -> str:
+    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def expected_backtest(scores) -> dict:
+    return {
+        "quantile": QUANTILE,
+        "scores": {
+            model: {name: value if math.isfinite(value) else None for name, value in metrics.items()}
+            for model, metrics in scores.items()
+        },
+    }
+
+
+def test_list_forecasts(ops_server: OpsServer):
+    forecast = ops_server.forecast
+    code, body = ops_server.get_json("/api/v1/forecasts")
+    assert code == 200
+    backtest = expected_backtest(forecast.result.scores)
+    full = {
+        "labels": {"nodepool": "a100"},
+        "timestamp": "2020-05-29T00:00:00Z",
+        "stale_seconds": SCRAPE_DELAY.total_seconds(),
+        "model": forecast.result.model,
+        "lead_time_seconds": int(LEAD_TIME.total_seconds()),
+        "backtest": backtest,
+    }
+    assert body == {
+        "snapshot": {"created_at": "2020-05-29T00:00:00Z", "last_error": None},
+        "metrics": [
+            {
+                "metric": "gpu_demand_forecast",
+                "description": "GPUs expected within the lead time",
+                "unit": "GPUs",
+                "fallback": "hold",
+                "staleness_ttl_seconds": 900.0,
+                "series": [
+                    {**full, "value": forecast.demand.value},
+                    {
+                        "labels": {"nodepool": "h100"},
+                        "value": 3.0,
+                        "timestamp": "2020-05-28T23:58:00Z",
+                        "stale_seconds": SCRAPE_DELAY.total_seconds() + 120,
+                        "model": None,
+                        "lead_time_seconds": None,
+                        "backtest": {"quantile": None, "scores": {}},
+                    },
+                ],
+            },
+            {
+                "metric": "gpu_headroom",
+                "description": "Placeholder GPUs to hold",
+                "unit": "GPUs",
+                "fallback": "hold",
+                "staleness_ttl_seconds": 900.0,
+                "series": [{**full, "value": forecast.headroom.value}],
+            },
+            {
+                "metric": "request_rate_forecast",
+                "description": "Requests per second",
+                "unit": "req/s",
+                "fallback": "hold",
+                "staleness_ttl_seconds": 900.0,
+                "series": [],
+            },
+        ],
+    }
+
+
+def test_metric_detail_exact_shape(ops_server: OpsServer):
+    forecast = ops_server.forecast
+    code, body = ops_server.get_json("/api/v1/forecasts/gpu_demand_forecast")
+    assert code == 200
+    assert isinstance(body, list) and len(body) == 2
+    full, bare = body
+    assert set(full) == DETAIL_KEYS and set(bare) == DETAIL_KEYS
+
+    history = forecast.demand.details["history"]
+    tail = history[history.index >= history.index[-1] - timedelta(hours=6)]  # the default
+    assert len(tail) == 73
+    values = [None if math.isnan(v) else v for v in tail.to_numpy()]
+    assert values.count(None) == len(GAP_POSITIONS)
+    predicted = forecast.result.forecast
+    assert full == {
+        "metric": "gpu_demand_forecast",
+        "labels": {"nodepool": "a100"},
+        "value": forecast.demand.value,
+        "explanation": forecast.demand.explanation,
+        "model": forecast.result.model,
+        "stale_seconds": SCRAPE_DELAY.total_seconds(),
+        "history": {"timestamps": [rfc3339(t) for t in tail.index], "values": values},
+        "forecast": {
+            "timestamps": [rfc3339(t) for t in predicted.timestamps],
+            "mean": list(predicted.mean),
+            "quantiles": {"0.9": list(predicted.quantiles[QUANTILE])},
+        },
+        "windows": [
+            {
+                "namespace": "research",
+                "name": "nightly-train",
+                "start": "2020-05-29T00:10:00Z",
+                "end": "2020-05-29T01:10:00Z",
+                "gpus": WINDOW.gpus,
+                "source": "cronjob",
+            }
+        ],
+        "lead_time_seconds": 1800,
+        "backtest": expected_backtest(forecast.result.scores),
+    }
+    assert full["history"]["timestamps"][0] == "2020-05-28T17:55:00Z"
+    assert full["history"]["timestamps"][-1] == "2020-05-28T23:55:00Z"
+    assert full["forecast"]["timestamps"][0] == "2020-05-29T00:00:00Z"
+    assert len(full["forecast"]["mean"]) == 7  # lead time (6 steps) + 1
+    # The served value is the p90 peak within the lead time plus the scheduled window's GPUs.
+    within = [
+        u for t, u in zip(predicted.timestamps, predicted.quantiles[QUANTILE], strict=True) if t <= NOW + LEAD_TIME
+    ]
+    assert full["value"] == pytest.approx(max(within) + WINDOW.gpus)
+
+    assert bare == {
+        "metric": "gpu_demand_forecast",
+        "labels": {"nodepool": "h100"},
+        "value": 3.0,
+        "explanation": "",
+        "model": None,
+        "stale_seconds": SCRAPE_DELAY.total_seconds() + 120,
+        "history": {"timestamps": [], "values": []},
+        "forecast": None,
+        "windows": [],
+        "lead_time_seconds": None,
+        "backtest": {"quantile": None, "scores": {}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("query", "expected_pools"),
+    [
+        ("nodepool=a100", ["a100"]),
+        ("nodepool in (h100,b200)", ["h100"]),
+        ("nodepool!=a100", ["h100"]),
+        ("!nodepool", []),
+        ("", ["a100", "h100"]),
+    ],
+)
+def test_label_selector(ops_server: OpsServer, query: str, expected_pools: list[str]):
+    code, body = ops_server.get_json(f"/api/v1/forecasts/gpu_demand_forecast?labelSelector={quote(query)}")
+    assert code == 200
+    assert [series["labels"]["nodepool"] for series in body] == expected_pools
+
+
+@pytest.mark.parametrize(("history", "points"), [("1h", 13), ("90m", 19), ("0s", 1), ("30d", 864), ("6h", 73)])
+def test_history_window(ops_server: OpsServer, history: str, points: int):
+    code, body = ops_server.get_json(
+        f"/api/v1/forecasts/gpu_demand_forecast?labelSelector=nodepool%3Da100&history={history}"
+    )
+    assert code == 200
+    (series,) = body
+    assert len(series["history"]["timestamps"]) == len(series["history"]["values"]) == points
+    assert series["history"]["timestamps"][-1] == "2020-05-28T23:55:00Z"
+
+
+def test_metric_names_are_case_insensitive(ops_server: OpsServer):
+    code, body = ops_server.get_json("/api/v1/forecasts/GPU_Headroom")
+    assert code == 200
+    assert [series["metric"] for series in body] == ["gpu_headroom"]
+
+
+def test_metric_without_series_is_an_empty_list(ops_server: OpsServer):
+    assert ops_server.get_json("/api/v1/forecasts/request_rate_forecast") == (200, [])
+
+
+def test_unknown_metric_is_404(ops_server: OpsServer):
+    code, body = ops_server.get_json("/api/v1/forecasts/no_such_metric")
+    assert code == 404
+    assert body == {"error": "metric 'no_such_metric' is not served by gpu-autoscaler", "metric": "no_such_metric"}
+
+
+@pytest.mark.parametrize("selector", ["nodepool in (a100", "=a100", "nodepool=a100,", "Not A Key=1"])
+def test_bad_selector_is_400(ops_server: OpsServer, selector: str):
+    code, body = ops_server.get_json(f"/api/v1/forecasts/gpu_demand_forecast?labelSelector={quote(selector)}")
+    assert code == 400
+    assert set(body) == {"error", "parameter"}
+    assert body["parameter"] == "labelSelector"
+    assert body["error"].startswith("invalid labelSelector: ")
+
+
+@pytest.mark.parametrize("history", ["abc", "-1h", "6 hours", "inf", "1e300s", "nan", ""])
+def test_bad_history_is_400(ops_server: OpsServer, history: str):
+    code, body = ops_server.get_json(f"/api/v1/forecasts/gpu_demand_forecast?history={quote(history)}")
+    assert code == 400
+    assert body["parameter"] == "history"
+    assert body["error"].startswith(f"invalid history {history!r}")
+
+
+def test_openapi_document_is_served(ops_server: OpsServer):
+    code, body = ops_server.get_json("/openapi.json")
+    assert code == 200
+    assert body["openapi"].startswith("3.")
+    assert set(body["paths"]) == {"/api/v1/forecasts", "/api/v1/forecasts/{metric}", "/openapi.json"}

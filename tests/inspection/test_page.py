@@ -1,0 +1,235 @@
+"""The web page: server-side HTML, escaping, per-snapshot chart cache, and a real headless Chromium."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import re
+import shutil
+import struct
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from autoscaler import ui
+from autoscaler.provider import MetricInfo, ServedSeries, Snapshot
+from tests.inspection.conftest import NOW, WINDOW, OpsServer, build_app, serve_in_thread
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+
+def html_of(server: OpsServer, path: str, expected_status: int = 200) -> str:
+    status, content_type, body = server.get(path)
+    assert status == expected_status, (path, status, body[:300])
+    assert content_type.startswith("text/html"), content_type
+    return body.decode()
+
+
+def assert_self_contained(html: str) -> None:
+    """Nothing is fetched from anywhere: no scripts, stylesheets, fonts or images by URL."""
+    assert "<script" not in html
+    assert "<link" not in html
+    assert "@import" not in html
+    assert not re.search(r"url\((?!#)", html)  # SVG clip paths refer to ids in the page only
+    assert not re.search(r"""\ssrc\s*=""", html)
+    assert not re.search(r"""href\s*=\s*["'](?:https?:)?//""", html)
+    assert '<meta http-equiv="refresh" content="30">' in html
+
+
+def test_index_lists_and_links_every_metric(ops_server: OpsServer):
+    html = html_of(ops_server, "/")
+    assert_self_contained(html)
+    for name in ("gpu_demand_forecast", "gpu_headroom", "request_rate_forecast"):
+        assert f'<a href="/ui/{name}">{name}</a>' in html
+    assert f"{ops_server.forecast.demand.value:.2f}" in html
+    assert "no values yet" in html  # request_rate_forecast has no series
+
+
+def test_metric_page_shows_chart_numbers_reasons_and_models(ops_server: OpsServer):
+    html = html_of(ops_server, "/ui/gpu_demand_forecast")
+    assert_self_contained(html)
+    result = ops_server.forecast.result
+    assert html.count("<svg") == 1  # the h100 series has no data to draw
+    svg = html[html.index("<svg") : html.index("</svg>")]
+    assert svg.count("<path") > 20 and 'role="img"' in svg and "width=" not in svg[: svg.index(">")]
+    served = f"{ops_server.forecast.demand.value:.2f}"
+    assert (
+        f'<div class="fact served"><span class="name">Served value</span><span class="number">{served}</span>' in html
+    )
+    selected_row = re.search(r'<tr class="selected"><td>([^<]+)<span class="badge">selected</span>', html)
+    assert selected_row is not None and selected_row.group(1) == result.model
+    assert html.count("<tr class=") == len(result.scores)  # one row per backtested model
+    assert "research/nightly-train" in html and ">64<" in html
+    assert "plus scheduled windows research/nightly-train (64 GPUs)" in html
+    assert 'Age</span><span class="number">42 s' in html
+    assert "No backtest scores yet." in html  # the h100 series
+
+
+def test_unknown_metric_is_a_404_page_with_the_name_escaped(ops_server: OpsServer):
+    html = html_of(ops_server, "/ui/" + quote("<b>nope</b>", safe=""), expected_status=404)
+    assert "<b>nope</b>" not in html
+    assert "&lt;b&gt;nope&lt;/b&gt;" in html
+    assert "Metric not found" in html
+
+
+def test_bad_history_is_a_400_page(ops_server: OpsServer):
+    html = html_of(ops_server, "/ui/gpu_demand_forecast?history=soon", expected_status=400)
+    assert "invalid history &#x27;soon&#x27;" in html
+
+
+def test_every_text_is_escaped():
+    hostile = '<script>alert("x")</script>&'
+    info = MetricInfo("gpu_demand_forecast", f"description {hostile}", unit=hostile)
+    window = dataclasses.replace(WINDOW, namespace=hostile, name=hostile)
+    series = ServedSeries(
+        "gpu_demand_forecast",
+        {"pool": hostile},
+        1.0,
+        NOW,
+        explanation=f"because {hostile}",
+        details={"model": hostile, "notes": [hostile], "windows": [window], "scores": {hostile: {"pinball": 1.0}}},
+    )
+    snapshot = Snapshot(NOW, {info.name: info}, {info.name: (series,)}, last_error=hostile)
+    app, _, _ = build_app(snapshot)
+    with serve_in_thread(app) as url:
+        server = OpsServer(url, app, None, None, None)  # type: ignore[arg-type]
+        for path in ("/", "/ui/gpu_demand_forecast"):
+            html = html_of(server, path)
+            assert "<script" not in html, path
+            assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;" in html, path
+
+
+async def test_chart_cache_renders_once_per_snapshot_off_the_event_loop():
+    cache = ui.ChartCache()
+    loop_thread = threading.get_ident()
+    threads: list[int] = []
+
+    def render() -> str:
+        threads.append(threading.get_ident())
+        time.sleep(0.05)
+        return f"<svg>{len(threads)}</svg>"
+
+    first = Snapshot(NOW, {}, {})
+    key = ("m", (), 0.0)
+    charts = await asyncio.gather(*(cache.get(first, key, render) for _ in range(5)))
+    assert charts == ["<svg>1</svg>"] * 5  # concurrent requests share one rendering
+    assert threads[0] != loop_thread
+    assert await cache.get(first, key, render) == "<svg>1</svg>"
+    assert await cache.get(Snapshot(NOW, {}, {}), key, render) == "<svg>2</svg>"  # a new snapshot object
+    assert len(threads) == 2
+
+
+async def test_a_failed_rendering_is_not_cached():
+    cache = ui.ChartCache()
+    attempts: list[int] = []
+
+    def flaky() -> str:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise RuntimeError("font cache busy")
+        return "<svg/>"
+
+    snapshot = Snapshot(NOW, {}, {})
+    with pytest.raises(RuntimeError):
+        await cache.get(snapshot, ("m", (), 0.0), flaky)
+    assert await cache.get(snapshot, ("m", (), 0.0), flaky) == "<svg/>"
+
+
+def test_page_reuses_charts_until_the_snapshot_changes(ops_server: OpsServer, monkeypatch: pytest.MonkeyPatch):
+    rendered: list[str] = []
+    real_render = ui.render_chart
+
+    def counting(view):
+        rendered.append(view.info.name)
+        return real_render(view)
+
+    monkeypatch.setattr(ui, "render_chart", counting)
+    first = html_of(ops_server, "/ui/gpu_demand_forecast")
+    second = html_of(ops_server, "/ui/gpu_demand_forecast")
+    assert first == second and rendered == ["gpu_demand_forecast"]
+    ops_server.provider.swap(dataclasses.replace(ops_server.provider.snapshot))  # same data, new snapshot
+    html_of(ops_server, "/ui/gpu_demand_forecast")
+    assert rendered == ["gpu_demand_forecast"] * 2
+
+
+def test_a_slow_chart_does_not_block_the_other_endpoints(ops_server: OpsServer, monkeypatch: pytest.MonkeyPatch):
+    def slow(view):
+        time.sleep(2.5)
+        return "<svg></svg>"
+
+    monkeypatch.setattr(ui, "render_chart", slow)
+    with ThreadPoolExecutor(1) as pool:
+        page = pool.submit(html_of, ops_server, "/ui/gpu_headroom")
+        time.sleep(0.2)  # the rendering is under way
+        started = time.perf_counter()
+        assert ops_server.get("/healthz")[0] == 200
+        assert ops_server.get("/api/v1/forecasts")[0] == 200
+        assert time.perf_counter() - started < 1.0  # loopback answers take milliseconds; slack for a busy CI
+        assert not page.done()
+        assert "<svg></svg>" in page.result(timeout=10)
+
+
+# --- a real browser ------------------------------------------------------------------------------
+
+
+def chromium_binary() -> str:
+    found = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+    if found is None:
+        message = "headless Chromium is not installed (Debian package 'chromium'; make system-deps installs it)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    header = path.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    width, height = struct.unpack(">II", header[16:24])
+    return width, height
+
+
+@pytest.mark.chromium
+def test_page_in_headless_chromium(ops_server: OpsServer, tmp_path: Path):
+    chromium = chromium_binary()
+    ARTIFACTS.mkdir(exist_ok=True)
+    screenshot = ARTIFACTS / "inspection-ui-gpu_demand_forecast.png"
+    screenshot.unlink(missing_ok=True)
+    completed = subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--screenshot={screenshot}",
+            "--window-size=1280,900",
+            "--dump-dom",
+            ops_server.url + "/ui/gpu_demand_forecast",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    dom = completed.stdout
+    # The DOM as the browser built it: the inline SVG chart with drawn paths, and the numbers.
+    svg = dom[dom.index("<svg") : dom.index("</svg>")]
+    assert len(re.findall(r"<path\b", svg)) > 20
+    served = f"{ops_server.forecast.demand.value:.2f}"
+    assert re.search(rf'class="fact served">.*?<span class="number">{re.escape(served)}</span>', dom)
+    assert f"{ops_server.forecast.result.model}" in dom
+    assert re.search(r'<tr class="selected"><td>' + re.escape(ops_server.forecast.result.model), dom)
+    assert png_size(screenshot) == (1280, 900)
+    assert screenshot.stat().st_size > 20_000  # a blank page compresses to a few kB
