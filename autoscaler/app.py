@@ -18,13 +18,13 @@ from cryptography import x509
 from kubernetes_asyncio.client import ApiClient
 
 from adapters.kube_client import KubeClientSettings, create_api_client
-from autoscaler import demo, kube_access
+from autoscaler import demo, kube_access, persistence
 from autoscaler.api import AccessControl, Readiness, build_api_app, build_ops_app
 from autoscaler.auth import AllowAuthenticated, Authenticator, Authorizer, RequestHeaderConfig
 from autoscaler.certificates import load_certificates
 from autoscaler.pipeline import Pipeline, open_pipeline
-from autoscaler.provider import SnapshotProvider, empty_snapshot
-from autoscaler.refresher import Refresher
+from autoscaler.provider import Snapshot, SnapshotProvider, empty_snapshot
+from autoscaler.refresher import Refresher, RefreshStats
 from autoscaler.self_metrics import SelfMetrics
 from autoscaler.settings import Settings
 from autoscaler.tls import ServerTLS, ServingFiles, ensure_self_signed
@@ -47,6 +47,24 @@ def needs_kubernetes_api(settings: Settings) -> bool:
         or auth.mode == "kubernetes"
         or (auth.mode == "files" and auth.authorization == "kubernetes")
     )
+
+
+def after_refresh(
+    snapshot: Snapshot, readiness: Readiness, refresher: Refresher, pipeline: Pipeline, settings: Settings
+) -> None:
+    update_readiness(readiness, refresher, pipeline)
+    # Off the event loop: with thousands of series the file is a few MB.
+    path = settings.state_dir / persistence.FILE_NAME
+    task = asyncio.get_running_loop().run_in_executor(None, _save_quietly, path, snapshot)
+    task.add_done_callback(lambda _: None)
+
+
+def _save_quietly(path: Path, snapshot: Snapshot) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        persistence.save(path, snapshot)
+    except OSError as error:  # a read-only or full disk must not stop serving
+        log.warning("could not save served values to %s: %s", path, error)
 
 
 def update_readiness(readiness: Readiness, refresher: Refresher, pipeline: Pipeline) -> None:
@@ -130,6 +148,12 @@ def create_app(
     api_app = build_api_app(provider=provider, access=access, readiness=readiness, self_metrics=self_metrics)
     ops_app = build_ops_app(provider=provider, readiness=readiness, self_metrics=self_metrics)
 
+    def refresh_stats() -> RefreshStats | None:
+        refresher = api_app.get(REFRESHER)
+        return refresher.stats if refresher is not None else None
+
+    self_metrics.watch_refreshes(refresh_stats)
+
     async def refresher_ctx(app: web.Application) -> AsyncIterator[None]:
         # "spawn": forked children of a process with live threads and sockets are unsafe.
         pool = ProcessPoolExecutor(max_workers=settings.forecast.workers, mp_context=get_context("spawn"))
@@ -143,9 +167,18 @@ def create_app(
             windows=pipeline.windows,
             lead_time=pipeline.lead_time,
             caps=pipeline.caps,
-            on_success=lambda snapshot: update_readiness(readiness, refresher, pipeline),
+            on_success=lambda snapshot: after_refresh(snapshot, readiness, refresher, pipeline, settings),
         )
         app[REFRESHER] = refresher
+        saved_values = settings.state_dir / persistence.FILE_NAME
+        restored = persistence.load(saved_values, pipeline.metrics)
+        if restored is not None:
+            refresher.restore(restored)
+            readiness.ready = True
+            readiness.reason = (
+                f"serving values saved at {restored.created_at:%Y-%m-%dT%H:%M:%SZ}; first forecast pending"
+            )
+            log.info("restored served values saved at %s from %s", restored.created_at, saved_values)
 
         def mark_ready() -> None:
             if not readiness.ready:

@@ -171,27 +171,28 @@ class SnapshotProvider:
                 name, f"no series of external metric {name!r} in namespace {namespace!r} matches the selector"
             )
         now = self._clock()
-        return [self._apply_staleness(info, series, now) for series in matching]
+        return [apply_staleness(info, series, now) for series in matching]
 
-    @staticmethod
-    def _apply_staleness(info: MetricInfo, series: ServedSeries, now: datetime) -> ServedSeries:
-        age = now - series.timestamp
-        if age <= info.staleness_ttl or info.fallback == "hold":
-            return series
-        if info.fallback == "error":
-            raise MetricUnavailable(
-                info.name,
-                f"external metric {info.name!r} is stale ({int(age.total_seconds())} s old, "
-                f"TTL {int(info.staleness_ttl.total_seconds())} s); the HPA keeps its current replicas",
-            )
-        assert info.fallback_value is not None  # noqa: S101 - settings validation guarantees it
-        return ServedSeries(
-            metric=series.metric,
-            labels=series.labels,
-            value=info.fallback_value,
-            timestamp=series.timestamp,
-            namespace=series.namespace,
-            window_seconds=series.window_seconds,
-            explanation=f"stale for {int(age.total_seconds())} s: static fallback {info.fallback_value}",
-            details=series.details,
+
+def apply_staleness(info: MetricInfo, series: ServedSeries, now: datetime) -> ServedSeries:
+    """The series as the API serves it now: past the TTL its metric's fallback applies."""
+    age = now - series.timestamp
+    if age <= info.staleness_ttl or info.fallback == "hold":
+        return series
+    if info.fallback == "error":
+        raise MetricUnavailable(
+            info.name,
+            f"external metric {info.name!r} is stale ({int(age.total_seconds())} s old, "
+            f"TTL {int(info.staleness_ttl.total_seconds())} s); the HPA keeps its current replicas",
         )
+    assert info.fallback_value is not None  # noqa: S101 - settings validation guarantees it
+    return ServedSeries(
+        metric=series.metric,
+        labels=series.labels,
+        value=info.fallback_value,
+        timestamp=series.timestamp,
+        namespace=series.namespace,
+        window_seconds=series.window_seconds,
+        explanation=f"stale for {int(age.total_seconds())} s: static fallback {info.fallback_value}",
+        details=series.details,
+    )

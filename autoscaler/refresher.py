@@ -83,6 +83,8 @@ LeadTimeFunction = Callable[[Mapping[str, str]], policy.LeadTime]
 # (plan, series labels, GPUs requested now) -> the caps that apply (ResourceQuota, NodePool limits).
 CapsFunction = Callable[[MetricPlan, Mapping[str, str], float], Sequence[policy.Cap]]
 NODEPOOL_LABEL = "nodepool"
+# The kinds of served value that count scheduled GPU windows.
+WINDOW_KINDS = frozenset({"demand", "headroom"})
 
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]
 
@@ -148,6 +150,19 @@ class Refresher:
         # What each (metric, series) served last, for paced step-downs.
         self._previous: dict[tuple[str, SeriesKey], tuple[float, datetime]] = {}
 
+    def restore(self, snapshot: Snapshot) -> None:
+        """Serve values saved before a restart until a fresh forecast (or its failure) replaces them."""
+        signal_of = {plan.metric: plan.signal for plan in self.plans}
+        grouped: dict[SeriesKey, list[ServedSeries]] = {}
+        for series_list in snapshot.series.values():
+            for series in series_list:
+                if series.metric in signal_of:
+                    key = (signal_of[series.metric], tuple(sorted(series.labels.items())))
+                    grouped.setdefault(key, []).append(series)
+        for key, restored in grouped.items():
+            self._served.setdefault(key, tuple(restored))
+        self.provider.swap(self._build(snapshot.created_at))
+
     async def _pull(self, source: SignalSource, now: datetime) -> list[Signal]:
         try:
             signals = await source.pull(now)
@@ -188,8 +203,11 @@ class Refresher:
         selected = self._selected.get(key)
         reselect = selected is None or now - selected[1] >= self.settings.reselect_every
         candidates = None if reselect or selected is None else (selected[0],)
-        # Past runs of known jobs come out of the history: the schedule adds them back, once.
-        known = tuple((w.start, w.end, w.gpus) for w in windows_for(signal.labels, past_windows))
+        # Past runs of known jobs come out of a GPU history (the schedule adds them back, once); a
+        # request-rate history holds no GPUs to take out.
+        uses_windows = any(p.kind in WINDOW_KINDS for p in self.plans if p.signal == signal.name)
+        relevant_past = windows_for(signal.labels, past_windows) if uses_windows else []
+        known = tuple((w.start, w.end, w.gpus) for w in relevant_past)
         loop = asyncio.get_running_loop()
         call = loop.run_in_executor(
             self.pool, _fit_in_worker, signal.series, lead_steps, quantiles, candidates, known, capacity_inputs
@@ -257,7 +275,7 @@ class Refresher:
     ) -> tuple[policy.Decision | None, policy.LeadTime, list[ScheduledWindow]]:
         signal, engine = fitted.signal, fitted.result.engine
         lead_time = self.lead_time(signal.labels)
-        relevant = windows_for(signal.labels, windows) if plan.kind in ("demand", "headroom") else []
+        relevant = windows_for(signal.labels, windows) if plan.kind in WINDOW_KINDS else []
         demand = policy.forecast_demand(
             engine.forecast, quantile=plan.quantile, now=now, lead_time=lead_time.value, windows=relevant
         )
