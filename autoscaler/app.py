@@ -8,9 +8,7 @@ import logging
 import signal
 import socket
 from collections.abc import AsyncIterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from multiprocessing import get_context
 from pathlib import Path
 
 from aiohttp import web
@@ -28,6 +26,7 @@ from autoscaler.refresher import Refresher, RefreshStats
 from autoscaler.self_metrics import SelfMetrics
 from autoscaler.settings import Settings
 from autoscaler.tls import ServerTLS, ServingFiles, ensure_self_signed
+from autoscaler.workers import forecast_pool
 
 log = logging.getLogger(__name__)
 
@@ -155,8 +154,7 @@ def create_app(
     self_metrics.watch_refreshes(refresh_stats)
 
     async def refresher_ctx(app: web.Application) -> AsyncIterator[None]:
-        # "spawn": forked children of a process with live threads and sockets are unsafe.
-        pool = ProcessPoolExecutor(max_workers=settings.forecast.workers, mp_context=get_context("spawn"))
+        pool = forecast_pool(settings.forecast.workers)
         refresher = Refresher(
             provider=provider,
             sources=pipeline.sources,

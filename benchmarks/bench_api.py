@@ -41,9 +41,8 @@ ADAPTER_QUERY = 'sum(kube_pod_container_resource_requests{resource="nvidia_com_g
 def serve(series_count: int, pki_dir: Path, prometheus_url: str | None) -> None:
     from aiohttp import web
 
-    from autoscaler.api import build_api_app, status_response
+    from autoscaler.api import Readiness, build_api_app, build_ops_app, status_response
     from autoscaler.app import build_access, client_ca_pems, running
-    from autoscaler.api import Readiness, build_ops_app
     from autoscaler.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
     from autoscaler.self_metrics import SelfMetrics
     from autoscaler.settings import Settings
@@ -59,7 +58,11 @@ def serve(series_count: int, pki_dir: Path, prometheus_url: str | None) -> None:
     settings = Settings.model_validate(
         {
             "server": {"bind_address": "127.0.0.1", "secure_port": 0, "http_port": None},
-            "auth": {"mode": "files", "client_ca_file": str(pki_dir / "client-ca.crt"), "authorization": "allow-authenticated"},
+            "auth": {
+                "mode": "files",
+                "client_ca_file": str(pki_dir / "client-ca.crt"),
+                "authorization": "allow-authenticated",
+            },
         }
     )
 
@@ -78,12 +81,26 @@ def serve(series_count: int, pki_dir: Path, prometheus_url: str | None) -> None:
                 if body.get("status") != "success" or not body["data"]["result"]:
                     return status_response(404, "no data")
                 value = float(body["data"]["result"][0]["value"][1])
-                item = {"metricName": "gpu_demand_forecast", "metricLabels": {}, "timestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "value": f"{int(value)}"}
-                return web.json_response({"kind": "ExternalMetricValueList", "apiVersion": "external.metrics.k8s.io/v1beta1", "metadata": {}, "items": [item]})
+                item = {
+                    "metricName": "gpu_demand_forecast",
+                    "metricLabels": {},
+                    "timestamp": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    "value": f"{int(value)}",
+                }
+                return web.json_response(
+                    {
+                        "kind": "ExternalMetricValueList",
+                        "apiVersion": "external.metrics.k8s.io/v1beta1",
+                        "metadata": {},
+                        "items": [item],
+                    }
+                )
 
             app.router.add_get("/adapter/namespaces/{namespace}/{metric}", adapter)
         ops = build_ops_app(provider=provider, readiness=readiness, self_metrics=metrics)
-        tls = ServerTLS(ServingFiles(pki_dir / "serving.crt", pki_dir / "serving.key", generated=False), client_ca_pems(access))
+        tls = ServerTLS(
+            ServingFiles(pki_dir / "serving.crt", pki_dir / "serving.key", generated=False), client_ca_pems(access)
+        )
         async with running(settings, api_app=app, ops_app=ops, tls=tls) as listening:
             print(listening.secure_port, flush=True)
             await asyncio.Event().wait()
@@ -140,7 +157,9 @@ async def load(url: str, context: ssl.SSLContext, connections: int, duration_s: 
                 latencies.append((time.perf_counter() - started) * 1000)
 
         # Warm the connections (TLS handshakes) before timing.
-        await asyncio.gather(*(session.get(url, params={"labelSelector": "nodepool=pool-7"}) for _ in range(connections)))
+        await asyncio.gather(
+            *(session.get(url, params={"labelSelector": "nodepool=pool-7"}) for _ in range(connections))
+        )
         stop_at = time.perf_counter() + duration_s
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(connections)))
@@ -165,7 +184,9 @@ def start_prometheus(work: Path) -> Any:
 
     prometheus, promtool = binaries_or_skip()
     trace = load_trace(pd.Timestamp.now(tz="UTC").floor("min") - pd.Timedelta(minutes=1))
-    blocks = PrometheusBlocks(prometheus=prometheus, blocks_dir=write_blocks(trace_series(trace), promtool, work), trace=trace)
+    blocks = PrometheusBlocks(
+        prometheus=prometheus, blocks_dir=write_blocks(trace_series(trace), promtool, work), trace=trace
+    )
     server = blocks.server(work / "server")
     server.start()
     return server
@@ -198,15 +219,33 @@ def main() -> None:
         prometheus = start_prometheus(work / "prometheus") if args.adapter else None
         try:
             for series in [int(n) for n in args.series.split(",")]:
-                url_for_adapter = prometheus.url if prometheus is not None and series == int(args.series.split(",")[0]) else None
+                url_for_adapter = (
+                    prometheus.url if prometheus is not None and series == int(args.series.split(",")[0]) else None
+                )
                 process, port = start_server(series, pki.directory, url_for_adapter)
                 try:
                     for connections in [int(c) for c in args.connections.split(",")]:
-                        result = asyncio.run(load(f"https://127.0.0.1:{port}{PATH}", context, connections, args.duration, args.max_requests))
+                        result = asyncio.run(
+                            load(
+                                f"https://127.0.0.1:{port}{PATH}",
+                                context,
+                                connections,
+                                args.duration,
+                                args.max_requests,
+                            )
+                        )
                         rows.append({"mode": "snapshot", "series": series, **result.row()})
                         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
                         if url_for_adapter is not None:
-                            result = asyncio.run(load(f"https://127.0.0.1:{port}{ADAPTER_PATH}", context, connections, args.duration, args.max_requests))
+                            result = asyncio.run(
+                                load(
+                                    f"https://127.0.0.1:{port}{ADAPTER_PATH}",
+                                    context,
+                                    connections,
+                                    args.duration,
+                                    args.max_requests,
+                                )
+                            )
                             rows.append({"mode": "instant query per request", "series": series, **result.row()})
                             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
                 finally:
@@ -230,8 +269,8 @@ def main() -> None:
         if row["mode"] != "snapshot":
             mine = snapshot[(row["series"], row["connections"])]
             print(
-                f"instant-query / snapshot at {row['connections']} connections: p50 x{row['p50_ms'] / mine['p50_ms']:.1f}, "
-                f"p99 x{row['p99_ms'] / mine['p99_ms']:.1f}"
+                f"instant-query / snapshot at {row['connections']} connections: "
+                f"p50 x{row['p50_ms'] / mine['p50_ms']:.1f}, p99 x{row['p99_ms'] / mine['p99_ms']:.1f}"
             )
 
 

@@ -1,0 +1,191 @@
+"""Forecast refresh cost for 10, 100 and 1,000 series, and the API's latency while it runs.
+
+    .venv/bin/python -m benchmarks.bench_refresh [--series 10,100,1000] [--days 14] [--workers 2]
+
+Series are slices of real traces (Helios Earth per-VC running GPUs, 5-minute means, shifted so that
+no two series are identical). For each count: wall time of the first refresh (full model selection
+by backtest), of a steady refresh (the chosen model refitted only), CPU seconds of the workers and of
+the service, peak RSS of the service and of one worker, and the external metrics API's p50/p99 from a
+loopback load generator (one process, 8 connections, TLS with a client certificate) idle versus
+during the refresh. Fitting runs in the process pool, so the API's p99 should barely move.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import resource
+import ssl
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from adapters.types import Signal
+from autoscaler.api import Readiness
+from autoscaler.app import build_access, client_ca_pems, create_app, running
+from autoscaler.pipeline import Pipeline
+from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
+from autoscaler.refresher import MetricPlan, Refresher, RefreshSettings
+from autoscaler.settings import Settings
+from autoscaler.tls import ServerTLS, ServingFiles
+from autoscaler.workers import forecast_pool
+from benchmarks.bench_api import PATH, load
+from tests.data_helpers import DATA_DIR
+from tests.pki import make_pki
+
+METRICS = (MetricInfo("gpu_demand_forecast", "bench"),)
+PLANS = (MetricPlan("gpu_demand_forecast", "gpus", "demand"),)
+
+
+def real_series(count: int, days: int) -> list[pd.Series]:
+    frames = [
+        pd.read_csv(path, usecols=["time", "running_gpu_num"], parse_dates=["time"]).set_index("time")[
+            "running_gpu_num"
+        ]
+        for path in sorted((DATA_DIR / "helios_earth_2020").glob("earth_*_cluster_sequence_vc.csv.gz"))
+    ]
+    per_vc = [frame.resample("5min").mean().astype(float) for frame in frames]
+    points = days * 288
+    series = []
+    for index in range(count):
+        source = per_vc[index % len(per_vc)]
+        offset = (index // len(per_vc)) * 37 % max(1, len(source) - points)  # a different slice per copy
+        values = source.to_numpy()[offset : offset + points]
+        series.append(values)
+    end = pd.Timestamp.now(tz="UTC").floor("5min")
+    index = pd.date_range(end=end, periods=points, freq="5min")
+    return [pd.Series(values, index=index) for values in series]
+
+
+class BenchSource:
+    name = "gpus"
+
+    def __init__(self, series: list[pd.Series]) -> None:
+        self.signals = [
+            Signal("gpus", {"nodepool": f"pool-{i}"}, s, pd.Timedelta(minutes=5)) for i, s in enumerate(series)
+        ]
+
+    async def pull(self, now: datetime) -> list[Signal]:
+        return self.signals
+
+
+def workers_cpu(pool: ProcessPoolExecutor) -> float:
+    """CPU seconds of the live workers (getrusage only counts children that have exited)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in list(pool._processes or {}):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return total
+
+
+def workers_peak_rss_mb(pool: ProcessPoolExecutor) -> float:
+    peaks = []
+    for pid in list(pool._processes or {}):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                peaks.append(int(line.split()[1]) / 1024)
+    return max(peaks, default=0.0)
+
+
+def self_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def measure(count: int, days: int, workers: int, pki_dir: Path, context: ssl.SSLContext) -> dict[str, float]:
+    settings = Settings.model_validate(
+        {
+            "server": {"bind_address": "127.0.0.1", "secure_port": 0, "http_port": None},
+            "auth": {
+                "mode": "files",
+                "client_ca_file": str(pki_dir / "client-ca.crt"),
+                "authorization": "allow-authenticated",
+            },
+        }
+    )
+    provider = SnapshotProvider(empty_snapshot(METRICS))
+    access = await build_access(settings)
+    pipeline = Pipeline(METRICS, PLANS, (), RefreshSettings(timedelta(minutes=1), timedelta(minutes=10)))
+    api_app, ops_app = create_app(
+        settings, pipeline=pipeline, access=access, provider=provider, readiness=Readiness(ready=True)
+    )
+    tls = ServerTLS(
+        ServingFiles(pki_dir / "serving.crt", pki_dir / "serving.key", generated=False), client_ca_pems(access)
+    )
+    series = real_series(count, days)
+    pool = forecast_pool(workers)
+    refresher = Refresher(
+        provider=provider,
+        sources=[BenchSource(series)],
+        plans=PLANS,
+        metrics=METRICS,
+        settings=RefreshSettings(timedelta(minutes=1), timedelta(minutes=10), fit_timeout=timedelta(hours=1)),
+        pool=pool,
+    )
+    result: dict[str, float] = {"series": count}
+    async with running(settings, api_app=api_app, ops_app=ops_app, tls=tls) as listening:
+        url = f"https://127.0.0.1:{listening.secure_port}{PATH}"
+        await refresher.refresh_once()  # warm the workers (imports) and give the API something to serve
+        idle = await load(url, context, 8, 3.0, 100_000)
+        cpu_workers, cpu_self = workers_cpu(pool), self_cpu()
+        started = time.perf_counter()
+        refresher._selected.clear()  # a full model selection, as at start or on the reselect cadence
+        busy_task = asyncio.create_task(refresher.refresh_once())
+        busy = await load(url, context, 8, 3.0, 100_000)
+        await busy_task
+        result["first_refresh_s"] = time.perf_counter() - started
+        started = time.perf_counter()
+        await refresher.refresh_once()
+        result["steady_refresh_s"] = time.perf_counter() - started
+        result["worker_cpu_s"] = workers_cpu(pool) - cpu_workers
+        result["largest_worker_peak_rss_mb"] = workers_peak_rss_mb(pool)
+        result["service_cpu_s"] = self_cpu() - cpu_self
+        result["idle_p50_ms"], result["idle_p99_ms"] = (float(np.percentile(idle.latencies_ms, q)) for q in (50, 99))
+        result["busy_p50_ms"], result["busy_p99_ms"] = (float(np.percentile(busy.latencies_ms, q)) for q in (50, 99))
+        result["errors"] = idle.errors + busy.errors
+    pool.shutdown()
+    result["service_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--series", default="10,100,1000")
+    parser.add_argument("--days", type=int, default=14)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as temporary:
+        pki = make_pki(Path(temporary))
+        context = ssl.create_default_context(cafile=str(pki.client_ca))
+        context.load_cert_chain(pki.alice.cert, pki.alice.key)
+        print(f"{args.days} days of 5-minute history per series; {args.workers} worker processes; 2 cores")
+        header = (
+            "series",
+            "first_refresh_s",
+            "steady_refresh_s",
+            "worker_cpu_s",
+            "service_cpu_s",
+            "service_peak_rss_mb",
+            "largest_worker_peak_rss_mb",
+            "idle_p99_ms",
+            "busy_p99_ms",
+            "errors",
+        )
+        print(" ".join(f"{h:>14}" for h in header))
+        for count in [int(n) for n in args.series.split(",")]:
+            row = asyncio.run(measure(count, args.days, args.workers, pki.directory, context))
+            print(
+                " ".join(f"{row[h]:>14.2f}" if isinstance(row[h], float) else f"{row[h]:>14}" for h in header),
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
