@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import signal
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import aiohttp
 import pytest
 
 from autoscaler import persistence
 from autoscaler.provider import MetricInfo, ServedSeries, Snapshot
+from tests.autoscaler.demo_process import DemoProcess
 
 METRICS = (MetricInfo("gpu_demand_forecast", ""), MetricInfo("gpu_headroom", ""))
 
@@ -60,63 +57,7 @@ def test_unusable_saved_values_are_ignored_with_a_warning(tmp_path, content, cap
     assert persistence.load(tmp_path / "missing.json", METRICS) is None
 
 
-class Demo:
-    """`gpu-autoscaler serve` (the demo) as a child process on free ports."""
-
-    def __init__(self, state: Path) -> None:
-        self.state = state
-        self.process: subprocess.Popen[str] | None = None
-        self.http_url = ""
-        self.secure_port = 0
-
-    def start(self) -> float:
-        started = time.monotonic()
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "autoscaler",
-                "serve",
-                "--state-dir",
-                str(self.state),
-                "--secure-port",
-                "0",
-                "--http-port",
-                "0",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            found = re.search(r"probes and /metrics on (http://127\.0\.0\.1:\d+)", line)
-            secure = re.search(r"external metrics API on https://127\.0\.0\.1:(\d+)", line)
-            if secure:
-                self.secure_port = int(secure.group(1))
-            if found:
-                self.http_url = found.group(1)
-                return started
-        raise AssertionError("the demo did not start")
-
-    def stop(self, how: signal.Signals = signal.SIGTERM) -> int:
-        assert self.process is not None
-        self.process.send_signal(how)
-        return self.process.wait(timeout=30)
-
-
-async def wait_ready(demo: Demo, timeout_s: float = 180) -> str:
-    deadline = time.monotonic() + timeout_s
-    async with aiohttp.ClientSession() as session:
-        while time.monotonic() < deadline:
-            async with session.get(f"{demo.http_url}/readyz?verbose") as response:
-                if response.status == 200:
-                    return await response.text()
-            await asyncio.sleep(0.2)
-    raise AssertionError("not ready in time")
-
-
-async def served_demand(demo: Demo) -> dict:
+async def served_demand(demo: DemoProcess) -> dict:
     async with (
         aiohttp.ClientSession() as session,
         session.get(f"{demo.http_url}/api/v1/forecasts/gpu_demand_forecast") as response,
@@ -126,10 +67,10 @@ async def served_demand(demo: Demo) -> dict:
 
 
 async def test_sigkill_then_restart_serves_saved_values_at_once(tmp_path):
-    demo = Demo(tmp_path / "state")
+    demo = DemoProcess(tmp_path / "state")
     demo.start()
     try:
-        await wait_ready(demo)
+        await demo.wait_ready()
         for _ in range(100):  # the first save follows the first refresh
             if (demo.state / persistence.FILE_NAME).exists():
                 break
@@ -137,10 +78,10 @@ async def test_sigkill_then_restart_serves_saved_values_at_once(tmp_path):
         before = await served_demand(demo)
     finally:
         demo.stop(signal.SIGKILL)
-    restart = Demo(demo.state)
+    restart = DemoProcess(demo.state)
     started = restart.start()
     try:
-        detail = await wait_ready(restart, timeout_s=30)
+        detail = await restart.wait_ready(timeout_s=30)
         ready_after = time.monotonic() - started
         after = await served_demand(restart)
         # Served at once from the saved values, with their original timestamp (so their age is honest).
@@ -157,9 +98,9 @@ async def test_sigkill_then_restart_serves_saved_values_at_once(tmp_path):
 
 
 async def test_sigterm_drains_in_flight_requests(tmp_path):
-    demo = Demo(tmp_path / "state")
+    demo = DemoProcess(tmp_path / "state")
     demo.start()
-    await wait_ready(demo)
+    await demo.wait_ready()
     async with aiohttp.ClientSession() as session:
 
         async def page() -> int:

@@ -239,10 +239,7 @@ def test_label_index_finds_the_same_series_as_a_scan():
     def labels_of(i: int) -> dict[str, str]:
         return {"nodepool": pools[i % 4], "zone": f"z{i % 3}", **({"extra": "x"} if i % 5 == 0 else {})}
 
-    series = tuple(
-        ServedSeries("m", labels_of(i), i, now)
-        for i in range(60)
-    )
+    series = tuple(ServedSeries("m", labels_of(i), i, now) for i in range(60))
     snapshot = Snapshot(now, {"m": MetricInfo("m", "")}, {"m": series})
     pool_selectors = st.builds(
         lambda keys, values: ",".join(f"{k} in ({','.join(values)})" for k in keys),
