@@ -61,3 +61,46 @@ def test_self_signed_when_no_certificate_is_configured(tmp_path, caplog):
     assert (files.key_file.stat().st_mode & 0o777) == 0o600
     again = ensure_self_signed(tmp_path, hosts=("localhost",))
     assert again.cert_file.read_bytes() == files.cert_file.read_bytes()  # made once, reused after
+
+
+async def test_rotation_under_load_fails_no_request(api_server):
+    """New connections (a fresh handshake per request) keep succeeding while the files are rotated twice."""
+    import aiohttp
+
+    pki = api_server.pki
+    context = api_server.ssl_context(pki.alice)
+    url = api_server.base_url + "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/gpu_headroom"
+    outcomes: list[int | str] = []
+    serials: set[int] = set()
+    stop = asyncio.Event()
+
+    async def client() -> None:
+        connector = aiohttp.TCPConnector(ssl=context, force_close=True)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            while not stop.is_set() and len(outcomes) < 5000:
+                try:
+                    async with session.get(url) as response:
+                        # Read the served certificate while the connection is still held.
+                        assert response.connection is not None and response.connection.transport is not None
+                        der = response.connection.transport.get_extra_info("ssl_object").getpeercert(True)
+                        serials.add(x509.load_der_x509_certificate(der).serial_number)
+                        await response.read()
+                        outcomes.append(response.status)
+                except (aiohttp.ClientError, ssl.SSLError) as error:
+                    outcomes.append(type(error).__name__)
+
+    clients = [asyncio.create_task(client()) for _ in range(4)]
+    rotated = []
+    for name in ("rotated-1", "rotated-2"):
+        await asyncio.sleep(0.4)
+        pair = issue_certificate(pki.serving_ca_pair, name, hosts=("127.0.0.1",), server=True)
+        pair.write(pki.serving_cert, pki.serving_key)
+        rotated.append(pair.certificate.serial_number)
+    await asyncio.sleep(0.6)
+    stop.set()
+    await asyncio.gather(*clients)
+    failures = [outcome for outcome in outcomes if outcome != 200]
+    assert not failures, failures[:5]
+    assert len(outcomes) > 50
+    assert api_server.tls.reloads == 2
+    assert set(rotated) <= serials  # both new certificates were actually served
