@@ -1,1 +1,14 @@
-"""Pure, synchronous forecasting numerics. Never imports aiohttp, adapters or autoscaler."""
+"""Pure, synchronous forecasting numerics. Never imports aiohttp, adapters or autoscaler.
+
+Modules, one concept each:
+
+- ``types``: the ``Forecast`` every model returns.
+- ``history``: validation of an input series into a regular ``History`` (gaps kept as NaN).
+- ``base``: the estimator contract and conformal calibration shared by every model.
+- ``baselines``, ``smoothing``, ``mstl``, ``gbm``: the models; ``registry`` names them.
+- ``ensemble``: quantile averages of the best models.
+- ``engine``: ``fit_select_predict``, the entry point for the service's process pool.
+- ``metrics``, ``backtest``: accuracy measures and the rolling-origin backtest report.
+- ``known_demand``: scheduled windows on top of a forecast; known jobs out of history.
+- ``io``, ``durations``: CSV input for the backtest command, and ``5m``-style durations.
+"""

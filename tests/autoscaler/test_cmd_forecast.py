@@ -91,7 +91,7 @@ def test_bad_promql_reports_prometheus_message(prometheus):
     [
         (["--at", "yesterday"], "neither RFC 3339"),
         (["--at", "2026-11-17T08:00:00"], "no time zone"),
-        (["--step", "soon"], "Invalid value for '--step': expected a duration"),
+        (["--step", "soon"], "Invalid value for '--step': invalid duration 'soon'"),
         (["--prometheus-url", "ftp://x"], "Prometheus url must be http(s)"),
     ],
 )

@@ -1,0 +1,212 @@
+"""The estimator contract, and the conformal calibration that gives every model quantiles.
+
+Each model fits its parameters on the history *before* a recent calibration window, then forecasts
+from every origin inside that window with those fixed parameters (state and features use data up to
+the origin only). The errors per horizon step are the model's own backtest residuals: quantiles are
+the point forecast plus the residual quantile for that step (split conformal), so point models and
+quantile models alike yield calibrated upper quantiles. The same out-of-sample forecasts are what
+model selection scores.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Protocol, Self
+
+import numpy as np
+import pandas as pd
+
+from forecast.history import History, future_matrix, nanquantile_rows, prepare
+from forecast.types import Forecast
+
+# At most this many calibration origins: more adds cost, not information (they overlap heavily).
+MAX_CALIBRATION_ORIGINS = 300
+# Never calibrate on less than this share of the history, so that parameters have data to fit.
+MAX_CALIBRATION_SHARE = 0.4
+# Longest history a model looks at (bounds fit cost and memory for long-lived series).
+MAX_HISTORY = pd.Timedelta(days=28)
+
+
+class Estimator(Protocol):
+    """What the engine and the backtest need from a model."""
+
+    @property
+    def name(self) -> str: ...
+
+    def fit(self, y: pd.Series) -> Self: ...
+
+    def predict(self, horizon: int, quantiles: Sequence[float]) -> Forecast: ...
+
+
+@dataclass(frozen=True)
+class Holdout:
+    """Out-of-sample forecasts over the calibration window, as selection scores them.
+
+    Arrays are ``[origin, step]``; ``actual`` is NaN where no observation exists.
+    """
+
+    actual: np.ndarray
+    mean: np.ndarray
+    upper: np.ndarray
+
+
+def finalize(
+    mean: np.ndarray, paths: dict[float, np.ndarray], nonnegative: bool
+) -> tuple[np.ndarray, dict[float, np.ndarray]]:
+    """Enforce the shape every consumer relies on: non-negative demand, ordered quantiles,
+    upper quantiles never below the mean and lower ones never above it."""
+    if nonnegative:
+        mean = np.maximum(mean, 0.0)
+    ordered: dict[float, np.ndarray] = {}
+    previous: np.ndarray | None = None
+    for level in sorted(paths):
+        values = np.maximum(paths[level], 0.0) if nonnegative else paths[level].copy()
+        values = np.maximum(values, mean) if level >= 0.5 else np.minimum(values, mean)
+        if previous is not None:
+            values = np.maximum(values, previous)
+        ordered[level] = values
+        previous = values
+    return mean, ordered
+
+
+def calibration_length(n: int, steps_per_day: int, calibration_days: float) -> int:
+    wanted = round(calibration_days * steps_per_day)
+    return max(1, min(wanted, int(n * MAX_CALIBRATION_SHARE)))
+
+
+class CalibratedModel(ABC):
+    """Base of every model. Subclasses supply parameter fitting and mean paths from origins.
+
+    ``__init__`` stores parameters only; fitted state lives in attributes ending in ``_``.
+    """
+
+    name: ClassVar[str]
+    #: False for models whose quantiles are already empirical and causal (no conformal shift).
+    conformal: ClassVar[bool] = True
+
+    def __init__(self, *, max_horizon: int = 36, calibration_days: float = 2.0, seed: int = 0) -> None:
+        self.max_horizon = max_horizon
+        self.calibration_days = calibration_days
+        self.seed = seed
+
+    # ---- what a subclass provides ----------------------------------------------------------
+
+    @classmethod
+    def min_history(cls, steps_per_day: int) -> int:
+        """Fewest observations the model needs (including the calibration window)."""
+        return 8
+
+    @abstractmethod
+    def _fit_params(self, history: History, end: int) -> None:
+        """Estimate parameters from ``history.filled[:end]`` only."""
+
+    @abstractmethod
+    def _mean_paths(self, filled: np.ndarray, origins: np.ndarray, horizon: int) -> np.ndarray:
+        """``[origin, step]`` point forecasts from each origin, using data up to that origin only."""
+
+    def _raw_quantile_paths(self, filled: np.ndarray, origins: np.ndarray, horizon: int, level: float) -> np.ndarray:
+        """The model's own quantile before conformal correction; point models return the mean."""
+        return self._mean_paths(filled, origins, horizon)
+
+    # ---- the estimator contract ------------------------------------------------------------
+
+    def fit(self, y: pd.Series) -> Self:
+        history = prepare(y, max_span=MAX_HISTORY)
+        n = len(history)
+        needed = self.min_history(history.steps_per_day)
+        if n < needed:
+            raise ValueError(f"{self.name} needs at least {needed} observations, got {n}")
+        calibration = calibration_length(n, history.steps_per_day, self.calibration_days)
+        end = n - calibration
+        self._fit_params(history, end)
+        stride = max(1, math.ceil(calibration / MAX_CALIBRATION_ORIGINS))
+        origins = np.arange(n - 2, end - 2, -stride)[::-1]
+        self.history_ = history
+        self.origins_ = origins
+        self.actual_ = future_matrix(history.values, origins, self.max_horizon)
+        self.mean_paths_ = self._mean_paths(history.filled, origins, self.max_horizon)
+        self.raw_paths_: dict[float, np.ndarray] = {}
+        return self
+
+    def predict(self, horizon: int, quantiles: Sequence[float]) -> Forecast:
+        history = self._fitted()
+        last = np.array([len(history) - 1])
+        mean = self._mean_paths(history.filled, last, horizon)[0]
+        paths = {
+            float(level): self._raw_quantile_paths(history.filled, last, horizon, float(level))[0]
+            + self._offsets(float(level), horizon)
+            for level in quantiles
+        }
+        mean, paths = finalize(mean, paths, history.nonnegative)
+        return Forecast(
+            model=self.name, timestamps=history.future_index(horizon), mean=mean, quantiles=paths
+        ).validate()
+
+    # ---- calibration -----------------------------------------------------------------------
+
+    def holdout(self, level: float, steps: int) -> Holdout:
+        """Forecasts over the calibration window at ``level`` for the first ``steps`` steps.
+
+        The conformal shift is cross-fitted (first half of the origins corrects the second and
+        vice versa) so that the score never sees its own correction.
+        """
+        history = self._fitted()
+        steps = min(steps, self.max_horizon)
+        actual = self.actual_[:, :steps]
+        mean = self.mean_paths_[:, :steps]
+        raw = self._raw(level, steps)[:, :steps]
+        upper = raw.copy()
+        if self.conformal:
+            half = len(raw) // 2
+            if half >= 1:
+                residual = actual - raw
+                first = _column_quantile(residual[:half], level)
+                second = _column_quantile(residual[half:], level)
+                upper[:half] += np.nan_to_num(second)
+                upper[half:] += np.nan_to_num(first)
+        mean, paths = finalize(mean, {level: upper}, history.nonnegative)
+        return Holdout(actual=actual, mean=mean, upper=paths[level])
+
+    def _raw(self, level: float, steps: int) -> np.ndarray:
+        """Raw quantile paths at the calibration origins for at least ``steps`` steps (cached)."""
+        history = self._fitted()
+        cached = self.raw_paths_.get(level)
+        if cached is None or cached.shape[1] < steps:
+            cached = self._raw_quantile_paths(history.filled, self.origins_, steps, level)
+            self.raw_paths_[level] = cached
+        return cached
+
+    def _offsets(self, level: float, horizon: int) -> np.ndarray:
+        """Residual quantile per step; beyond the calibrated steps it grows like sqrt(h)."""
+        if not self.conformal:
+            return np.zeros(horizon)
+        residual = self.actual_ - self._raw(level, self.max_horizon)
+        offsets = _column_quantile(residual, level)
+        # Steps without residuals (very short histories) borrow from the nearest earlier step.
+        known = ~np.isnan(offsets)
+        if not known.any():
+            return np.zeros(horizon)
+        offsets = pd.Series(offsets).ffill().bfill().to_numpy()
+        calibrated = len(offsets)
+        if horizon <= calibrated:
+            return offsets[:horizon]
+        tail_steps = np.arange(calibrated + 1, horizon + 1)
+        tail = offsets[-1] * np.sqrt(tail_steps / calibrated)
+        return np.concatenate([offsets, tail])
+
+    def _fitted(self) -> History:
+        history: History | None = getattr(self, "history_", None)
+        if history is None:
+            raise RuntimeError(f"{self.name}: call fit() before predict()")
+        return history
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{key}={value!r}" for key, value in vars(self).items() if not key.endswith("_"))
+        return f"{type(self).__name__}({params})"
+
+
+def _column_quantile(matrix: np.ndarray, level: float) -> np.ndarray:
+    return nanquantile_rows(np.ascontiguousarray(matrix.T), level)
