@@ -121,9 +121,11 @@ def _register_commands() -> None:
     # Each command lives in its own module; registering here keeps `--help` listing all of them.
     from autoscaler.cmd_backtest import backtest
     from autoscaler.cmd_forecast import forecast_command
+    from autoscaler.cmd_simulate import simulate_command
 
     main.add_command(backtest)
     main.add_command(forecast_command)
+    main.add_command(simulate_command)
 
 
 _register_commands()

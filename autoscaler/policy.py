@@ -29,12 +29,18 @@ class Decision:
 
 
 def _lead_slice(forecast: Forecast, now: datetime, lead_time: timedelta) -> np.ndarray:
-    """Positions of forecast steps inside ``[now, now + lead_time]`` (at least the first step)."""
+    """Positions of forecast steps that cover ``[now, now + lead_time]`` (at least one step).
+
+    A step that ended before ``now`` no longer matters: a last-good forecast kept through an outage
+    must not keep serving its stale first steps.
+    """
     stamps = forecast.timestamps
-    horizon_end = pd.Timestamp(now) + pd.Timedelta(lead_time)
-    mask = np.asarray(stamps <= horizon_end)
+    step = stamps[1] - stamps[0] if len(stamps) > 1 else pd.Timedelta(0)
+    start, horizon_end = pd.Timestamp(now) - step, pd.Timestamp(now) + pd.Timedelta(lead_time)
+    mask = np.asarray((stamps > start) & (stamps <= horizon_end))
     if not mask.any():
-        mask[0] = True
+        # Past the forecast's end its last step is the best there is; before its start, its first.
+        mask[-1 if stamps[-1] <= start else 0] = True
     return mask
 
 

@@ -237,7 +237,9 @@ class ForecastSettings(_Strict):
     # Used when Karpenter's NodeClaims have not taught the service a lead time yet.
     default_lead_time: Duration = timedelta(minutes=5)
     lead_time_quantile: float = Field(default=0.9, gt=0, le=1)
-    lead_time_margin: Duration = timedelta(seconds=30)
+    # Covers what follows a forecast before a node is asked for: up to one refresh interval, the
+    # HPA's 15 s sync and scale-up ramp, and Karpenter's batching (the simulator shows 30 s is short).
+    lead_time_margin: Duration = timedelta(seconds=90)
 
 
 class WindowSettings(_Strict):

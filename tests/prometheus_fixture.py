@@ -293,9 +293,7 @@ class PrometheusServer:
             "--log.level=warn",
         ]
         with self.log_path.open("ab") as log:
-            self._process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
-            )
+            self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
         self._wait_until_ready(timeout_s)
 
     def stop(self) -> None:

@@ -142,8 +142,7 @@ async def test_incremental_pulls_merge_into_the_backfill(prometheus: PrometheusS
     assert all(signal.series.index[0] == since + MINUTE for signal in new)
     assert all(signal.series.index[-1] == trace.end for signal in new)
     merged = {
-        before.labels["namespace"]: merge_signal(before, after, history)
-        for before, after in zip(old, new, strict=True)
+        before.labels["namespace"]: merge_signal(before, after, history) for before, after in zip(old, new, strict=True)
     }
     for vc, signal in merged.items():
         assert len(signal.series) == history // MINUTE
@@ -290,9 +289,7 @@ async def test_a_transient_500_is_retried_away(fault_proxy: FaultProxy, trace: F
 
 
 @pytest.mark.parametrize("mode", [ProxyMode.INVALID_JSON, ProxyMode.TRUNCATED, ProxyMode.CONNECTION_DROP])
-async def test_garbled_answers_are_bad_responses(
-    fault_proxy: FaultProxy, trace: FixtureTrace, mode: ProxyMode
-) -> None:
+async def test_garbled_answers_are_bad_responses(fault_proxy: FaultProxy, trace: FixtureTrace, mode: ProxyMode) -> None:
     fault_proxy.set_mode(mode)
     query = SignalQuery("running", RUNNING_PODS, MINUTE)
     async with PrometheusSource(settings(fault_proxy.url, retries=1)) as source:

@@ -35,6 +35,20 @@ def test_demand_is_the_peak_of_the_upper_quantile_within_the_lead_time():
     assert "peaks at 14.00 at 09:10 UTC within the 15 min lead time" in decision.explanation
 
 
+def test_steps_that_ended_before_now_no_longer_count():
+    # A forecast kept through an outage: made at 09:00, read at 09:12. The 09:05 step is over.
+    forecast = flat_forecast(NOW, [50, 10, 12, 11])  # 09:05, 09:10, 09:15, 09:20
+    later = NOW + timedelta(minutes=12)
+    assert policy.forecast_demand(forecast, quantile=0.9, now=later, lead_time=timedelta(minutes=5)).value == 12
+    # Past the forecast's end, its last step stands.
+    assert (
+        policy.forecast_demand(
+            forecast, quantile=0.9, now=NOW + timedelta(hours=2), lead_time=timedelta(minutes=5)
+        ).value
+        == 11
+    )
+
+
 def test_the_first_step_counts_even_with_a_short_lead_time():
     forecast = flat_forecast(NOW, [7, 9])
     assert policy.forecast_demand(forecast, quantile=0.9, now=NOW, lead_time=timedelta(minutes=1)).value == 7

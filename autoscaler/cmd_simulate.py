@@ -1,0 +1,171 @@
+"""``gpu-autoscaler simulate``: replay a demand series or a pod trace through a simulated cluster
+(HPA on placeholder pods, a Karpenter-like node pool) under several policies, and compare them."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+import pandas as pd
+
+from autoscaler.simulation.forecasting import ForecastCadence
+from autoscaler.simulation.hpa import DEFAULT_SCALE_DOWN, HPASpec, ScalingRules
+from autoscaler.simulation.inputs import InputError, WindowSchedule, demand_workload, parse_schedule, pod_workload
+from autoscaler.simulation.lead_times import parse_lead_time_distribution
+from autoscaler.simulation.policies import parse_policies
+from autoscaler.simulation.report import build_report, plot, render_table
+from autoscaler.simulation.runner import ProgressCallback, SimulationConfig, simulate
+from forecast.durations import parse_duration
+
+EXIT_BAD_INPUT = 2
+DEFAULT_POLICIES = "reactive,static_buffer:16,reactive_max:60m,scheduled,holt_winters,auto:0.9,auto:0.99,oracle"
+
+
+def _fail(message: str) -> None:
+    """One line on stderr and exit code 2: what a script or a person needs to fix the input."""
+    click.echo(f"error: {' '.join(message.split())}", err=True)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+def _seconds(flag: str, text: str, *, allow_zero: bool = False) -> float:
+    if allow_zero and text.strip() in ("0", "0s"):
+        return 0.0
+    try:
+        return float(parse_duration(text).total_seconds())
+    except ValueError as error:
+        raise ValueError(f"{flag}: {error}") from None
+
+
+@contextmanager
+def _progress() -> Iterator[ProgressCallback | None]:
+    """A rich progress bar on stderr, only when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("simulating", total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+@click.command("simulate")
+@click.option("--input", "input_path", type=click.Path(path_type=Path), help="demand CSV(.gz): timestamp,value (GPUs)")
+@click.option(
+    "--pods",
+    "pods_path",
+    type=click.Path(path_type=Path),
+    help="pod trace instead of --input: Alibaba v2023 openb_pod_list_*.csv(.gz), or arrival,duration,gpus",
+)
+@click.option("--step", default="1m", show_default=True, help="simulation step (demand resolution)")
+@click.option("--gpus-per-node", default=8, show_default=True, type=int)
+@click.option("--lead-time", default="5m", show_default=True, help="node lead time the policies plan for")
+@click.option(
+    "--lead-time-distribution",
+    default=None,
+    help="real node lead times: fixed:D, lognormal:median=D,p95=D or uniform:min=D,max=D [default: fixed:LEAD-TIME]",
+)
+@click.option("--lead-time-margin", default="30s", show_default=True, help="added by auto (the service's margin)")
+@click.option("--warmup", default="7d", show_default=True, help="initial part that only trains forecasters")
+@click.option("--policies", default=DEFAULT_POLICIES, show_default=True, help="comma-separated NAME[:PARAMETER]")
+@click.option("--schedule", "schedules", multiple=True, help='declared window "CRON;GPUS;DURATION" (UTC), repeatable')
+@click.option("--consolidate-after", default="10m", show_default=True, help="empty nodes go after this")
+@click.option("--gpu-hour-price", type=float, default=None, help="adds cost = provisioned GPU-hours x price")
+@click.option("--format", "output_format", type=click.Choice(["json", "table"]), default="json", show_default=True)
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None, help="write a PNG here")
+@click.option("--forecast-step", default="5m", show_default=True, help="the forecasters' step (signal step)")
+@click.option("--reselect-every", default="6h", show_default=True, help="full model selection cadence")
+@click.option("--refit-every", default="1h", show_default=True, help="refit of the selected model")
+@click.option("--lookback", default="14d", show_default=True, help="history each fit sees")
+@click.option(
+    "--scale-down-stabilization", default="300s", show_default=True, help="the placeholder HPA's scale-down window"
+)
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="processes")
+@click.option("--seed", default=0, show_default=True, type=int)
+def simulate_command(
+    input_path: Path | None,
+    pods_path: Path | None,
+    step: str,
+    gpus_per_node: int,
+    lead_time: str,
+    lead_time_distribution: str | None,
+    lead_time_margin: str,
+    warmup: str,
+    policies: str,
+    schedules: tuple[str, ...],
+    consolidate_after: str,
+    gpu_hour_price: float | None,
+    output_format: str,
+    plot_path: Path | None,
+    forecast_step: str,
+    reselect_every: str,
+    refit_every: str,
+    lookback: str,
+    scale_down_stabilization: str,
+    workers: int,
+    seed: int,
+) -> None:
+    """Simulate placeholder-based GPU provisioning under several policies and compare them."""
+    try:
+        source = pods_path or input_path
+        if source is None or (input_path is not None and pods_path is not None):
+            raise ValueError("give --input (a demand CSV) or --pods (a pod trace), exactly one of them")
+        if gpus_per_node < 1:
+            raise ValueError(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
+        if plot_path is not None and not plot_path.parent.is_dir():
+            raise ValueError(f"--plot {plot_path}: directory {plot_path.parent} does not exist")
+        if gpu_hour_price is not None and not gpu_hour_price >= 0:
+            raise ValueError(f"--gpu-hour-price must be a number >= 0, got {gpu_hour_price}")
+        step_s = _seconds("--step", step)
+        lead_s = _seconds("--lead-time", lead_time)
+        specs = parse_policies(policies)
+        windows: tuple[WindowSchedule, ...] = tuple(parse_schedule(text) for text in schedules)
+        distribution = parse_lead_time_distribution(lead_time_distribution or f"fixed:{lead_time}")
+        stabilization = _seconds("--scale-down-stabilization", scale_down_stabilization, allow_zero=True)
+        cadence = ForecastCadence(
+            step_s=_seconds("--forecast-step", forecast_step),
+            reselect_every_s=_seconds("--reselect-every", reselect_every),
+            refit_every_s=_seconds("--refit-every", refit_every),
+            lookback_s=_seconds("--lookback", lookback),
+            lead_s=lead_s + _seconds("--lead-time-margin", lead_time_margin, allow_zero=True),
+            seed=seed,
+        )
+        if cadence.step_s < step_s or cadence.step_s % step_s:
+            raise ValueError(f"--forecast-step ({forecast_step}) must be a whole multiple of --step ({step})")
+        if cadence.refit_every_s > cadence.reselect_every_s:
+            raise ValueError("--refit-every must not exceed --reselect-every")
+        config = SimulationConfig(
+            gpus_per_node=gpus_per_node,
+            lead_time_s=lead_s,
+            lead_margin_s=cadence.lead_s - lead_s,
+            warmup_s=_seconds("--warmup", warmup, allow_zero=True),
+            lead_distribution=distribution,
+            consolidate_after_s=_seconds("--consolidate-after", consolidate_after, allow_zero=True),
+            cadence=cadence,
+            hpa=HPASpec(scale_down=ScalingRules(int(stabilization), DEFAULT_SCALE_DOWN.policies)),
+            seed=seed,
+        )
+        step_delta = pd.Timedelta(seconds=step_s)
+        read = pod_workload if pods_path is not None else demand_workload
+        workload = read(source, step_delta, windows, gpus_per_node)
+        with _progress() as progress:
+            result = simulate(workload, specs, config, workers=workers, progress=progress)
+    except (InputError, ValueError) as error:
+        _fail(str(error))
+        return
+    report = build_report(result, input_name=str(source), pods=pods_path is not None, gpu_hour_price=gpu_hour_price)
+    if output_format == "json":
+        click.echo(json.dumps(report, indent=2))
+    else:
+        render_table(report)
+    if plot_path is not None:
+        plot(result, plot_path)

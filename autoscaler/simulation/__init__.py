@@ -1,0 +1,16 @@
+"""A cluster simulator for placeholder-based GPU provisioning, behind ``gpu-autoscaler simulate``.
+
+Modules, one concept each:
+
+- ``inputs``: the workload replayed: a demand CSV (fluid GPUs per step) or a pod trace (the Alibaba
+  v2023 pod list, or ``arrival,duration,gpus``), plus the pods of declared ``--schedule`` windows.
+- ``hpa``: the HorizontalPodAutoscaler's arithmetic (tolerance, stabilisation, rate limits).
+- ``lead_times``: node lead-time distributions (``fixed``, ``lognormal``, ``uniform``).
+- ``provisioner``: a Karpenter-like node pool (batching, launches, empty-node consolidation).
+- ``cluster``: who holds the Ready GPUs (real pods first, FIFO with backfill; placeholders preempted).
+- ``engine``: the time loop for one policy and its totals.
+- ``policies``: policy names, the heuristics and the oracle; ``forecasting``: ``holt_winters`` and
+  ``auto:Q`` (the service's own policy) replayed on the service's fit cadence.
+- ``runner``: every policy over one workload, optionally in a process pool; ``report``: JSON, table,
+  pictures.
+"""

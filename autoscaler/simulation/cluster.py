@@ -1,0 +1,123 @@
+"""Who holds the Ready GPUs: real pods first, placeholders in whatever is left.
+
+Placeholders have a negative priority, so a real pod that does not fit preempts them at once (a
+``pause`` container exits immediately); a placeholder only holds capacity. Real work is served in
+arrival order (the scheduler's queue orders equal priorities by arrival) with backfill: a pod that
+does not fit does not block a later one that does. Fluid demand (a CSV series) is one queue entry
+that has waited since it first went unserved; at equal arrival times it goes first.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+
+import numpy as np
+
+from autoscaler.simulation.inputs import Pods
+
+
+class ClusterState:
+    """Real demand (fluid and pods), placeholders, and how much of each runs on the Ready GPUs."""
+
+    def __init__(self, pods: Pods) -> None:
+        self.pods = pods
+        self._arrival = pods.arrival.tolist()
+        self._duration = pods.duration.tolist()
+        self._gpus = pods.gpus.tolist()
+        self.started = np.full(len(pods), np.nan)
+        self.fluid_wanted = 0.0
+        self.fluid_running = 0.0
+        self._fluid_waiting_since = math.inf
+        self.pods_requested = 0  # GPUs of arrived pods that have not finished (Pending or running)
+        self.pods_running = 0
+        self._pending: deque[int] = deque()
+        self._finishing: list[tuple[float, int]] = []  # heap of (finish time, pod)
+        self._next_arrival = 0
+        self.placeholders = 0
+        self.placeholders_running = 0
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def next_event(self) -> float:
+        """The next pod arrival or finish."""
+        arrival = self._arrival[self._next_arrival] if self._next_arrival < len(self._arrival) else math.inf
+        finish = self._finishing[0][0] if self._finishing else math.inf
+        return min(arrival, finish)
+
+    def start_running(self, now: float) -> None:
+        """Pods that arrived before ``now`` and would still run are running at ``now`` (the state the
+        trace shows at the simulation's start), with their remaining time."""
+        while self._next_arrival < len(self._arrival) and self._arrival[self._next_arrival] < now:
+            pod = self._next_arrival
+            self._next_arrival += 1
+            finish = self._arrival[pod] + self._duration[pod]
+            if finish > now:
+                self.started[pod] = self._arrival[pod]
+                self.pods_requested += self._gpus[pod]
+                self.pods_running += self._gpus[pod]
+                heapq.heappush(self._finishing, (finish, pod))
+
+    def advance(self, now: float) -> None:
+        """Apply pod finishes and arrivals up to ``now``."""
+        while self._finishing and self._finishing[0][0] <= now:
+            _, pod = heapq.heappop(self._finishing)
+            self.pods_requested -= self._gpus[pod]
+            self.pods_running -= self._gpus[pod]
+        while self._next_arrival < len(self._arrival) and self._arrival[self._next_arrival] <= now:
+            self._pending.append(self._next_arrival)
+            self.pods_requested += self._gpus[self._next_arrival]
+            self._next_arrival += 1
+
+    # -- allocation ------------------------------------------------------------------------------
+
+    @property
+    def real_requested(self) -> float:
+        return self.fluid_wanted + self.pods_requested
+
+    @property
+    def real_running(self) -> float:
+        return self.fluid_running + self.pods_running
+
+    def allocate(self, now: float, capacity: float) -> None:
+        """Give the Ready GPUs to waiting real work in arrival order, then to placeholders."""
+        if self.fluid_running > self.fluid_wanted:  # fluid demand fell: those GPUs are released
+            self.fluid_running = self.fluid_wanted
+        free = capacity - self.fluid_running - self.pods_running  # placeholders do not count: preempted
+        fluid_waiting = self.fluid_wanted - self.fluid_running
+        if fluid_waiting > 1e-9 and self._fluid_waiting_since == math.inf:
+            self._fluid_waiting_since = now
+        if self._pending and free > 0:
+            still_pending: deque[int] = deque()
+            for pod in self._pending:
+                if fluid_waiting > 1e-9 and self._fluid_waiting_since <= self._arrival[pod] and free > 0:
+                    grant = min(fluid_waiting, free)
+                    self.fluid_running += grant
+                    fluid_waiting -= grant
+                    free -= grant
+                gpus = self._gpus[pod]
+                if gpus <= free + 1e-9:
+                    free -= gpus
+                    self.pods_running += gpus
+                    self.started[pod] = now
+                    heapq.heappush(self._finishing, (now + self._duration[pod], pod))
+                else:
+                    still_pending.append(pod)
+            self._pending = still_pending
+        if fluid_waiting > 1e-9 and free > 0:
+            grant = min(fluid_waiting, free)
+            self.fluid_running += grant
+            fluid_waiting -= grant
+            free -= grant
+        if fluid_waiting <= 1e-9:
+            self._fluid_waiting_since = math.inf
+        self.placeholders_running = min(self.placeholders, max(0, int(free + 1e-9)))
+
+    def free_gpus(self, capacity: float) -> float:
+        """Ready GPUs held by nobody, not even a placeholder."""
+        return capacity - self.real_running - self.placeholders_running
+
+    def wanted_gpus(self) -> float:
+        """GPUs requested by every pod that exists, Pending or running (what Karpenter provisions for)."""
+        return self.real_requested + self.placeholders

@@ -1,0 +1,236 @@
+"""The HorizontalPodAutoscaler controller's arithmetic, as kube-controller-manager implements it.
+
+Follows ``pkg/controller/podautoscaler`` (autoscaling/v2): per-metric replica proposals with the
+0.1 tolerance, the maximum over metrics, the stabilisation window (the maximum of the recommendations
+recorded over the last 300 s for scale-down; the minimum over the scale-up window, 0 s by default),
+then the rate limits of ``behavior`` (scale-up: max(100 %, 4 pods) per 15 s; scale-down: 100 % per
+15 s). External metric values arrive as milli-units, rounded up (``MilliValue``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Decimal
+from typing import Literal
+
+import numpy as np
+
+PolicyKind = Literal["Pods", "Percent"]
+SelectPolicy = Literal["Max", "Min", "Disabled"]
+
+DEFAULT_TOLERANCE = 0.1
+SYNC_PERIOD_S = 15.0
+
+
+@dataclass(frozen=True)
+class ScalingPolicy:
+    """One entry of ``behavior.scaleUp/scaleDown.policies``."""
+
+    kind: PolicyKind
+    value: int
+    period_seconds: int
+
+
+@dataclass(frozen=True)
+class ScalingRules:
+    """``behavior.scaleUp`` or ``behavior.scaleDown``."""
+
+    stabilization_window_seconds: int
+    policies: tuple[ScalingPolicy, ...]
+    select_policy: SelectPolicy = "Max"
+
+
+# The defaults the API server fills in for autoscaling/v2 (SetDefaults_HorizontalPodAutoscalerBehavior).
+DEFAULT_SCALE_UP = ScalingRules(0, (ScalingPolicy("Percent", 100, 15), ScalingPolicy("Pods", 4, 15)))
+DEFAULT_SCALE_DOWN = ScalingRules(300, (ScalingPolicy("Percent", 100, 15),))
+
+
+@dataclass(frozen=True)
+class HPASpec:
+    """What the simulated placeholder HPA is configured with.
+
+    ``min_replicas=0`` lets placeholders scale to zero (HPAScaleToZero, or KEDA's activation).
+    """
+
+    min_replicas: int = 0
+    max_replicas: int = 1_000_000
+    tolerance: float = DEFAULT_TOLERANCE
+    scale_up: ScalingRules = DEFAULT_SCALE_UP
+    scale_down: ScalingRules = DEFAULT_SCALE_DOWN
+
+
+def milli_value(value: float) -> int:
+    """The HPA's reading of a served value: milli-units rounded up (as ``Quantity.MilliValue``)."""
+    return int((Decimal(repr(float(value))) * 1000).to_integral_value(rounding=ROUND_CEILING))
+
+
+def average_value_replicas(usage_milli: int, target_milli: int, status_replicas: int, tolerance: float) -> int:
+    """Replicas for an External metric with an ``AverageValue`` target (GetExternalPerPodMetricReplicas).
+
+    The current count is kept while ``usage / (target * replicas)`` is within the tolerance of 1.
+    """
+    if status_replicas == 0:
+        # usage / 0 is +Inf (scale) or NaN when usage is 0 (NaN never exceeds the tolerance: keep 0).
+        return 0 if usage_milli == 0 else math.ceil(usage_milli / target_milli)
+    ratio = usage_milli / (target_milli * status_replicas)
+    if abs(1.0 - ratio) > tolerance:
+        return math.ceil(usage_milli / target_milli)
+    return status_replicas
+
+
+def value_replicas(usage_milli: int, target_milli: int, current: int, ready_pods: int, tolerance: float) -> int:
+    """Replicas for an External metric with a ``Value`` target (GetExternalMetricReplicas).
+
+    Scales the *ready* pod count by the usage ratio, which is why placeholders (Pending, never ready
+    until they fit) must use ``AverageValue`` instead.
+    """
+    ratio = usage_milli / target_milli
+    if current == 0:
+        return math.ceil(ratio)
+    if abs(1.0 - ratio) <= tolerance:
+        return current
+    return math.ceil(ratio * ready_pods)
+
+
+@dataclass
+class _Event:
+    time: float
+    change: int
+
+
+@dataclass
+class HPAController:
+    """One HPA's memory (recommendations and scale events) and its reconcile step."""
+
+    spec: HPASpec = field(default_factory=HPASpec)
+    _recommendations: deque[tuple[float, int]] = field(default_factory=deque)
+    _up_events: deque[_Event] = field(default_factory=deque)
+    _down_events: deque[_Event] = field(default_factory=deque)
+
+    def reconcile(self, now: float, current: int, proposals: Sequence[int | None]) -> int:
+        """The replica count after one sync at ``now``; ``proposals`` has one entry per metric
+        (``None`` for a metric that could not be read)."""
+        spec = self.spec
+        if current == 0 and spec.min_replicas != 0:
+            return 0  # "scaling is disabled since the replica count of the target is zero"
+        if current > spec.max_replicas:
+            desired = spec.max_replicas
+        elif current < spec.min_replicas:
+            desired = spec.min_replicas
+        else:
+            valid = [p for p in proposals if p is not None]
+            invalid = len(proposals) - len(valid)
+            best = max(valid) if valid else -1
+            # All metrics invalid, or some invalid and the rest would scale down: hold.
+            if invalid == len(proposals) or (invalid and best < current):
+                return current
+            desired = self._normalize(now, current, max(best, 0))
+        if desired != current:
+            self._store_event(now, current, desired)
+        return desired
+
+    # -- normalizeDesiredReplicasWithBehaviors -------------------------------------------------
+
+    def _normalize(self, now: float, current: int, desired: int) -> int:
+        stabilized = self._stabilize(now, current, desired)
+        return self._rate_limited(now, current, stabilized)
+
+    def _stabilize(self, now: float, current: int, desired: int) -> int:
+        up_cutoff = now - self.spec.scale_up.stabilization_window_seconds
+        down_cutoff = now - self.spec.scale_down.stabilization_window_seconds
+        up, down = desired, desired
+        records = self._recommendations
+        oldest = min(up_cutoff, down_cutoff)
+        while records and records[0][0] < oldest:  # older than both windows: never read again
+            records.popleft()
+        for stamp, recommendation in records:
+            if stamp > up_cutoff:
+                up = min(up, recommendation)
+            if stamp > down_cutoff:
+                down = max(down, recommendation)
+        records.append((now, desired))
+        return min(max(current, up), down)
+
+    def _rate_limited(self, now: float, current: int, desired: int) -> int:
+        spec = self.spec
+        if desired > current:
+            limit = max(self._scale_up_limit(now, current), current)
+            return min(desired, spec.max_replicas, limit)
+        if desired < current:
+            limit = min(self._scale_down_limit(now, current), current)
+            return max(desired, spec.min_replicas, limit)
+        return desired
+
+    def _period_start(self, now: float, current: int, period: int) -> int:
+        cutoff = now - period
+        added = sum(event.change for event in self._up_events if event.time > cutoff)
+        removed = sum(event.change for event in self._down_events if event.time > cutoff)
+        return current - added + removed
+
+    def _scale_up_limit(self, now: float, current: int) -> int:
+        rules = self.spec.scale_up
+        if rules.select_policy == "Disabled":
+            return current
+        proposals = []
+        for policy in rules.policies:
+            start = self._period_start(now, current, policy.period_seconds)
+            if policy.kind == "Pods":
+                proposals.append(start + policy.value)
+            else:  # rounded up so that a small count can still grow
+                proposals.append(math.ceil(start * (1 + policy.value / 100)))
+        return min(proposals) if rules.select_policy == "Min" else max(proposals)
+
+    def _scale_down_limit(self, now: float, current: int) -> int:
+        rules = self.spec.scale_down
+        if rules.select_policy == "Disabled":
+            return current
+        proposals = []
+        for policy in rules.policies:
+            start = self._period_start(now, current, policy.period_seconds)
+            if policy.kind == "Pods":
+                proposals.append(start - policy.value)
+            else:
+                proposals.append(int(start * (1 - policy.value / 100)))
+        return max(proposals) if rules.select_policy == "Min" else min(proposals)
+
+    def _store_event(self, now: float, before: int, after: int) -> None:
+        longest = max(
+            (p.period_seconds for p in (*self.spec.scale_up.policies, *self.spec.scale_down.policies)), default=0
+        )
+        for events in (self._up_events, self._down_events):
+            while events and events[0].time <= now - longest:
+                events.popleft()
+        if after > before:
+            self._up_events.append(_Event(now, after - before))
+        else:
+            self._down_events.append(_Event(now, before - after))
+
+
+def placeholder_replicas(
+    sync_times: np.ndarray,
+    usage_milli: np.ndarray,
+    spec: HPASpec,
+    *,
+    target_milli: int = 1000,
+    initial: int = 0,
+) -> np.ndarray:
+    """Replica counts after each sync for a Deployment scaled on ``AverageValue`` External metrics.
+
+    ``usage_milli`` is ``[metric, sync]`` (a 1-D array is one metric); a negative entry marks a
+    metric that could not be read at that sync.
+    """
+    usage = np.atleast_2d(np.asarray(usage_milli, dtype=np.int64))
+    controller = HPAController(spec)
+    replicas = np.empty(len(sync_times), dtype=np.int64)
+    current = initial
+    tolerance = spec.tolerance
+    for position, (now, column) in enumerate(zip(sync_times.tolist(), usage.T.tolist(), strict=True)):
+        proposals = [
+            None if value < 0 else average_value_replicas(value, target_milli, current, tolerance) for value in column
+        ]
+        current = controller.reconcile(now, current, proposals)
+        replicas[position] = current
+    return replicas

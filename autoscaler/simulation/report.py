@@ -1,0 +1,220 @@
+"""What a simulation reports: the JSON document, the rich table, and the two pictures."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from autoscaler.simulation.runner import PolicyRun, SimulationResult
+
+PER_POLICY_KEYS = (
+    "demand_gpu_hours",
+    "provisioned_gpu_hours",
+    "idle_gpu_hours",
+    "short_gpu_minutes",
+    "node_launches",
+)
+
+
+def _round(value: float, digits: int = 3) -> float:
+    return round(float(value), digits)
+
+
+def _percentile(values: np.ndarray, level: float) -> float | None:
+    return _round(float(np.percentile(values, level))) if len(values) else None
+
+
+def policy_figures(run: PolicyRun, *, pods: bool, windows: bool, gpu_hour_price: float | None) -> dict[str, Any]:
+    """One policy's figures over the scored period (keys as the command documents them).
+
+    Provisioned GPU-hours count nodes from launch (what is billed), not only while Ready; idle is
+    provisioned minus what real pods used; short is requested GPUs above Ready capacity.
+    """
+    totals = run.outcome.totals
+    figures: dict[str, Any] = {
+        "demand_gpu_hours": _round(totals.demand / 3600),
+        "provisioned_gpu_hours": _round(totals.provisioned / 3600),
+        "idle_gpu_hours": _round((totals.provisioned - totals.used) / 3600),
+        "short_gpu_minutes": _round(totals.short / 60),
+        "node_launches": totals.launches,
+    }
+    if pods:
+        figures["pod_wait_p50_s"] = _percentile(run.outcome.pod_waits, 50)
+        figures["pod_wait_p95_s"] = _percentile(run.outcome.pod_waits, 95)
+    if windows:
+        figures["window_pod_wait_p50_s"] = _percentile(run.outcome.window_pod_waits, 50)
+        figures["window_pod_wait_p95_s"] = _percentile(run.outcome.window_pod_waits, 95)
+    if gpu_hour_price is not None:
+        figures["cost"] = _round(totals.provisioned / 3600 * gpu_hour_price, 2)
+    return figures
+
+
+def build_report(
+    result: SimulationResult, *, input_name: str, pods: bool, gpu_hour_price: float | None
+) -> dict[str, Any]:
+    workload, period, config = result.workload, result.period, result.config
+    windows = bool(workload.windows)
+    origin = workload.origin
+    forecasting = {
+        text: {
+            "fits": len(run.fit_seconds),
+            "fit_seconds": _round(sum(run.fit_seconds), 2),
+            "models": dict(run.models.most_common()),
+            "notes": run.notes[:5],
+        }
+        for text, run in result.runs.items()
+        if run.spec.forecasting
+    }
+    report: dict[str, Any] = {
+        "input": input_name,
+        "step_seconds": _round(workload.step_s),
+        "lead_time_seconds": _round(config.lead_time_s),
+        "warmup_seconds": _round(config.warmup_s),
+        "scored": {
+            "start": (origin + pd.Timedelta(seconds=period.scored_from)).isoformat(),
+            "end": (origin + pd.Timedelta(seconds=period.end)).isoformat(),
+        },
+        "gpus_per_node": config.gpus_per_node,
+        "lead_time_distribution": config.lead_distribution.text,
+        "consolidate_after_seconds": _round(config.consolidate_after_s),
+        "declared_windows": len(workload.windows),
+        "policies": {
+            text: policy_figures(run, pods=pods, windows=windows, gpu_hour_price=gpu_hour_price)
+            for text, run in result.runs.items()
+        },
+        "forecasting": forecasting,
+        "elapsed_seconds": _round(result.seconds, 2),
+    }
+    frontier = frontier_check(report["policies"])
+    if frontier:
+        report["frontier"] = frontier
+    return report
+
+
+def render_table(report: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(
+        title=f"{report['input']}: {report['scored']['start']} to {report['scored']['end']}, "
+        f"lead time {report['lead_time_seconds']:g} s ({report['lead_time_distribution']})"
+    )
+    columns = list(next(iter(report["policies"].values())))
+    table.add_column("policy", no_wrap=True)
+    for column in columns:
+        table.add_column(_HEADERS.get(column, column), justify="right")
+    for text, figures in report["policies"].items():
+        table.add_row(text, *(_cell(figures[column]) for column in columns))
+    # Piped output is not a terminal; rich would then wrap at 80 columns.
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    console.print(table)
+    for text, details in report["forecasting"].items():
+        models = ", ".join(f"{name} x{count}" for name, count in details["models"].items())
+        console.print(f"{text}: {details['fits']} fits, {details['fit_seconds']:g} s; models: {models}")
+
+
+_HEADERS = {
+    "demand_gpu_hours": "demand GPU-h",
+    "provisioned_gpu_hours": "provisioned GPU-h",
+    "idle_gpu_hours": "idle GPU-h",
+    "short_gpu_minutes": "short GPU-min",
+    "node_launches": "launches",
+    "pod_wait_p50_s": "wait p50 s",
+    "pod_wait_p95_s": "wait p95 s",
+    "window_pod_wait_p50_s": "window wait p50 s",
+    "window_pod_wait_p95_s": "window wait p95 s",
+}
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.1f}" if abs(value) >= 100 else f"{value:.3g}"
+    return str(value)
+
+
+def plot(result: SimulationResult, path: Path) -> Path:
+    """Demand and Ready capacity per policy over the scored period; and ``<stem>-tradeoff.png``: short
+    GPU-minutes against provisioned GPU-hours, one point per policy. Returns the second path."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: write files
+    import matplotlib.pyplot as plt
+
+    workload, period = result.workload, result.period
+    first = int(period.scored_from // workload.step_s)
+    times = workload.index()[first:]
+    step_times = np.arange(first, workload.steps) * workload.step_s
+    runs = list(result.runs.values())
+    figure, axes = plt.subplots(len(runs), 1, figsize=(13, 2.2 * len(runs) + 0.6), sharex=True, squeeze=False)
+    demand = workload.peak[first:]
+    for axis, run in zip(axes[:, 0], runs, strict=True):
+        positions = np.searchsorted(run.outcome.capacity_times, step_times, side="right") - 1
+        capacity = run.outcome.capacity_values[np.maximum(positions, 0)]
+        axis.fill_between(times, demand, color="lightgray", step="post", label="demand (GPUs requested)")
+        axis.step(times, capacity, where="post", color="tab:blue", linewidth=0.8, label="Ready capacity")
+        short = run.outcome.totals.short / 60
+        axis.set_title(f"{run.spec.text}: {short:,.0f} GPU-minutes short", fontsize=9, loc="left")
+        axis.set_ylabel("GPUs")
+    axes[0, 0].legend(loc="upper right", fontsize=8)
+    figure.autofmt_xdate()
+    figure.tight_layout()
+    figure.savefig(path, format="png", dpi=90)
+    plt.close(figure)
+
+    tradeoff = path.with_name(f"{path.stem}-tradeoff.png")
+    figure, axis = plt.subplots(figsize=(9, 6.5))
+    families: dict[str, list[tuple[float, float, str]]] = {}
+    for run in runs:
+        point = (run.outcome.totals.provisioned / 3600, run.outcome.totals.short / 60, run.spec.text)
+        families.setdefault(run.spec.name, []).append(point)
+    for family, points in families.items():
+        points.sort()
+        # A swept heuristic is a curve: its points joined in order of GPU-hours.
+        style = "o-" if family in ("static_buffer", "reactive_max") and len(points) > 1 else "o"
+        axis.plot([p[0] for p in points], [p[1] for p in points], style, markersize=5, linewidth=0.8, label=family)
+        for hours_point, short_point, text in points:
+            axis.annotate(text, (hours_point, short_point), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    axis.set_xlabel("provisioned GPU-hours")
+    axis.set_ylabel("short GPU-minutes")
+    axis.set_title("Short GPU-minutes against provisioned GPU-hours (lower left is better)")
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(tradeoff, format="png", dpi=90)
+    plt.close(figure)
+    return tradeoff
+
+
+def frontier_check(policies: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """For each ``auto`` point: the heuristic (``static_buffer``/``reactive_max``) with the fewest
+    short GPU-minutes among those with no more GPU-hours, whether it beats ``auto``, and by how much
+    ``auto`` is shorter (a share of the heuristic's short GPU-minutes)."""
+    heuristics = {
+        text: figures for text, figures in policies.items() if text.startswith(("static_buffer:", "reactive_max:"))
+    }
+    out: dict[str, Any] = {}
+    for text, figures in policies.items():
+        if not text.startswith("auto:"):
+            continue
+        hours = figures["provisioned_gpu_hours"]
+        cheaper = {name: f for name, f in heuristics.items() if f["provisioned_gpu_hours"] <= hours}
+        if not cheaper:
+            out[text] = {"best_heuristic": None, "dominated": False, "short_reduction": None}
+            continue
+        best_name = min(cheaper, key=lambda name: cheaper[name]["short_gpu_minutes"])
+        best = cheaper[best_name]["short_gpu_minutes"]
+        short = figures["short_gpu_minutes"]
+        reduction = (best - short) / best if best > 0 else (0.0 if short == 0 else -math.inf)
+        out[text] = {
+            "best_heuristic": best_name,
+            "dominated": short > best,
+            "short_reduction": _round(reduction, 4),
+        }
+    return out

@@ -1,0 +1,153 @@
+"""The ``simulate`` command: JSON shape, table, pictures, and bad input (exit code 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from autoscaler.cmd_simulate import simulate_command
+
+BASE_KEYS = {"demand_gpu_hours", "provisioned_gpu_hours", "idle_gpu_hours", "short_gpu_minutes", "node_launches"}
+HEURISTICS = "reactive,static_buffer:8,reactive_max:30m,scheduled,oracle"
+
+
+@pytest.fixture(scope="module")
+def demand_csv(tmp_path_factory) -> Path:
+    """Two days of per-minute demand: a noisy level with a daytime bump."""
+    rng = np.random.default_rng(1)
+    index = pd.date_range("2024-03-01", periods=2 * 1440, freq="1min", tz="UTC")
+    hours = index.hour.to_numpy()
+    values = 60 + 30 * ((hours >= 9) & (hours < 18)) + np.cumsum(rng.choice([0, 0, 0, 1, -1], len(index)))
+    path = tmp_path_factory.mktemp("simulate") / "demand.csv"
+    pd.DataFrame({"timestamp": index.strftime("%Y-%m-%dT%H:%M:%SZ"), "value": np.clip(values, 0, None)}).to_csv(
+        path, index=False
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def pods_csv(tmp_path_factory) -> Path:
+    rng = np.random.default_rng(2)
+    arrival = np.sort(rng.uniform(0, 2 * 86400, 400))
+    frame = pd.DataFrame(
+        {"arrival": arrival, "duration": rng.exponential(3600, 400).round(), "gpus": rng.choice([1, 2, 8], 400)}
+    )
+    path = tmp_path_factory.mktemp("simulate") / "pods.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+def _invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(simulate_command, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_json_has_exactly_the_documented_keys(demand_csv):
+    code, out, _ = _invoke("--input", str(demand_csv), "--warmup", "1d", "--policies", HEURISTICS)
+    assert code == 0
+    report = json.loads(out)
+    assert {"input", "step_seconds", "lead_time_seconds", "warmup_seconds", "policies"} <= set(report)
+    assert (report["step_seconds"], report["lead_time_seconds"], report["warmup_seconds"]) == (60, 300, 86400)
+    assert list(report["policies"]) == HEURISTICS.split(",")  # keyed by the policy string, in order
+    for figures in report["policies"].values():
+        assert set(figures) == BASE_KEYS
+    figures = report["policies"]
+    assert figures["oracle"]["short_gpu_minutes"] == 0
+    assert figures["reactive"]["short_gpu_minutes"] > figures["static_buffer:8"]["short_gpu_minutes"]
+    for f in figures.values():  # fluid demand uses every Ready GPU it wants: used = demand - short
+        used = f["demand_gpu_hours"] - f["short_gpu_minutes"] / 60
+        assert f["idle_gpu_hours"] == pytest.approx(f["provisioned_gpu_hours"] - used, abs=0.01)
+
+
+def test_price_and_schedule_add_their_keys(demand_csv):
+    code, out, _ = _invoke(
+        "--input", str(demand_csv), "--warmup", "1d", "--policies", "reactive,scheduled",
+        "--schedule", "0 2 * * *;16;2h", "--gpu-hour-price", "2.5",
+    )  # fmt: skip
+    assert code == 0
+    report = json.loads(out)
+    keys = BASE_KEYS | {"cost", "window_pod_wait_p50_s", "window_pod_wait_p95_s"}
+    for figures in report["policies"].values():
+        assert set(figures) == keys
+        assert figures["cost"] == pytest.approx(figures["provisioned_gpu_hours"] * 2.5, abs=0.01)
+    assert report["policies"]["reactive"]["window_pod_wait_p95_s"] == pytest.approx(301, abs=1)
+
+
+def test_pod_trace_adds_pod_waits(pods_csv):
+    code, out, _ = _invoke("--pods", str(pods_csv), "--warmup", "12h", "--policies", "reactive,oracle")
+    assert code == 0
+    report = json.loads(out)
+    for figures in report["policies"].values():
+        assert set(figures) == BASE_KEYS | {"pod_wait_p50_s", "pod_wait_p95_s"}
+    assert report["policies"]["oracle"]["short_gpu_minutes"] == 0
+    assert report["policies"]["reactive"]["pod_wait_p95_s"] >= report["policies"]["oracle"]["pod_wait_p95_s"]
+
+
+def test_table_and_pictures(demand_csv, tmp_path):
+    picture = tmp_path / "run.png"
+    code, out, _ = _invoke(
+        "--input", str(demand_csv), "--warmup", "1d", "--policies", "reactive,static_buffer:8",
+        "--format", "table", "--plot", str(picture),
+    )  # fmt: skip
+    assert code == 0
+    assert "static_buffer:8" in out and "short GPU-min" in out
+    for path in (picture, tmp_path / "run-tradeoff.png"):
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--input", "/nonexistent.csv"], "file not found"),
+        ([], "exactly one of them"),
+        (["--policies", "reactive,magic"], "unknown policy 'magic'"),
+        (["--policies", "auto:1.5"], "Q must be a quantile"),
+        (["--policies", "static_buffer"], "needs a parameter"),
+        (["--policies", "reactive,reactive"], "given twice"),
+        (["--schedule", "0 2 * *;16;2h"], "--schedule"),
+        (["--schedule", "0 2 * * *;lots;2h"], "GPUS"),
+        (["--lead-time-distribution", "gamma:5m"], "lead-time distribution"),
+        (["--warmup", "30d"], "covers the whole input"),
+        (["--step", "fast"], "--step"),
+        (["--forecast-step", "90s"], "--forecast-step"),
+        (["--gpus-per-node", "0"], "--gpus-per-node"),
+        (["--plot", "/nonexistent/run.png"], "does not exist"),
+        (["--gpu-hour-price", "-1"], "--gpu-hour-price"),
+        (["--refit-every", "12h"], "--refit-every"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(demand_csv, args, message):
+    if "--input" not in args and args != []:
+        args = ["--input", str(demand_csv), "--warmup", "1d", *args]
+    code, out, err = _invoke(*args)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("error: ")
+    assert message in err
+
+
+def test_bad_files_exit_2(tmp_path, demand_csv, pods_csv):
+    negative = tmp_path / "negative.csv"
+    negative.write_text("timestamp,value\n2024-03-01T00:00:00Z,5\n2024-03-01T00:01:00Z,-3\n")
+    malformed = tmp_path / "malformed.csv"
+    malformed.write_text("timestamp,value\nyesterday,5\n")
+    no_columns = tmp_path / "pods.csv"
+    no_columns.write_text("name,size\na,1\n")
+    too_big = tmp_path / "big.csv"
+    too_big.write_text("arrival,duration,gpus\n0,60,16\n100,60,1\n")
+    cases = [
+        (["--input", str(negative)], "must not be negative"),
+        (["--input", str(malformed)], "line 2"),
+        (["--pods", str(no_columns)], "missing columns"),
+        (["--pods", str(too_big)], "more than a node has"),
+        (["--input", str(demand_csv), "--pods", str(pods_csv)], "exactly one of them"),
+    ]
+    for args, message in cases:
+        code, _, err = _invoke(*args, "--warmup", "0s", "--policies", "reactive")
+        assert code == 2, args
+        assert message in err and err.count("\n") == 1

@@ -1,0 +1,134 @@
+"""HPA arithmetic against cases computed by hand from kube-controller-manager's rules."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autoscaler.quantity import format_quantity, parse_quantity
+from autoscaler.simulation.hpa import (
+    HPAController,
+    HPASpec,
+    ScalingPolicy,
+    ScalingRules,
+    average_value_replicas,
+    milli_value,
+    placeholder_replicas,
+    value_replicas,
+)
+
+
+def test_milli_value_rounds_up_like_the_served_quantity():
+    for value in (0.0, 0.1 + 0.2, 2.0001, 16.0, 7.25):
+        assert milli_value(value) == round(parse_quantity(format_quantity(value)) * 1000)
+    assert milli_value(0.1 + 0.2) == 301  # float noise is served, and read, as 301m
+    assert milli_value(2.0001) == 2001
+
+
+@pytest.mark.parametrize(
+    ("usage", "current", "expected"),
+    [
+        (10_500, 10, 10),  # ratio 1.05: inside the 0.1 tolerance, keep
+        (11_000, 10, 11),  # ratio 1.10: in float64 |1 - 1.1| is just above 0.1, as in Go: scale
+        (11_500, 10, 12),  # ratio 1.15: ceil(11.5)
+        (9_000, 10, 10),  # ratio 0.90: |1 - 0.9| is just below 0.1: keep
+        (8_900, 10, 9),  # ratio 0.89: ceil(8.9)
+        (1, 0, 1),  # from zero: any usage scales to ceil(usage / target)
+        (0, 0, 0),  # 0/0 is NaN, never above the tolerance: stay at zero
+        (0, 5, 0),
+    ],
+)
+def test_average_value_tolerance(usage, current, expected):
+    assert average_value_replicas(usage, 1000, current, 0.1) == expected
+
+
+def test_value_target_scales_ready_pods():
+    # Value target 10, metric 30: ratio 3; 4 replicas of which 2 ready -> ceil(3 * 2) = 6.
+    assert value_replicas(30_000, 10_000, 4, 2, 0.1) == 6
+    assert value_replicas(10_500, 10_000, 4, 2, 0.1) == 4  # within tolerance
+    assert value_replicas(25_000, 10_000, 0, 0, 0.1) == 3  # from zero: ceil(ratio)
+
+
+def test_scale_up_limit_is_max_of_100_percent_and_4_pods():
+    hpa = HPAController()
+    # 2 -> max(ceil(2 * 2), 2 + 4) = 6; 15 s later the previous event is exactly at the period's
+    # cutoff and no longer counts: 6 -> max(12, 10) = 12; then 12 -> 20 (the proposal).
+    assert hpa.reconcile(0.0, 2, [20]) == 6
+    assert hpa.reconcile(15.0, 6, [20]) == 12
+    assert hpa.reconcile(30.0, 12, [20]) == 20
+    hpa = HPAController()
+    assert hpa.reconcile(0.0, 10, [100]) == 20  # max(20, 14)
+    hpa = HPAController()
+    assert hpa.reconcile(0.0, 0, [9]) == 4  # max(ceil(0 * 2), 0 + 4)
+
+
+def test_scale_up_events_within_the_period_count():
+    # With a 60 s period, what was added in the last minute counts against the limit.
+    rules = ScalingRules(0, (ScalingPolicy("Pods", 4, 60),))
+    hpa = HPAController(HPASpec(scale_up=rules))
+    assert hpa.reconcile(0.0, 0, [20]) == 4
+    assert hpa.reconcile(15.0, 4, [20]) == 4  # period start 0: 0 + 4, already there
+    assert hpa.reconcile(45.0, 4, [20]) == 4
+    assert hpa.reconcile(60.0, 4, [20]) == 8  # the event at 0 s left the window
+
+
+def test_scale_down_stabilisation_window_keeps_the_highest_recommendation():
+    hpa = HPAController()
+    assert hpa.reconcile(0.0, 10, [10]) == 10
+    times = np.arange(15.0, 300.0, 15.0)
+    for now in times:  # 15 .. 285 s: the recommendation of 10 at 0 s is inside the 300 s window
+        assert hpa.reconcile(float(now), 10, [5]) == 10
+    # At 300 s the record at 0 s is exactly at the cutoff (not after it): the window holds only 5s.
+    assert hpa.reconcile(300.0, 10, [5]) == 5
+
+
+def test_scale_down_uses_the_max_over_the_window_not_the_latest():
+    hpa = HPAController()
+    hpa.reconcile(0.0, 10, [10])
+    hpa.reconcile(100.0, 10, [8])
+    hpa.reconcile(200.0, 10, [3])
+    assert hpa.reconcile(301.0, 10, [3]) == 8  # 10 left the window, 8 (at 100 s) is the highest left
+    assert hpa.reconcile(401.0, 8, [3]) == 3
+
+
+def test_scale_down_rate_policy():
+    rules = ScalingRules(0, (ScalingPolicy("Pods", 1, 60),))
+    hpa = HPAController(HPASpec(scale_down=rules))
+    assert hpa.reconcile(0.0, 10, [5]) == 9
+    assert hpa.reconcile(15.0, 9, [5]) == 9  # 10 at the start of the last 60 s: 10 - 1
+    assert hpa.reconcile(60.0, 9, [5]) == 8
+    # Default scale-down (100 % per 15 s) may go straight to the target once stabilised.
+    hpa = HPAController(HPASpec(scale_down=ScalingRules(0, (ScalingPolicy("Percent", 100, 15),))))
+    assert hpa.reconcile(0.0, 10, [0]) == 0
+
+
+def test_max_over_metrics_and_invalid_metrics():
+    hpa = HPAController()
+    assert hpa.reconcile(0.0, 5, [3, 7, 5]) == 7
+    # An unreadable metric blocks a scale-down (the HPA holds) but not a scale-up.
+    hpa = HPAController(HPASpec(scale_down=ScalingRules(0, (ScalingPolicy("Percent", 100, 15),))))
+    assert hpa.reconcile(0.0, 5, [None, 2]) == 5
+    assert hpa.reconcile(15.0, 5, [None, 8]) == 8
+    assert hpa.reconcile(30.0, 8, [None, None]) == 8
+
+
+def test_min_and_max_replicas():
+    spec = HPASpec(min_replicas=1, max_replicas=6)
+    hpa = HPAController(spec)
+    assert hpa.reconcile(0.0, 0, [5]) == 0  # replicas 0 with minReplicas > 0: scaling disabled
+    assert hpa.reconcile(15.0, 2, [50]) == 6  # capped at maxReplicas
+    assert hpa.reconcile(30.0, 9, [5]) == 6  # above maxReplicas: brought down to it
+
+
+def test_placeholder_replicas_matches_step_by_step_reconcile():
+    rng = np.random.default_rng(3)
+    usage = (np.repeat(rng.integers(0, 40, 60), 4) * 1000 + rng.integers(0, 999, 240)).astype(np.int64)
+    times = np.arange(240) * 15.0
+    replicas = placeholder_replicas(times, usage, HPASpec())
+    hpa, current = HPAController(), 0
+    for now, value, got in zip(times, usage, replicas, strict=True):
+        current = hpa.reconcile(float(now), current, [average_value_replicas(int(value), 1000, current, 0.1)])
+        assert got == current
+    # Two metrics: the maximum wins.
+    both = placeholder_replicas(times, np.vstack([usage, usage // 2]), HPASpec())
+    assert np.array_equal(both, replicas)

@@ -1,0 +1,58 @@
+"""The command on the shared public traces: the Alibaba v2023 pod list and Helios Earth demand."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from autoscaler.cmd_simulate import simulate_command
+from tests import data_helpers
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not data_helpers.data_available(), reason="shared traces not present"),
+]
+
+ALIBABA_PODS = data_helpers.DATA_DIR / "alibaba_gpu_v2023" / "openb_pod_list_default.csv.gz"
+
+
+def _invoke(*args: str) -> dict:
+    result = CliRunner().invoke(simulate_command, list(args))
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_alibaba_pod_list_is_read_directly(tmp_path):
+    """The real pod list, cut to the pods deleted in the first three days of its observation window."""
+    pods = pd.read_csv(ALIBABA_PODS)
+    cutoff = pods.deletion_time.min() + 3 * 86400
+    short_list = tmp_path / "openb_pod_list_default.csv.gz"
+    pods[pods.deletion_time <= cutoff].to_csv(short_list, index=False)
+    report = _invoke(
+        "--pods", str(short_list), "--warmup", "1d", "--policies", "reactive,static_buffer:8,oracle",
+        "--schedule", "0 2 * * *;16;2h",
+    )  # fmt: skip
+    figures = report["policies"]
+    for policy in figures.values():
+        assert {"pod_wait_p50_s", "pod_wait_p95_s", "window_pod_wait_p95_s"} <= set(policy)
+        assert policy["demand_gpu_hours"] > 0
+    assert figures["oracle"]["short_gpu_minutes"] == 0
+    assert figures["oracle"]["pod_wait_p95_s"] == 0
+    # A pod that finds no room waits for a node: at most the batch and the lead time, often less when
+    # a node launched for earlier pods is already on its way.
+    assert 120 <= figures["reactive"]["pod_wait_p95_s"] <= 301
+    assert figures["reactive"]["window_pod_wait_p95_s"] == pytest.approx(301, abs=2)
+    assert figures["reactive"]["short_gpu_minutes"] > figures["static_buffer:8"]["short_gpu_minutes"]
+
+
+def test_auto_is_short_less_than_reactive_on_helios(tmp_path):
+    """Six days of Helios Earth demand: five train the forecasters, the sixth is scored."""
+    series = data_helpers.helios_running_gpus().iloc[: 6 * 1440]
+    path = data_helpers.write_csv(series, tmp_path / "helios.csv.gz")
+    report = _invoke("--input", str(path), "--warmup", "5d", "--policies", "reactive,auto:0.9")
+    reactive, auto = report["policies"]["reactive"], report["policies"]["auto:0.9"]
+    assert auto["short_gpu_minutes"] < 0.7 * reactive["short_gpu_minutes"]
+    assert report["forecasting"]["auto:0.9"]["fits"] >= 24  # hourly refits over a day and the settling hour
