@@ -1,4 +1,4 @@
-"""Real demand series derived from the shared public traces (see /work/shared/data/README.md).
+"""Real demand series derived from the shared public traces (see ../shared/data/README.md, beside the repository).
 
 Each loader returns a float64 series on a tz-aware UTC DatetimeIndex at one-minute steps, derived
 exactly as the data README describes. ``trace(name, step)`` aggregates by mean to a coarser step.
@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-DATA_DIR = Path(os.environ.get("GPU_AUTOSCALER_DATA", "/work/shared/data"))
+# The traces live in shared/ beside the repository (where CI puts them too); the variable overrides.
+DATA_DIR = Path(os.environ.get("GPU_AUTOSCALER_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
 # Anonymised Alibaba seconds are counted from this instant (an arbitrary, fixed choice).
 ALIBABA_ORIGIN = pd.Timestamp("2023-01-01T00:00:00Z")
 

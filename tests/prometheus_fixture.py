@@ -45,7 +45,8 @@ import pandas as pd
 import pytest
 from aiohttp import ClientSession, ClientTimeout, web
 
-DATA_DIR = Path(os.environ.get("GPU_AUTOSCALER_DATA", "/work/shared/data"))
+from tests.data_helpers import DATA_DIR  # one definition of where the traces are
+
 TRACE_DAYS = 14
 STARTUP_TIMEOUT_S = 15.0
 # Helios virtual cluster -> nodepool. The four busiest VCs; each pool mixes both DCGM host labels.
