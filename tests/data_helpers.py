@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 # The traces live in shared/ beside the repository (where CI puts them too); the variable overrides.
-DATA_DIR = Path(os.environ.get("GPU_AUTOSCALER_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+DATA_DIR = Path(os.environ.get("GPU_AUTOSCALER_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
 # Anonymised Alibaba seconds are counted from this instant (an arbitrary, fixed choice).
 ALIBABA_ORIGIN = pd.Timestamp("2023-01-01T00:00:00Z")
 
