@@ -28,6 +28,7 @@ import numpy as np
 from cronsim import CronSim, CronSimError
 from kubernetes_asyncio.client import ApiClient, BatchV1Api
 
+from adapters.kube_client import parse_kube_time
 from adapters.kube_watch import WatchedResource
 from adapters.types import AdapterError, ScheduledWindow
 
@@ -250,16 +251,6 @@ def fire_times(schedule: str, timezone: str, start: datetime, end: datetime, *, 
 # ----------------------------------------------------------------------------- durations
 
 
-def _parse_time(value: Any) -> datetime | None:
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
 def _owned_by(job: Mapping[str, Any], cronjob: Mapping[str, Any]) -> bool:
     cron_meta = cronjob.get("metadata") or {}
     job_meta = job.get("metadata") or {}
@@ -291,8 +282,8 @@ def past_run_durations(cronjob: Mapping[str, Any], jobs: Iterable[Mapping[str, A
         if not _owned_by(job, cronjob) or not _succeeded(job):
             continue
         status = job.get("status") or {}
-        started = _parse_time(status.get("startTime"))
-        completed = _parse_time(status.get("completionTime"))
+        started = parse_kube_time(status.get("startTime"))
+        completed = parse_kube_time(status.get("completionTime"))
         if started is not None and completed is not None and completed >= started:
             runs.append((started, completed - started))
     runs.sort(key=lambda run: run[0])

@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -232,3 +233,14 @@ async def read_json(call: Awaitable[Any], what: str) -> Any:
         return json.loads(body)
     except ValueError as exc:
         raise KubeError(f"{what}: the answer is not JSON") from exc
+
+
+def parse_kube_time(value: Any) -> datetime | None:
+    """An RFC 3339 timestamp from a Kubernetes object (``2026-11-20T09:00:00Z``); None if absent or garbled."""
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)

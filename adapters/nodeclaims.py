@@ -13,13 +13,14 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import partial
 from typing import Any, Literal
 
 import numpy as np
 from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
 
+from adapters.kube_client import parse_kube_time
 from adapters.kube_watch import WatchCache, WatchedResource, WatchEvent
 
 NODEPOOL_LABEL = "karpenter.sh/nodepool"
@@ -61,27 +62,17 @@ class LeadTimeEstimate:
     status: Literal["learned", "no-samples", "absent"]
 
 
-def _parse_time(value: Any) -> datetime | None:
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
 def _true_since(conditions: Iterable[Mapping[str, Any]], condition_type: str) -> datetime | None:
     for condition in conditions:
         if condition.get("type") == condition_type and condition.get("status") == "True":
-            return _parse_time(condition.get("lastTransitionTime"))
+            return parse_kube_time(condition.get("lastTransitionTime"))
     return None
 
 
 def lead_time_sample(nodeclaim: Mapping[str, Any]) -> LeadTimeSample | None:
     """The sample a NodeClaim gives, or None while it is not ready (or its times are unusable)."""
     metadata = nodeclaim.get("metadata") or {}
-    created = _parse_time(metadata.get("creationTimestamp"))
+    created = parse_kube_time(metadata.get("creationTimestamp"))
     conditions = (nodeclaim.get("status") or {}).get("conditions") or []
     condition = "Ready"
     ready = _true_since(conditions, "Ready")

@@ -103,9 +103,7 @@ def request_rate(
     name: str = "request_rate",
 ) -> SignalQuery:
     """Per-second rate of a request counter: ``sum by (by) (rate(metric{matchers}[window]))``."""
-    selector = ", ".join(
-        f"{check_label_name(label)}={_quote(value)}" for label, value in (matchers or {}).items()
-    )
+    selector = ", ".join(f"{check_label_name(label)}={_quote(value)}" for label, value in (matchers or {}).items())
     expression = f"rate({check_metric_name(metric)}{{{selector}}}[{check_duration(window)}])"
     return SignalQuery(name=name, promql=aggregate("sum", by, expression), step=step, split_by=tuple(by))
 
@@ -138,9 +136,7 @@ def with_nodepool(expression: str, nodepool_label: str = KARPENTER_NODEPOOL_LABE
 def _dcgm(
     metric: str, by: Sequence[str], aggregation: Aggregation, step: timedelta, nodepool_label: str, name: str
 ) -> SignalQuery:
-    per_host = [
-        f'label_replace({metric}{{{host}!=""}}, "node", "$1", "{host}", "(.*)")' for host in DCGM_HOST_LABELS
-    ]
+    per_host = [f'label_replace({metric}{{{host}!=""}}, "node", "$1", "{host}", "(.*)")' for host in DCGM_HOST_LABELS]
     # ``or`` de-duplicates a series that carries both host labels (same label set on both sides).
     return _grouped(aggregation, " or ".join(per_host), by, step, nodepool_label, name)
 

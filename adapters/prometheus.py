@@ -186,9 +186,7 @@ class PrometheusSource:
         after_since = grid_end(since, query.step) + pd.Timedelta(query.step)
         return await self.backfill(query, after_since, now)
 
-    async def query_range(
-        self, promql: str, start: datetime, end: datetime, step: timedelta
-    ) -> list[RawSeries]:
+    async def query_range(self, promql: str, start: datetime, end: datetime, step: timedelta) -> list[RawSeries]:
         """One ``/api/v1/query_range`` call (with retries), decoded but not yet put on a grid."""
         settings = self._settings
         # Lets Prometheus give up when we do; plain (float) seconds, as "0.5s" is not a Prometheus duration.

@@ -133,9 +133,7 @@ def plan_chunks(
     return chunks
 
 
-def to_signals(
-    query: SignalQuery, parts: Iterable[RawSeries], start: pd.Timestamp, end: pd.Timestamp
-) -> list[Signal]:
+def to_signals(query: SignalQuery, parts: Iterable[RawSeries], start: pd.Timestamp, end: pd.Timestamp) -> list[Signal]:
     """Turn the raw series of one or more range requests into one Signal per identity on ``[start, end]``.
 
     Chunks may repeat a timestamp (the later one wins), points off the grid are dropped, NaN and +-Inf
@@ -176,9 +174,7 @@ def merge_signal(previous: Signal | None, update: Signal, max_history: timedelta
     recent samples, and losing them twice helps nobody). The result stays on the regular step grid.
     """
     if previous is not None and (_key(previous) != _key(update) or previous.step != update.step):
-        raise ValueError(
-            f"cannot merge {update.name}{dict(update.labels)} into {previous.name}{dict(previous.labels)}"
-        )
+        raise ValueError(f"cannot merge {update.name}{dict(update.labels)} into {previous.name}{dict(previous.labels)}")
     step = pd.Timedelta(update.step)
     pieces = [signal.series for signal in (previous, update) if signal is not None and len(signal.series)]
     if not pieces:
@@ -194,9 +190,7 @@ def merge_signal(previous: Signal | None, update: Signal, max_history: timedelta
     return Signal(name=update.name, labels=dict(update.labels), series=merged.astype(np.float64), step=step)
 
 
-def merge_signals(
-    previous: Iterable[Signal], update: Iterable[Signal], max_history: timedelta
-) -> list[Signal]:
+def merge_signals(previous: Iterable[Signal], update: Iterable[Signal], max_history: timedelta) -> list[Signal]:
     """Merge lists of Signals matched by (name, labels).
 
     Every Signal of a name ends at the latest timestamp seen for that name, so a series that stopped

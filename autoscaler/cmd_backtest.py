@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import click
 import numpy as np
 
-from forecast.backtest import AUTO, METRICS, BacktestRun, ProgressCallback, run_backtest_records, summarize
+from autoscaler.progress import progress_bar
+from forecast.backtest import AUTO, METRICS, BacktestRun, run_backtest_records, summarize
 from forecast.durations import parse_duration, steps_in
 from forecast.io import SeriesFileError, aggregate, read_series_csv
 
@@ -23,24 +22,6 @@ def _fail(message: str) -> None:
     """One line on stderr and exit code 2: what a script or a person needs to fix the input."""
     click.echo(f"error: {' '.join(message.split())}", err=True)
     sys.exit(EXIT_BAD_INPUT)
-
-
-@contextmanager
-def _progress() -> Iterator[ProgressCallback | None]:
-    """A rich progress bar on stderr, only when stderr is a terminal."""
-    if not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import Progress
-
-    with Progress(console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("backtest origins", total=None)
-
-        def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        yield update
 
 
 def _table(report: dict[str, Any]) -> None:
@@ -131,7 +112,7 @@ def backtest(
         if not 0.0 < quantile < 1.0:
             raise ValueError(f"--quantile must be between 0 and 1, got {quantile}")
         series = aggregate(read_series_csv(input_path), step_delta)
-        with _progress() as progress:
+        with progress_bar("backtest origins") as progress:
             run = run_backtest_records(
                 series,
                 horizons=horizon_steps,

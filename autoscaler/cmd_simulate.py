@@ -5,20 +5,19 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import click
 import pandas as pd
 
+from autoscaler.progress import progress_bar
 from autoscaler.simulation.forecasting import ForecastCadence
 from autoscaler.simulation.hpa import DEFAULT_SCALE_DOWN, HPASpec, ScalingRules
 from autoscaler.simulation.inputs import InputError, WindowSchedule, demand_workload, parse_schedule, pod_workload
 from autoscaler.simulation.lead_times import parse_lead_time_distribution
 from autoscaler.simulation.policies import parse_policies
 from autoscaler.simulation.report import build_report, plot, render_table
-from autoscaler.simulation.runner import ProgressCallback, SimulationConfig, simulate
+from autoscaler.simulation.runner import SimulationConfig, simulate
 from forecast.durations import parse_duration
 
 EXIT_BAD_INPUT = 2
@@ -38,24 +37,6 @@ def _seconds(flag: str, text: str, *, allow_zero: bool = False) -> float:
         return float(parse_duration(text).total_seconds())
     except ValueError as error:
         raise ValueError(f"{flag}: {error}") from None
-
-
-@contextmanager
-def _progress() -> Iterator[ProgressCallback | None]:
-    """A rich progress bar on stderr, only when stderr is a terminal."""
-    if not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import Progress
-
-    with Progress(console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("simulating", total=None)
-
-        def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        yield update
 
 
 @click.command("simulate")
@@ -157,7 +138,7 @@ def simulate_command(
         step_delta = pd.Timedelta(seconds=step_s)
         read = pod_workload if pods_path is not None else demand_workload
         workload = read(source, step_delta, windows, gpus_per_node)
-        with _progress() as progress:
+        with progress_bar("simulating") as progress:
             result = simulate(workload, specs, config, workers=workers, progress=progress)
     except (InputError, ValueError) as error:
         _fail(str(error))
