@@ -70,8 +70,7 @@ async def errors_and_metrics(request: web.Request, handler: Handler) -> web.Stre
     except web.HTTPException as error:
         # aiohttp's own 404/405 become Status objects so clients always get Kubernetes JSON.
         if error.status == 405:
-            response = status_response(405, f"the server does not allow this method on {request.path}")
-            response.headers["Allow"] = "GET"
+            response = await _method_not_allowed(request)
         elif error.status == 404:
             response = status_response(404, "the server could not find the requested resource")
         else:

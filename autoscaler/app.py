@@ -54,8 +54,7 @@ def after_refresh(
     update_readiness(readiness, refresher, pipeline)
     # Off the event loop: with thousands of series the file is a few MB.
     path = settings.state_dir / persistence.FILE_NAME
-    task = asyncio.get_running_loop().run_in_executor(None, _save_quietly, path, snapshot)
-    task.add_done_callback(lambda _: None)
+    asyncio.get_running_loop().run_in_executor(None, _save_quietly, path, snapshot)
 
 
 def _save_quietly(path: Path, snapshot: Snapshot) -> None:
@@ -200,7 +199,7 @@ def create_app(
 def _serving_files(settings: Settings) -> ServingFiles:
     tls = settings.server.tls
     if tls.cert_file is not None and tls.key_file is not None:
-        return ServingFiles(tls.cert_file, tls.key_file, generated=False)
+        return ServingFiles(tls.cert_file, tls.key_file)
     return ensure_self_signed(settings.state_dir, hosts=("localhost", "127.0.0.1", settings.server.bind_address))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from pathlib import Path
@@ -11,6 +12,21 @@ import click
 
 from autoscaler import __version__
 from autoscaler.settings import Settings, SettingsError, load_settings
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line, for log collectors."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        document = {
+            "time": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            document["exception"] = self.formatException(record.exc_info)
+        return json.dumps(document)
 
 
 class MalformedRequestFilter(logging.Filter):
@@ -30,11 +46,7 @@ class MalformedRequestFilter(logging.Filter):
 def configure_logging(level: str, fmt: str = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
-        handler.setFormatter(
-            logging.Formatter(
-                '{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","message":%(message)r}'
-            )
-        )
+        handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
     root = logging.getLogger()

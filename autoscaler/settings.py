@@ -20,7 +20,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from adapters.types import AdapterError
 from autoscaler.durations import parse_duration
-from autoscaler.selectors import SelectorError, parse_selector, validate_key, validate_value
+from autoscaler.selectors import SelectorError, validate_key, validate_value
 
 ENV_PREFIX = "GPU_AUTOSCALER_"
 ENV_NESTING = "__"
@@ -400,18 +400,3 @@ def load_settings(
         return Settings.model_validate(merged)
     except ValidationError as errors:
         raise SettingsError(_describe(errors, source)) from None
-
-
-def demo_settings(state_dir: Path | None = None) -> Settings:
-    """The demo: loopback only, authentication by the demo CA's client certificates."""
-    base: dict[str, Any] = {
-        "server": {"bind_address": "127.0.0.1"},
-        "auth": {"mode": "files", "authorization": "allow-authenticated", "client_ca_file": "ca.crt"},
-        "demo": {"enabled": True},
-    }
-    if state_dir is not None:
-        base["state_dir"] = str(state_dir)
-    return Settings.model_validate(base)
-
-
-__all__ = ["Settings", "SettingsError", "demo_settings", "load_settings", "parse_selector"]

@@ -19,7 +19,6 @@ log = logging.getLogger(__name__)
 class ServingFiles:
     cert_file: Path
     key_file: Path
-    generated: bool
 
 
 def ensure_self_signed(state_dir: Path, hosts: tuple[str, ...]) -> ServingFiles:
@@ -33,7 +32,7 @@ def ensure_self_signed(state_dir: Path, hosts: tuple[str, ...]) -> ServingFiles:
             "(register the APIService with insecureSkipTLSVerify, or give server.tls.cert_file)",
             cert_file,
         )
-    return ServingFiles(cert_file, key_file, generated=True)
+    return ServingFiles(cert_file, key_file)
 
 
 class ServerTLS:

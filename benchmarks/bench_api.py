@@ -98,9 +98,7 @@ def serve(series_count: int, pki_dir: Path, prometheus_url: str | None) -> None:
 
             app.router.add_get("/adapter/namespaces/{namespace}/{metric}", adapter)
         ops = build_ops_app(provider=provider, readiness=readiness, self_metrics=metrics)
-        tls = ServerTLS(
-            ServingFiles(pki_dir / "serving.crt", pki_dir / "serving.key", generated=False), client_ca_pems(access)
-        )
+        tls = ServerTLS(ServingFiles(pki_dir / "serving.crt", pki_dir / "serving.key"), client_ca_pems(access))
         async with running(settings, api_app=app, ops_app=ops, tls=tls) as listening:
             print(listening.secure_port, flush=True)
             await asyncio.Event().wait()

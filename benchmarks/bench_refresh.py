@@ -116,9 +116,7 @@ async def measure(count: int, days: int, workers: int, pki_dir: Path, context: s
     api_app, ops_app = create_app(
         settings, pipeline=pipeline, access=access, provider=provider, readiness=Readiness(ready=True)
     )
-    tls = ServerTLS(
-        ServingFiles(pki_dir / "serving.crt", pki_dir / "serving.key", generated=False), client_ca_pems(access)
-    )
+    tls = ServerTLS(ServingFiles(pki_dir / "serving.crt", pki_dir / "serving.key"), client_ca_pems(access))
     series = real_series(count, days)
     pool = forecast_pool(workers)
     refresher = Refresher(

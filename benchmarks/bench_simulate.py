@@ -71,8 +71,10 @@ def main() -> None:
     scored = (result.period.end - result.period.scored_from) / 86400
     print(f"input: Helios Earth running GPUs, {workload.steps} steps of {workload.step_s:g} s ({days:.1f} days)")
     print(f"policies: {', '.join(spec.text for spec in specs)}; {args.workers} worker(s)")
-    print(f"scored: {scored:.1f} days after a 7-day warm-up; refit every {args.refit_every}, reselect every "
-          f"{args.reselect_every}")
+    print(
+        f"scored: {scored:.1f} days after a 7-day warm-up; refit every {args.refit_every}, reselect every "
+        f"{args.reselect_every}"
+    )
     print(f"read input: {read_s:.1f} s")
     for text, run in result.runs.items():
         fits = f"; {len(run.fit_seconds)} fits, {sum(run.fit_seconds):.1f} s" if run.fit_seconds else ""

@@ -118,6 +118,6 @@ async def api_server(pki: PKI, tmp_path: Path, authorizer_override: Authorizer |
         metrics=METRICS, plans=(), sources=(), refresh=RefreshSettings(timedelta(minutes=1), timedelta(minutes=5))
     )
     api_app, ops_app = create_app(settings, pipeline=pipeline, access=access, provider=provider, readiness=readiness)
-    tls = ServerTLS(ServingFiles(pki.serving_cert, pki.serving_key, generated=False), client_ca_pems(access))
+    tls = ServerTLS(ServingFiles(pki.serving_cert, pki.serving_key), client_ca_pems(access))
     async with running(settings, api_app=api_app, ops_app=ops_app, tls=tls) as listening:
         yield RunningServer(listening, provider, readiness, pki, tls, settings, access)

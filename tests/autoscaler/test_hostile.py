@@ -155,3 +155,14 @@ async def test_rejected_tokens_are_not_logged(api_server, caplog):
         ):
             assert response.status == 401
     assert "s3cr3t-t0ken-value" not in caplog.text
+
+
+def test_json_log_format_is_json_per_line():
+    import json
+
+    from autoscaler.cli import JsonFormatter
+
+    record = logging.LogRecord("x", logging.WARNING, __file__, 1, "value %s has 'quotes' and \"doubles\"", ("v",), None)
+    document = json.loads(JsonFormatter().format(record))
+    assert document["message"] == "value v has 'quotes' and \"doubles\""
+    assert (document["level"], document["logger"]) == ("WARNING", "x")

@@ -53,7 +53,7 @@ async def kube_mode_server(pki: PKI, tmp_path: Path, fake_kube: FakeKube, kube_a
     api_app, ops_app = create_app(
         settings, pipeline=pipeline, access=access, provider=provider, readiness=Readiness(ready=True)
     )
-    tls = ServerTLS(ServingFiles(pki.serving_cert, pki.serving_key, generated=False), client_ca_pems(access))
+    tls = ServerTLS(ServingFiles(pki.serving_cert, pki.serving_key), client_ca_pems(access))
     async with running(settings, api_app=api_app, ops_app=ops_app, tls=tls) as listening:
         yield f"https://127.0.0.1:{listening.secure_port}"
 

@@ -43,7 +43,7 @@ def test_a_half_written_rotation_keeps_the_current_certificate(pki, tmp_path, ca
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     shutil.copy(pki.serving_cert, cert)
     shutil.copy(pki.serving_key, key)
-    tls = ServerTLS(ServingFiles(cert, key, generated=False), [])
+    tls = ServerTLS(ServingFiles(cert, key), [])
     cert.write_text("-----BEGIN CERTIFICATE-----\ngarbage\n-----END CERTIFICATE-----\n")
     with caplog.at_level(logging.WARNING):
         assert tls.reload_if_changed() is False
