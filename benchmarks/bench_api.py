@@ -1,11 +1,19 @@
 """Load on the external metrics endpoint over TLS with client-certificate auth, on loopback.
 
     .venv/bin/python -m benchmarks.bench_api [--series 10,1000,10000] [--connections 1,16,64,256]
-                                              [--duration 5] [--adapter]
+                                              [--duration 5] [--adapter] [--rate 2000]
 
 For each series count a server process serves a snapshot of that many series; a load generator (this
 process) holds C connections for ``--duration`` seconds per level (bounded: it also stops after
-``--max-requests``) and prints requests/s, p50/p99/max latency and errors. ``--adapter`` adds the
+``--max-requests``) and prints requests/s, p50/p99/max latency and errors.
+
+Two ways to load. Closed loop (default): each connection sends its next request as soon as the last
+answer arrives, which finds the maximum throughput; at 64 connections its latency is mostly queueing
+(Little's law: latency = connections / throughput), and the generator competes with the server for
+the same 2 cores. Open loop (``--rate R``): the connections together send R requests per second on a
+fixed schedule, and latency is measured from each request's scheduled time, so a server that falls
+behind is charged for the wait (no coordinated omission, as wrk2 measures). That is the latency an
+HPA fleet sending R requests per second sees. ``--adapter`` adds the
 same metric answered the way prometheus-adapter answers it: one instant query to a real Prometheus
 (Debian package, backfilled from the Helios trace) per request, through the same TLS and auth stack.
 """
@@ -114,6 +122,7 @@ def serve(series_count: int, pki_dir: Path, prometheus_url: str | None) -> None:
 @dataclass
 class Result:
     connections: int
+    offered_rate: float | None
     requests: int
     errors: int
     seconds: float
@@ -123,6 +132,7 @@ class Result:
         lat = self.latencies_ms
         return {
             "connections": self.connections,
+            "offered_per_s": self.offered_rate,
             "requests_per_s": round(self.requests / self.seconds, 1),
             "p50_ms": round(float(np.percentile(lat, 50)), 2) if len(lat) else None,
             "p99_ms": round(float(np.percentile(lat, 99)), 2) if len(lat) else None,
@@ -132,17 +142,36 @@ class Result:
         }
 
 
-async def load(url: str, context: ssl.SSLContext, connections: int, duration_s: float, max_requests: int) -> Result:
+async def load(
+    url: str,
+    context: ssl.SSLContext,
+    connections: int,
+    duration_s: float,
+    max_requests: int,
+    rate: float | None = None,
+) -> Result:
+    """Closed loop when ``rate`` is None, else open loop at ``rate`` requests/s over all connections."""
     latencies: list[float] = []
     errors = 0
     stop_at = time.perf_counter() + duration_s
+    first_at = time.perf_counter()
     connector = aiohttp.TCPConnector(limit=connections, ssl=context, force_close=False)
     async with aiohttp.ClientSession(connector=connector) as session:
 
-        async def worker() -> None:
+        async def worker(number: int) -> None:
             nonlocal errors
+            sent = 0
             while time.perf_counter() < stop_at and len(latencies) + errors < max_requests:
                 started = time.perf_counter()
+                if rate is not None:
+                    # Connection ``number`` owns every ``connections``-th slot of the schedule.
+                    scheduled = first_at + (number + sent * connections) / rate
+                    sent += 1
+                    if scheduled >= stop_at:
+                        break
+                    if scheduled > started:
+                        await asyncio.sleep(scheduled - started)
+                    started = scheduled
                 try:
                     async with session.get(url, params={"labelSelector": "nodepool=pool-7"}) as response:
                         await response.read()
@@ -159,10 +188,19 @@ async def load(url: str, context: ssl.SSLContext, connections: int, duration_s: 
             *(session.get(url, params={"labelSelector": "nodepool=pool-7"}) for _ in range(connections))
         )
         stop_at = time.perf_counter() + duration_s
-        started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(connections)))
+        started = first_at = time.perf_counter()
+        await asyncio.gather(*(worker(number) for number in range(connections)))
         elapsed = time.perf_counter() - started
-    return Result(connections, len(latencies), errors, elapsed, np.array(latencies))
+    return Result(connections, rate, len(latencies), errors, elapsed, np.array(latencies))
+
+
+def load_in_this_process(
+    url: str, pki_dir: Path, connections: int, duration_s: float, max_requests: int, rate: float | None
+) -> Result:
+    """``load`` with alice's client certificate, for running the generator in another process."""
+    context = ssl.create_default_context(cafile=str(pki_dir / "client-ca.crt"))
+    context.load_cert_chain(pki_dir / "alice.crt", pki_dir / "alice.key")
+    return asyncio.run(load(url, context, connections, duration_s, max_requests, rate))
 
 
 def start_server(series: int, pki_dir: Path, prometheus_url: str | None) -> tuple[subprocess.Popen[str], int]:
@@ -197,6 +235,9 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--max-requests", type=int, default=200_000)
     parser.add_argument("--adapter", action="store_true", help="also measure one Prometheus query per request")
+    parser.add_argument(
+        "--rate", type=float, help="open loop: requests/s over all connections, latency from the scheduled time"
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--pki", type=Path, help=argparse.SUPPRESS)
@@ -230,6 +271,7 @@ def main() -> None:
                                 connections,
                                 args.duration,
                                 args.max_requests,
+                                args.rate,
                             )
                         )
                         rows.append({"mode": "snapshot", "series": series, **result.row()})
@@ -242,6 +284,7 @@ def main() -> None:
                                     connections,
                                     args.duration,
                                     args.max_requests,
+                                    args.rate,
                                 )
                             )
                             rows.append({"mode": "instant query per request", "series": series, **result.row()})
@@ -255,7 +298,11 @@ def main() -> None:
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    print(f"machine: {os.cpu_count()} cores; {args.duration:g} s per level; TLS 1.3 with client certificates; loopback")
+    load_kind = f"open loop at {args.rate:g} req/s offered" if args.rate else "closed loop"
+    print(
+        f"machine: {os.cpu_count()} cores; {load_kind}; {args.duration:g} s per level; "
+        "TLS 1.3 with client certificates; loopback"
+    )
     print(f"{'mode':<28}{'series':>7}{'conns':>7}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'errors':>8}")
     for row in rows:
         print(
