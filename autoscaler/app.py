@@ -153,14 +153,14 @@ def create_app(
     self_metrics.watch_refreshes(refresh_stats)
 
     async def refresher_ctx(app: web.Application) -> AsyncIterator[None]:
-        pool = forecast_pool(settings.forecast.workers)
         refresher = Refresher(
             provider=provider,
             sources=pipeline.sources,
             plans=pipeline.plans,
             metrics=pipeline.metrics,
             settings=pipeline.refresh,
-            pool=pool,
+            pool=forecast_pool(settings.forecast.workers),
+            new_pool=lambda: forecast_pool(settings.forecast.workers),
             windows=pipeline.windows,
             lead_time=pipeline.lead_time,
             caps=pipeline.caps,
@@ -187,7 +187,7 @@ def create_app(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        pool.shutdown(wait=False, cancel_futures=True)
+        refresher.pool.shutdown(wait=False, cancel_futures=True)
 
     if pipeline.sources:
         api_app.cleanup_ctx.append(refresher_ctx)

@@ -3,6 +3,10 @@
 One bad refresh never kills the process and never blanks a value: a signal whose pull or fit fails
 keeps its last good served values (their timestamps age, and staleness shows it), and the whole
 previous snapshot stays in place if building the new one fails.
+
+Fits run at most one per worker at a time, so ``fit_timeout`` bounds a fit's own run time, not its
+wait in a queue behind a thousand others; the worker enforces it. A pool that breaks (a worker
+killed, e.g. by the OOM killer) or stops answering is replaced, and the next refresh uses the new one.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import BrokenExecutor, Executor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -21,6 +25,7 @@ import pandas as pd
 from adapters.types import AdapterError, ScheduledWindow, Signal
 from autoscaler import policy
 from autoscaler.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
+from autoscaler.workers import FitTimeout, deadline, terminate
 
 if TYPE_CHECKING:
     from forecast.engine import EngineResult
@@ -59,6 +64,8 @@ class RefreshSettings:
     # Used for every series unless the refresher is given a lead_time function.
     lead_time: timedelta
     fit_timeout: timedelta = timedelta(seconds=60)
+    # Fits in flight at once: the pool's worker count.
+    workers: int = 2
     # Model selection (a backtest of every candidate) runs this often per series; in between only the
     # selected model is refitted on the new data, which is far cheaper.
     reselect_every: timedelta = timedelta(hours=6)
@@ -83,6 +90,9 @@ LeadTimeFunction = Callable[[Mapping[str, str]], policy.LeadTime]
 # (plan, series labels, GPUs requested now) -> the caps that apply (ResourceQuota, NodePool limits).
 CapsFunction = Callable[[MetricPlan, Mapping[str, str], float], Sequence[policy.Cap]]
 NODEPOOL_LABEL = "nodepool"
+# How long past fit_timeout the service waits for a worker that did not stop itself before it
+# declares the pool stuck and replaces it.
+STUCK_WORKER_GRACE_S = 30.0
 # The kinds of served value that count scheduled GPU windows.
 WINDOW_KINDS = frozenset({"demand", "headroom"})
 
@@ -125,6 +135,7 @@ class Refresher:
         metrics: Sequence[MetricInfo],
         settings: RefreshSettings,
         pool: Executor,
+        new_pool: Callable[[], Executor] | None = None,
         windows: WindowsFunction | None = None,
         lead_time: LeadTimeFunction | None = None,
         caps: CapsFunction | None = None,
@@ -137,6 +148,8 @@ class Refresher:
         self.metrics = {info.name: info for info in metrics}
         self.settings = settings
         self.pool = pool
+        self.new_pool = new_pool
+        self._fit_slots = asyncio.Semaphore(settings.workers)
         self.windows = windows or (lambda start, horizon: ())
         self.lead_time = lead_time or (lambda labels: policy.LeadTime(settings.lead_time, "configured"))
         self.caps = caps or (lambda plan, labels, requested: ())
@@ -209,19 +222,42 @@ class Refresher:
         relevant_past = windows_for(signal.labels, past_windows) if uses_windows else []
         known = tuple((w.start, w.end, w.gpus) for w in relevant_past)
         loop = asyncio.get_running_loop()
-        call = loop.run_in_executor(
-            self.pool, _fit_in_worker, signal.series, lead_steps, quantiles, candidates, known, capacity_inputs
-        )
-        try:
-            result = await asyncio.wait_for(call, self.settings.fit_timeout.total_seconds())
-        except Exception as error:  # a worker crash or timeout must not take the service down
-            self._failed(signal.name, f"forecast failed: {type(error).__name__}: {error}")
-            return None
+        timeout_s = self.settings.fit_timeout.total_seconds()
+        async with self._fit_slots:
+            pool = self.pool
+            try:
+                call = loop.run_in_executor(
+                    pool,
+                    _fit_in_worker,
+                    signal.series,
+                    lead_steps,
+                    quantiles,
+                    candidates,
+                    known,
+                    capacity_inputs,
+                    timeout_s,
+                )
+                result = await asyncio.wait_for(call, timeout_s + STUCK_WORKER_GRACE_S)
+            except (BrokenExecutor, TimeoutError) as error:
+                self._replace_pool(pool, f"{type(error).__name__}: {error}")
+                self._failed(signal.name, f"forecast failed: {type(error).__name__}: {error}")
+                return None
+            except (Exception, FitTimeout) as error:  # a failing fit must not take the service down
+                self._failed(signal.name, f"forecast failed: {type(error).__name__}: {error}")
+                return None
         if reselect:
             self._selected[key] = (result.engine.model, now)
         self.stats.last_success[signal.name] = now
         self.stats.last_error.pop(signal.name, None)
         return _Fitted(key, signal, result)
+
+    def _replace_pool(self, broken: Executor, reason: str) -> None:
+        """Swap in a fresh pool once per broken one (every fit in flight on it fails the same way)."""
+        if self.pool is not broken or self.new_pool is None:
+            return
+        log.warning("forecast workers replaced after %s", reason)
+        terminate(broken)
+        self.pool = self.new_pool()
 
     async def refresh_once(self) -> Snapshot:
         started = time.perf_counter()
@@ -351,28 +387,30 @@ def _fit_in_worker(
     candidates: tuple[str, ...] | None,
     known_windows: tuple[tuple[datetime, datetime, float], ...] = (),
     capacity_inputs: CapacityInputs | None = None,
+    timeout_s: float | None = None,
 ) -> WorkerResult:
     # Top-level so the process pool can pickle it; the numerics are imported in the worker only.
     from forecast.engine import fit_select_predict
     from forecast.known_demand import remove_known_jobs
 
-    removal_notes: tuple[str, ...] = ()
-    if known_windows:
-        series, removal_notes = remove_known_jobs(series, known_windows)
-    # The horizon covers the lead time plus one step.
-    result = fit_select_predict(
-        series,
-        horizon_steps=lead_steps + 1,
-        quantiles=quantiles,
-        policy_quantile=max(quantiles),
-        lead_steps=lead_steps,
-        candidates=candidates,
-    )
-    if removal_notes:
-        result = replace(result, notes=(*result.notes, *removal_notes))
-    capacity = None
-    if capacity_inputs is not None:
-        capacity = policy.learn_replica_capacity(
-            capacity_inputs.utilization, capacity_inputs.requests_per_replica, capacity_inputs.target_utilization
+    with deadline(timeout_s):
+        removal_notes: tuple[str, ...] = ()
+        if known_windows:
+            series, removal_notes = remove_known_jobs(series, known_windows)
+        # The horizon covers the lead time plus one step.
+        result = fit_select_predict(
+            series,
+            horizon_steps=lead_steps + 1,
+            quantiles=quantiles,
+            policy_quantile=max(quantiles),
+            lead_steps=lead_steps,
+            candidates=candidates,
         )
+        if removal_notes:
+            result = replace(result, notes=(*result.notes, *removal_notes))
+        capacity = None
+        if capacity_inputs is not None:
+            capacity = policy.learn_replica_capacity(
+                capacity_inputs.utilization, capacity_inputs.requests_per_replica, capacity_inputs.target_utilization
+            )
     return WorkerResult(result, capacity)

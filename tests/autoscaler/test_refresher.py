@@ -116,9 +116,9 @@ async def test_selection_runs_on_its_cadence_only(parts, monkeypatch):
     seen: list[tuple[str, ...] | None] = []
     real = refresher._fit_in_worker
 
-    def recording(series, lead_steps, quantiles, candidates, known_windows=(), capacity_inputs=None):
+    def recording(series, lead_steps, quantiles, candidates, known_windows=(), capacity_inputs=None, timeout_s=None):
         seen.append(candidates)
-        return real(series, lead_steps, quantiles, candidates, known_windows, capacity_inputs)
+        return real(series, lead_steps, quantiles, candidates, known_windows, capacity_inputs, timeout_s)
 
     monkeypatch.setattr(refresher, "_fit_in_worker", recording)
     first = await instance.refresh_once()

@@ -1,0 +1,117 @@
+"""The refresher with its real process pool: killed workers, fits past their deadline, long queues."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from adapters.types import Signal
+from autoscaler.provider import SnapshotProvider, empty_snapshot
+from autoscaler.refresher import Refresher, RefreshSettings
+from autoscaler.workers import forecast_pool
+from tests.autoscaler.test_refresher import METRICS, PLANS, Clock, FlakySource
+
+
+class ManyPools(FlakySource):
+    """The same real trace as ``count`` node pools (each slice a day apart)."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.count = count
+
+    async def pull(self, now):
+        signals = []
+        for number in range(self.count):
+            signal_ = self.replay.history(now - timedelta(days=number), timedelta(days=3))
+            signals.append(Signal("gpus", {"pool": f"p{number}"}, signal_.series, signal_.step))
+        return signals
+
+
+def _worker_pids(pool) -> list[int]:
+    return list(pool._processes or {})
+
+
+@pytest.fixture
+def make_refresher():
+    made = []
+
+    def make(source, settings: RefreshSettings) -> Refresher:
+        clock = Clock()
+        provider = SnapshotProvider(empty_snapshot(METRICS), clock=clock)
+        instance = Refresher(
+            provider=provider,
+            sources=[source],
+            plans=PLANS,
+            metrics=METRICS,
+            settings=settings,
+            pool=forecast_pool(settings.workers),
+            new_pool=lambda: forecast_pool(settings.workers),
+            clock=clock,
+        )
+        made.append(instance)
+        return instance
+
+    yield make
+    for instance in made:
+        instance.pool.shutdown(wait=False, cancel_futures=True)
+
+
+SETTINGS = RefreshSettings(interval=timedelta(minutes=1), lead_time=timedelta(minutes=10), workers=1)
+
+
+async def test_a_killed_worker_costs_one_refresh_and_the_pool_is_replaced(make_refresher):
+    instance = make_refresher(FlakySource(), SETTINGS)
+    first = await instance.refresh_once()
+    served = first.series["gpu_demand_forecast"][0]
+    old_pool = instance.pool
+    for pid in _worker_pids(old_pool):
+        os.kill(pid, signal.SIGKILL)  # what the OOM killer does
+    await asyncio.sleep(0.5)
+
+    instance.clock.now += timedelta(minutes=1)
+    second = await instance.refresh_once()
+    assert "BrokenProcessPool" in instance.stats.last_error["gpus"]
+    assert second.series["gpu_demand_forecast"][0].value == served.value  # last good value kept
+    assert instance.pool is not old_pool
+
+    instance.clock.now += timedelta(minutes=1)
+    third = await instance.refresh_once()
+    assert "gpus" not in instance.stats.last_error
+    assert instance.stats.last_success["gpus"] == instance.clock.now
+    assert third.series["gpu_demand_forecast"][0].timestamp == instance.clock.now
+
+
+async def test_a_fit_past_its_deadline_stops_in_the_worker_which_stays(make_refresher):
+    instance = make_refresher(FlakySource(), SETTINGS)
+    first = await instance.refresh_once()
+    pool, pids = instance.pool, _worker_pids(instance.pool)
+
+    instance.settings = replace(SETTINGS, fit_timeout=timedelta(milliseconds=20))
+    instance._selected.clear()  # a full selection: far longer than 20 ms
+    instance.clock.now += timedelta(minutes=1)
+    second = await instance.refresh_once()
+    assert "FitTimeout: the fit took longer than 0.02 s" in instance.stats.last_error["gpus"]
+    assert second.series["gpu_demand_forecast"][0].value == first.series["gpu_demand_forecast"][0].value
+    # The worker interrupted itself: same pool, same process, ready for the next fit.
+    assert instance.pool is pool
+    assert _worker_pids(pool) == pids
+
+    instance.settings = SETTINGS
+    instance.clock.now += timedelta(minutes=1)
+    await instance.refresh_once()
+    assert "gpus" not in instance.stats.last_error
+
+
+async def test_fit_timeout_bounds_each_fit_not_its_wait_in_the_queue(make_refresher):
+    # Twelve full selections on one worker take several times the timeout in all, each far less.
+    settings = replace(SETTINGS, fit_timeout=timedelta(seconds=6))
+    instance = make_refresher(ManyPools(12), settings)
+    await instance.refresh_once()
+    assert instance.stats.last_error == {}
+    snapshot = instance.provider.snapshot
+    assert len(snapshot.series["gpu_demand_forecast"]) == 12
