@@ -75,7 +75,9 @@ class ExponentialSmoothingModel(CalibratedModel):
             # Heuristic start values: estimating 288 seasonal states by optimisation costs seconds.
             initialization_method="heuristic" if self.seasonal else "estimated",
         )
-        with warnings.catch_warnings():
+        # A history the model fits exactly (e.g. a pool idle at 0 GPUs) has a sum of squared errors
+        # of 0, and statsmodels takes its log for AIC/BIC, which this model never reads.
+        with warnings.catch_warnings(), np.errstate(divide="ignore"):
             # The optimiser often stops at a bound (e.g. alpha = 1 on random-walk demand): the fit is
             # still usable, and its quality is judged by the calibration backtest, not this warning.
             warnings.simplefilter("ignore", ConvergenceWarning)
