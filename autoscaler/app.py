@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -309,11 +310,24 @@ async def _serve_until_stopped(
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
     async with running(settings, api_app=api_app, ops_app=ops_app, tls=tls) as listening:
+        settle_heap()
         if settings.demo.enabled:
             files = demo.demo_files(settings.state_dir)
             demo.write_kubeconfig(files, f"https://{_url_host(settings.server.bind_address)}:{listening.secure_port}")
         _announce(settings, listening)
         await stop.wait()
+
+
+def settle_heap() -> None:
+    """Put what start-up allocated out of the garbage collector's reach.
+
+    The modules, settings and apps loaded by now live as long as the process, yet every full
+    collection walks them all: with pandas, scikit-learn and aiohttp imported that took 25-100 ms
+    per collection on a 2-core machine, stalling every request in flight. ``gc.freeze`` moves them
+    to a permanent generation; objects made later are collected as usual.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 def _url_host(host: str) -> str:
