@@ -65,7 +65,12 @@ def _seconds(flag: str, text: str, *, allow_zero: bool = False) -> float:
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None, help="write a PNG here")
 @click.option("--forecast-step", default="5m", show_default=True, help="the forecasters' step (signal step)")
 @click.option("--reselect-every", default="6h", show_default=True, help="full model selection cadence")
-@click.option("--refit-every", default="1h", show_default=True, help="refit of the selected model")
+@click.option(
+    "--refit-every",
+    default=None,
+    help="refit of the selected models between selections (default: none; every forecast step forecasts "
+    "from the newest data with the fitted models, as the service does)",
+)
 @click.option("--lookback", default="14d", show_default=True, help="history each fit sees")
 @click.option(
     "--scale-down-stabilization", default="300s", show_default=True, help="the placeholder HPA's scale-down window"
@@ -89,7 +94,7 @@ def simulate_command(
     plot_path: Path | None,
     forecast_step: str,
     reselect_every: str,
-    refit_every: str,
+    refit_every: str | None,
     lookback: str,
     scale_down_stabilization: str,
     workers: int,
@@ -115,7 +120,7 @@ def simulate_command(
         cadence = ForecastCadence(
             step_s=_seconds("--forecast-step", forecast_step),
             reselect_every_s=_seconds("--reselect-every", reselect_every),
-            refit_every_s=_seconds("--refit-every", refit_every),
+            refit_every_s=_seconds("--refit-every", refit_every or reselect_every),
             lookback_s=_seconds("--lookback", lookback),
             lead_s=lead_s + _seconds("--lead-time-margin", lead_time_margin, allow_zero=True),
             seed=seed,

@@ -34,10 +34,13 @@ def _lead_slice(forecast: Forecast, now: datetime, lead_time: timedelta) -> np.n
     A step that ended before ``now`` no longer matters: a last-good forecast kept through an outage
     must not keep serving its stale first steps.
     """
-    stamps = forecast.timestamps
-    step = stamps[1] - stamps[0] if len(stamps) > 1 else pd.Timedelta(0)
-    start, horizon_end = pd.Timestamp(now) - step, pd.Timestamp(now) + pd.Timedelta(lead_time)
-    mask = np.asarray((stamps > start) & (stamps <= horizon_end))
+    # Integer nanoseconds: the simulator serves every policy at every step through this function,
+    # and pandas comparisons cost more than the rest of it.
+    stamps = forecast.timestamps.as_unit("ns").asi8
+    step = int(stamps[1] - stamps[0]) if len(stamps) > 1 else 0
+    moment = pd.Timestamp(now).value
+    start, horizon_end = moment - step, moment + pd.Timedelta(lead_time).value
+    mask = (stamps > start) & (stamps <= horizon_end)
     if not mask.any():
         # Past the forecast's end its last step is the best there is; before its start, its first.
         mask[-1 if stamps[-1] <= start else 0] = True
@@ -67,7 +70,7 @@ def forecast_demand(
     statistical = float(upper[peak_position]) if np.isfinite(upper[peak_position]) else 0.0
     open_windows = windows_open_within(windows, now, now + lead_time)
     scheduled = sum(window.gpus for window in open_windows)
-    peak_at = forecast.timestamps[mask][peak_position]
+    peak_at = forecast.timestamps[int(np.flatnonzero(mask)[peak_position])]
     minutes = int(lead_time.total_seconds() // 60)
     parts = [
         f"p{round(quantile * 100)} forecast of model {forecast.model} peaks at {statistical:.2f} "

@@ -4,10 +4,13 @@ Modules, one concept each:
 
 - ``types``: the ``Forecast`` every model returns.
 - ``history``: validation of an input series into a regular ``History`` (gaps kept as NaN).
-- ``base``: the estimator contract and conformal calibration shared by every model.
-- ``baselines``, ``smoothing``, ``mstl``, ``gbm``: the models; ``registry`` names them.
+- ``base``: the estimator contract and conformal calibration shared by every model; fitted models
+  also forecast from newer data (``forecast_from``).
+- ``baselines``, ``smoothing``, ``mstl``, ``gbm``: the models; ``registry`` names them; ``trees``
+  predicts gbm's few refresh rows without sklearn's per-call cost.
 - ``ensemble``: quantile averages of the best models.
-- ``engine``: ``fit_select_predict``, the entry point for the service's process pool.
+- ``engine``: ``fit_select_predict``, the entry point for the service's process pool; its result's
+  ``Selection`` forecasts from newer data; ``fit_select_many`` serves several policy quantiles.
 - ``metrics``, ``backtest``: accuracy measures and the rolling-origin backtest report.
 - ``known_demand``: scheduled windows on top of a forecast; known jobs out of history.
 - ``io``, ``durations``: CSV input for the backtest command, and ``5m``-style durations.

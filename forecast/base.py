@@ -6,10 +6,15 @@ the origin only). The errors per horizon step are the model's own backtest resid
 the point forecast plus the residual quantile for that step (split conformal), so point models and
 quantile models alike yield calibrated upper quantiles. The same out-of-sample forecasts are what
 model selection scores.
+
+Because parameters never depend on the origin, a fitted model also forecasts exactly from newer data
+(:meth:`CalibratedModel.forecast_from`): the same parameters and conformal offsets, with state and
+features computed from the new series. That is what a refresh between two fits does.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -28,6 +33,12 @@ MAX_CALIBRATION_ORIGINS = 300
 MAX_CALIBRATION_SHARE = 0.4
 # Longest history a model looks at (bounds fit cost and memory for long-lived series).
 MAX_HISTORY = pd.Timedelta(days=28)
+
+
+def model_history(y: pd.Series) -> History:
+    """``y`` prepared the way every model prepares its input (validated, regular, the newest
+    ``MAX_HISTORY`` only)."""
+    return prepare(y, max_span=MAX_HISTORY)
 
 
 class Estimator(Protocol):
@@ -111,10 +122,27 @@ class CalibratedModel(ABC):
         """The model's own quantile before conformal correction; point models return the mean."""
         return self._mean_paths(filled, origins, horizon)
 
+    def for_quantiles(self, quantiles: Sequence[float]) -> CalibratedModel:
+        """This fitted model as if built with ``make_model(..., quantiles=quantiles)``.
+
+        Quantile models trained for more levels (to serve several policy quantiles from one fit)
+        answer with only the levels a separate fit would have trained; point models are unaffected.
+        """
+        return self
+
+    def _rebase(self, history: History, offset: int) -> None:
+        """Point state that depends on positions at ``history`` (called on a shallow copy).
+
+        ``offset`` is how many steps after the fitted history's start ``history`` starts (negative
+        when earlier): seasonal phases and calendars indexed from the start shift by it. Models
+        whose ``_mean_paths`` read everything from ``filled`` need nothing.
+        """
+        return  # the default: nothing positional
+
     # ---- the estimator contract ------------------------------------------------------------
 
     def fit(self, y: pd.Series) -> Self:
-        history = prepare(y, max_span=MAX_HISTORY)
+        history = model_history(y)
         n = len(history)
         needed = self.min_history(history.steps_per_day)
         if n < needed:
@@ -129,18 +157,67 @@ class CalibratedModel(ABC):
         self.actual_ = future_matrix(history.values, origins, self.max_horizon)
         self.mean_paths_ = self._mean_paths(history.filled, origins, self.max_horizon)
         self.raw_paths_: dict[float, np.ndarray] = {}
+        self.offsets_: dict[float, np.ndarray | None] = {}
         return self
 
     def predict(self, horizon: int, quantiles: Sequence[float]) -> Forecast:
-        history = self._fitted()
+        return self._forecast(self._fitted(), self, horizon, quantiles)
+
+    def forecast_from(self, y: pd.Series, horizon: int, quantiles: Sequence[float]) -> Forecast:
+        """Forecast from the last observation of ``y`` with the fitted parameters and offsets.
+
+        ``y`` is prepared exactly as :meth:`fit` prepares its input and must have the fitted step.
+        Nothing is re-estimated: state (levels, lags, calendar features) comes from ``y``, so this
+        is what the model forecasts at a later refresh without refitting, and
+        ``forecast_from(<the fitted series>)`` equals :meth:`predict`.
+        """
+        return self.forecast_history(model_history(y), horizon, quantiles)
+
+    def forecast_history(self, history: History, horizon: int, quantiles: Sequence[float]) -> Forecast:
+        """:meth:`forecast_from` for a series already prepared with :func:`model_history` (lets
+        several models share one preparation)."""
+        fitted = self._fitted()
+        if history.step != fitted.step:
+            raise ValueError(
+                f"{self.name} was fitted on a step of {fitted.step}, the series has a step of {history.step}"
+            )
+        return self._forecast(history, self._on(history), horizon, quantiles)
+
+    def _on(self, history: History) -> CalibratedModel:
+        """This model with its positional state pointed at ``history`` (itself for the fitted data)."""
+        fitted = self._fitted()
+        same = history is fitted or (
+            len(history) == len(fitted)
+            and history.index[0] == fitted.index[0]
+            and np.array_equal(history.filled, fitted.filled)
+            and np.array_equal(history.values, fitted.values, equal_nan=True)
+        )
+        if same:
+            return self
+        # Phases are whole steps; a series on a shifted grid takes the nearest phase.
+        offset = round((history.index[0] - fitted.index[0]) / fitted.step)
+        # A shallow copy: fitted arrays are shared read-only; _rebase replaces what it changes.
+        rebased = copy.copy(self)
+        rebased.history_ = history
+        rebased._rebase(history, offset)
+        return rebased
+
+    def _forecast(
+        self, history: History, source: CalibratedModel, horizon: int, quantiles: Sequence[float]
+    ) -> Forecast:
+        """Paths from ``source`` (this model rebased at ``history``) plus this model's offsets.
+
+        The non-negativity seen at fit time applies, like the offsets: a refresh between fits keeps
+        the fitted model's shape constraints.
+        """
         last = np.array([len(history) - 1])
-        mean = self._mean_paths(history.filled, last, horizon)[0]
+        mean = source._mean_paths(history.filled, last, horizon)[0]
         paths = {
-            float(level): self._raw_quantile_paths(history.filled, last, horizon, float(level))[0]
+            float(level): source._raw_quantile_paths(history.filled, last, horizon, float(level))[0]
             + self._offsets(float(level), horizon)
             for level in quantiles
         }
-        mean, paths = finalize(mean, paths, history.nonnegative)
+        mean, paths = finalize(mean, paths, self._fitted().nonnegative)
         return Forecast(
             model=self.name, timestamps=history.future_index(horizon), mean=mean, quantiles=paths
         ).validate()
@@ -183,13 +260,16 @@ class CalibratedModel(ABC):
         """Residual quantile per step; beyond the calibrated steps it grows like sqrt(h)."""
         if not self.conformal:
             return np.zeros(horizon)
-        residual = self.actual_ - self._raw(level, self.max_horizon)
-        offsets = _column_quantile(residual, level)
-        # Steps without residuals (very short histories) borrow from the nearest earlier step.
-        known = ~np.isnan(offsets)
-        if not known.any():
+        # Fixed once fitted, and forecast_from needs them at every refresh: computed once per level.
+        if level not in self.offsets_:
+            residual = self.actual_ - self._raw(level, self.max_horizon)
+            computed = _column_quantile(residual, level)
+            # Steps without residuals (very short histories) borrow from the nearest earlier step.
+            known = ~np.isnan(computed)
+            self.offsets_[level] = pd.Series(computed).ffill().bfill().to_numpy() if known.any() else None
+        offsets = self.offsets_[level]
+        if offsets is None:
             return np.zeros(horizon)
-        offsets = pd.Series(offsets).ffill().bfill().to_numpy()
         calibrated = len(offsets)
         if horizon <= calibrated:
             return offsets[:horizon]

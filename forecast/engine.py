@@ -7,6 +7,10 @@ that are not clearly worse on that window (a model confidence set): with two day
 origins the ranking among close models is noise, and their average is steadier than any of them.
 A candidate that raises or overruns the time budget is dropped with the reason in ``notes``; when
 none is left the result falls back to seasonal naive (naive on short histories).
+
+The result carries the :class:`Selection` (the chosen models, fitted): a refresh between two fits
+forecasts from the newest data with it, exactly as those models would. ``fit_select_many`` serves
+several policy quantiles from one fit of each candidate.
 """
 
 from __future__ import annotations
@@ -20,9 +24,9 @@ import numpy as np
 import pandas as pd
 
 from forecast import metrics
-from forecast.base import CalibratedModel, Holdout
+from forecast.base import CalibratedModel, Holdout, model_history
 from forecast.ensemble import combine_forecasts, combine_holdouts, ensemble_members, ensemble_name
-from forecast.history import prepare
+from forecast.history import History, prepare
 from forecast.registry import MODEL_NAMES, MODELS, make_model
 from forecast.types import Forecast
 
@@ -45,6 +49,32 @@ BLOCK_ORIGINS = 12
 
 
 @dataclass(frozen=True)
+class Selection:
+    """The selected model, fitted: one member, or the members of an ensemble (averaged).
+
+    Picklable, so a worker process can fit it and hand it back for later refreshes.
+    """
+
+    model: str
+    members: tuple[CalibratedModel, ...]
+    nonnegative: bool  # of the history selection saw; the ensemble average is clipped by it
+
+    def forecast(self, series: pd.Series, horizon_steps: int, quantiles: Sequence[float]) -> Forecast:
+        """Forecast from the last observation of ``series`` with the fitted members (no refit)."""
+        return self.forecast_history(model_history(series), horizon_steps, quantiles)
+
+    def forecast_history(self, history: History, horizon_steps: int, quantiles: Sequence[float]) -> Forecast:
+        """:meth:`forecast` for a series already prepared with ``forecast.base.model_history``."""
+        parts = [member.forecast_history(history, horizon_steps, quantiles) for member in self.members]
+        return parts[0] if len(parts) == 1 else combine_forecasts(parts, self.nonnegative)
+
+    def predict(self, horizon_steps: int, quantiles: Sequence[float]) -> Forecast:
+        """The forecast from the end of the history the members were fitted on."""
+        parts = [member.predict(horizon_steps, quantiles) for member in self.members]
+        return parts[0] if len(parts) == 1 else combine_forecasts(parts, self.nonnegative)
+
+
+@dataclass(frozen=True)
 class EngineResult:
     """What one series' refresh produced. ``scores[model]`` holds the selection metrics."""
 
@@ -53,6 +83,9 @@ class EngineResult:
     scores: dict[str, dict[str, float]]
     notes: tuple[str, ...]
     fit_seconds: float
+    # The fitted models behind ``forecast`` (always set here). About half a megabyte pickled with a
+    # gbm member: a caller that only needs the forecast may drop it (None) before shipping the result.
+    selection: Selection | None
 
 
 def _score(holdout: Holdout, policy_quantile: float, seconds: float) -> dict[str, float]:
@@ -125,13 +158,75 @@ def fit_select_predict(
     autoscaling policy serves and selection optimises; ``time_budget_s`` applies to each candidate.
     Raises ``ValueError`` only when the series itself is unusable (e.g. fewer than two values).
     """
+    results = fit_select_many(
+        series,
+        horizon_steps=horizon_steps,
+        quantiles=quantiles,
+        policy_quantiles=(policy_quantile,),
+        lead_steps=lead_steps,
+        candidates=candidates,
+        seed=seed,
+        time_budget_s=time_budget_s,
+    )
+    return results[float(policy_quantile)]
+
+
+@dataclass
+class _Fitted:
+    """Candidates fitted once for every policy quantile, and what selection needs to know."""
+
+    history: History
+    models: dict[str, CalibratedModel]
+    seconds: dict[str, float]
+    notes: list[str]
+    forced_members: tuple[str, ...] | None
+
+
+def fit_select_many(
+    series: pd.Series,
+    *,
+    horizon_steps: int,
+    quantiles: Sequence[float],
+    policy_quantiles: Sequence[float],
+    lead_steps: int,
+    candidates: Sequence[str] | None = None,
+    seed: int = 0,
+    time_budget_s: float = DEFAULT_TIME_BUDGET_S,
+) -> dict[float, EngineResult]:
+    """:func:`fit_select_predict` for several policy quantiles, fitting each candidate once.
+
+    Parameters never depend on the policy quantile (gbm trains one independent model per level, so
+    it trains every level here and each quantile's selection keeps only its own), hence each result
+    equals a separate call's, apart from timings and the order of notes: ``time_budget_s`` applies
+    to a candidate's shared fit plus its scoring at that quantile.
+    """
     started = time.perf_counter()
     if horizon_steps < 1 or lead_steps < 1:
         raise ValueError("horizon_steps and lead_steps must be at least 1")
-    if not 0.0 < policy_quantile < 1.0:
-        raise ValueError(f"policy_quantile must be in (0, 1), got {policy_quantile}")
+    levels_served = [float(level) for level in dict.fromkeys(policy_quantiles)]
+    if not levels_served:
+        raise ValueError("policy_quantiles must not be empty")
+    for policy_quantile in levels_served:
+        if not 0.0 < policy_quantile < 1.0:
+            raise ValueError(f"policy_quantile must be in (0, 1), got {policy_quantile}")
+    fitted = _fit_candidates(series, max(horizon_steps, lead_steps), levels_served, candidates, seed)
+    results: dict[float, EngineResult] = {}
+    for policy_quantile in levels_served:
+        levels = sorted({float(level) for level in quantiles} | {policy_quantile})
+        results[policy_quantile] = _select(
+            fitted, series, horizon_steps, levels, policy_quantile, lead_steps, seed, time_budget_s, started
+        )
+    return results
+
+
+def _fit_candidates(
+    series: pd.Series,
+    max_horizon: int,
+    policy_quantiles: Sequence[float],
+    candidates: Sequence[str] | None,
+    seed: int,
+) -> _Fitted:
     history = prepare(series)
-    levels = sorted({float(level) for level in quantiles} | {float(policy_quantile)})
     names = list(candidates) if candidates is not None else list(DEFAULT_CANDIDATES)
     # An ensemble name (what an earlier selection returned) means: refit exactly its members and
     # combine them, so a caller can refit its selection between full selections.
@@ -158,24 +253,52 @@ def fit_select_predict(
     too_short = [name for name in names if len(history) < MODELS[name].min_history(per_day)]
     if too_short:
         notes.append(f"not enough history for: {', '.join(too_short)}")
-    max_horizon = max(horizon_steps, lead_steps)
 
-    fitted: dict[str, CalibratedModel] = {}
-    holdouts: dict[str, Holdout] = {}
-    scores: dict[str, dict[str, float]] = {}
+    models: dict[str, CalibratedModel] = {}
+    seconds: dict[str, float] = {}
     for name in names:
         if name in too_short:
             continue
         model_started = time.perf_counter()
         try:
-            model = make_model(name, max_horizon=max_horizon, quantiles=(policy_quantile,), seed=seed)
+            model = make_model(name, max_horizon=max_horizon, quantiles=tuple(policy_quantiles), seed=seed)
             model.fit(series)
+        except Exception as error:  # one failing model must never fail the refresh
+            notes.append(f"{name} failed: {type(error).__name__}: {error}")
+            continue
+        models[name] = model
+        seconds[name] = time.perf_counter() - model_started
+    return _Fitted(history, models, seconds, notes, forced_members)
+
+
+def _select(
+    candidates: _Fitted,
+    series: pd.Series,
+    horizon_steps: int,
+    levels: Sequence[float],
+    policy_quantile: float,
+    lead_steps: int,
+    seed: int,
+    time_budget_s: float,
+    started: float,
+) -> EngineResult:
+    """Score the fitted candidates at ``policy_quantile``, choose, and forecast."""
+    history = candidates.history
+    notes = list(candidates.notes)
+    fitted: dict[str, CalibratedModel] = {}
+    holdouts: dict[str, Holdout] = {}
+    scores: dict[str, dict[str, float]] = {}
+    for name, shared in candidates.models.items():
+        scoring_started = time.perf_counter()
+        # What a fit for this policy quantile alone would hold (gbm trained every policy level).
+        model = shared.for_quantiles((policy_quantile,))
+        try:
             holdout = model.holdout(policy_quantile, lead_steps)
             score = _score(holdout, policy_quantile, 0.0)
         except Exception as error:  # one failing model must never fail the refresh
             notes.append(f"{name} failed: {type(error).__name__}: {error}")
             continue
-        seconds = time.perf_counter() - model_started
+        seconds = candidates.seconds[name] + time.perf_counter() - scoring_started
         if seconds > time_budget_s:
             notes.append(f"{name} exceeded the time budget ({seconds:.2f} s > {time_budget_s:g} s)")
             continue
@@ -187,6 +310,7 @@ def fit_select_predict(
     ranked = sorted(scores, key=lambda name: _rank_key(name, scores[name]))
     combinations: dict[str, tuple[str, ...]] = {}
     finite = [name for name in ranked if math.isfinite(scores[name]["pinball"])]
+    forced_members = candidates.forced_members
     if forced_members is not None and all(member in fitted for member in forced_members):
         members = forced_members
     elif len(finite) > 1:
@@ -200,12 +324,10 @@ def fit_select_predict(
         combinations[combined] = tuple(members)
         ranked.insert(0, combined)
     for name in ranked:
+        chosen = tuple(fitted[member] for member in combinations.get(name, (name,)))
+        selection = Selection(model=name, members=chosen, nonnegative=history.nonnegative)
         try:
-            if name in combinations:
-                parts = [fitted[member].predict(horizon_steps, levels) for member in combinations[name]]
-                forecast = combine_forecasts(parts, history.nonnegative)
-            else:
-                forecast = fitted[name].predict(horizon_steps, levels)
+            forecast = selection.predict(horizon_steps, levels)
         except Exception as error:  # fall through to the next best model
             notes.append(f"{name} failed to predict: {type(error).__name__}: {error}")
             continue
@@ -215,15 +337,19 @@ def fit_select_predict(
             scores=scores,
             notes=tuple(notes),
             fit_seconds=time.perf_counter() - started,
+            selection=selection,
         )
 
+    per_day = history.steps_per_day
+    max_horizon = max(horizon_steps, lead_steps)
     fallbacks = ["naive"]
     if len(history) >= MODELS["seasonal_naive"].min_history(per_day):
         fallbacks.insert(0, "seasonal_naive")
     for fallback in fallbacks:
         try:
             model = fitted.get(fallback) or make_model(fallback, max_horizon=max_horizon, seed=seed).fit(series)
-            forecast = model.predict(horizon_steps, levels)
+            selection = Selection(model=fallback, members=(model,), nonnegative=history.nonnegative)
+            forecast = selection.predict(horizon_steps, levels)
         except Exception as error:  # the last resort is naive; report and try it
             notes.append(f"fallback {fallback} failed: {type(error).__name__}: {error}")
             continue
@@ -234,5 +360,6 @@ def fit_select_predict(
             scores=scores,
             notes=tuple(notes),
             fit_seconds=time.perf_counter() - started,
+            selection=selection,
         )
     raise RuntimeError("no model, not even naive, could forecast this series: " + "; ".join(notes))

@@ -8,14 +8,18 @@ residual quantiles, like the point models.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Self
 
 import numpy as np
 import pandas as pd
 from sklearn.ensemble import HistGradientBoostingRegressor
-from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
+from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
+from forecast import trees
 from forecast.base import CalibratedModel
 from forecast.history import History
 
@@ -25,6 +29,18 @@ MEDIAN = 0.5
 # One OpenMP thread: the service runs one series per pool process, and OpenMP threads spinning on
 # a busy 2-core machine made a 0.3 s fit take 30 s.
 THREADS = 1
+
+
+_controller: ThreadpoolController | None = None
+
+
+def _one_thread() -> Any:
+    """``threadpool_limits(limits=THREADS)`` without finding the loaded libraries again at each call:
+    that scan reads /proc/self/maps and costs milliseconds, more than predicting a refresh's rows."""
+    global _controller  # one lazily built controller per process
+    if _controller is None:
+        _controller = ThreadpoolController()  # after sklearn's import: its OpenMP runtime is loaded
+    return _controller.limit(limits=THREADS)
 
 
 def training_steps(max_horizon: int) -> np.ndarray:
@@ -86,6 +102,20 @@ class FeatureBuilder:
         return np.asarray(np.column_stack(columns), dtype=np.float64)
 
 
+@dataclass
+class RecentPaths:
+    """Predictions on the latest series, by (level, horizon, origins).
+
+    Shared by a fitted model and the copies that serve single policy quantiles (``for_quantiles``)
+    or newer series (``forecast_from``): each policy quantile's forecast needs the median path, and
+    they all forecast from the same series at each refresh, so the median is predicted once.
+    """
+
+    filled: np.ndarray | None = None  # held, so its identity cannot be reused by another array
+    start: pd.Timestamp | None = None
+    paths: dict[tuple[float, int, bytes], np.ndarray] = field(default_factory=dict)
+
+
 class GradientBoostedQuantile(CalibratedModel):
     name = "gbm"
 
@@ -134,7 +164,7 @@ class GradientBoostedQuantile(CalibratedModel):
         features = features[:, self.columns_]
         change = history.filled[pair_origins + pair_steps] - history.filled[pair_origins]
         levels = sorted({MEDIAN, *self.levels})
-        with threadpool_limits(limits=THREADS):
+        with _one_thread():
             self.models_ = self._train(features, change, levels)
 
     def _train(
@@ -154,16 +184,33 @@ class GradientBoostedQuantile(CalibratedModel):
             for level in levels
         }
 
+    def fit(self, y: pd.Series) -> Self:
+        self.recent_ = RecentPaths()
+        return super().fit(y)
+
+    def _rebase(self, history: History, offset: int) -> None:
+        # Lags and the calendar (counted from the series' first timestamp) come from the new series.
+        self.features_ = FeatureBuilder(history.filled, history.index, history.step)
+
     def _predict_level(self, filled: np.ndarray, origins: np.ndarray, horizon: int, level: float) -> np.ndarray:
         features = self.features_
         if features.filled is not filled:
             features = FeatureBuilder(filled, self._fitted().index, self._fitted().step)
+        recent = self.recent_
+        if recent.filled is not filled or recent.start != features.start:
+            recent.filled, recent.start, recent.paths = filled, features.start, {}
+        key = (level, horizon, origins.tobytes())
+        cached = recent.paths.get(key)
+        if cached is not None:
+            return cached.copy()
         pair_origins = np.repeat(origins, horizon)
         pair_steps = np.tile(np.arange(1, horizon + 1), len(origins))
         rows = features.build(pair_origins, pair_steps, self.max_horizon)[:, self.columns_]
-        with threadpool_limits(limits=THREADS):
-            change = self.models_[level].predict(rows)
-        return np.asarray(filled[origins][:, None] + change.reshape(len(origins), horizon))
+        with _one_thread():
+            change = trees.predict(self.models_[level], rows)  # sklearn's predict, faster for a few rows
+        paths = np.asarray(filled[origins][:, None] + change.reshape(len(origins), horizon))
+        recent.paths[key] = paths
+        return paths.copy()  # callers own what they get; the cache keeps its own
 
     def _mean_paths(self, filled: np.ndarray, origins: np.ndarray, horizon: int) -> np.ndarray:
         return self._predict_level(filled, origins, horizon, MEDIAN)
@@ -172,3 +219,17 @@ class GradientBoostedQuantile(CalibratedModel):
         if level in self.models_:
             return self._predict_level(filled, origins, horizon, level)
         return self._mean_paths(filled, origins, horizon)
+
+    def for_quantiles(self, quantiles: Sequence[float]) -> GradientBoostedQuantile:
+        # Each level is an independent regressor, so dropping levels leaves exactly what a fit for
+        # ``quantiles`` alone trains; untrained levels then come from the median plus conformal
+        # offsets, as they would have. Caches for dropped levels would answer differently: dropped.
+        kept = {MEDIAN, *(float(level) for level in quantiles)}
+        if kept >= set(self.models_):
+            return self
+        view = copy.copy(self)
+        view.levels = (MEDIAN, *quantiles)
+        view.models_ = {level: model for level, model in self.models_.items() if level in kept}
+        view.raw_paths_ = {level: paths for level, paths in self.raw_paths_.items() if level in kept}
+        view.offsets_ = {level: offsets for level, offsets in self.offsets_.items() if level in kept}
+        return view

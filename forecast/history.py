@@ -45,9 +45,11 @@ class History:
 
 
 def infer_step(index: pd.DatetimeIndex) -> pd.Timedelta:
-    """The most common spacing: robust to a few missing samples."""
-    diffs = pd.Series(index[1:] - index[:-1])
-    return pd.Timedelta(diffs.mode().iloc[0])
+    """The most common spacing (the shortest on ties): robust to a few missing samples."""
+    # Integer arithmetic in the index's own unit: the simulator prepares a history at every forecast
+    # step, and pandas' timedelta mode cost as much as the rest of ``prepare``.
+    spacings, counts = np.unique(np.diff(index.asi8), return_counts=True)
+    return pd.Timedelta(np.timedelta64(int(spacings[np.argmax(counts)]), index.unit))
 
 
 def prepare(y: pd.Series, max_span: pd.Timedelta | None = None) -> History:

@@ -6,6 +6,7 @@ file; this module only does the arithmetic, so it takes plain tuples.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import datetime
@@ -60,22 +61,37 @@ def remove_known_jobs(history: pd.Series, windows: Iterable[Window]) -> tuple[pd
     """History with past runs of known recurring jobs subtracted, so the statistical model does not
     learn them (the schedule re-adds them). A window is subtracted only when the series visibly rose
     by its GPUs during it; otherwise it is left alone and a note says why."""
-    cleaned = history.astype(np.float64).copy()
+    # Plain arrays (nanoseconds since the epoch, UTC): a refresh, and the simulator at every forecast
+    # step, runs this over two weeks of history with a window per day, and pandas masks cost ms each.
+    index = pd.DatetimeIndex(history.index)
+    if len(index) and index.tz is None:
+        raise TypeError("the history index must be tz-aware to compare it with window times")
+    stamps = index.as_unit("ns").asi8  # Timestamp.value is in nanoseconds whatever the index unit
+    values = history.to_numpy(dtype=np.float64, copy=True)
     notes: list[str] = []
-    index = pd.DatetimeIndex(cleaned.index)
-    step = pd.Timedelta(pd.Series(index[1:] - index[:-1]).mode().iloc[0]) if len(index) > 1 else pd.Timedelta(0)
+    step = 0
+    if len(stamps) > 1:
+        spacings, counts = np.unique(np.diff(stamps), return_counts=True)
+        step = int(spacings[np.argmax(counts)])  # the most common spacing (the smallest on ties)
     for start, end, gpus in windows:
         begin, finish = _utc(start), _utc(end)
-        inside = (index >= begin) & (index < finish)
+        inside = (stamps >= begin.value) & (stamps < finish.value)
         if not inside.any() or gpus <= 0:
             continue
-        before = cleaned[(index < begin) & (index >= begin - max(finish - begin, 12 * step))]
-        during = cleaned[inside]
-        baseline = before.median() if before.notna().any() else np.nan
-        rise = during.median() - baseline
+        reach = max(finish.value - begin.value, 12 * step)
+        before = values[(stamps < begin.value) & (stamps >= begin.value - reach)]
+        during = values[inside]
+        baseline = _nanmedian(before)
+        rise = _nanmedian(during) - baseline
         if not np.isfinite(rise) or rise < IDENTIFIABLE_SHARE * gpus:
             notes.append(f"window {begin.isoformat()} ({gpus:g} GPUs) not identifiable in history; kept")
             continue
-        cleaned[inside] = np.maximum(during - gpus, 0.0)
+        values[inside] = np.maximum(during - gpus, 0.0)
         notes.append(f"removed {gpus:g} GPUs of a known job from {begin.isoformat()} to {finish.isoformat()}")
-    return cleaned, tuple(notes)
+    return pd.Series(values, index=history.index, name=history.name), tuple(notes)
+
+
+def _nanmedian(values: np.ndarray) -> float:
+    """The median of the observed values; NaN when there are none (as pandas' median)."""
+    observed = values[~np.isnan(values)]
+    return float(np.median(observed)) if len(observed) else math.nan

@@ -49,6 +49,10 @@ class MSTLModel(CalibratedModel):
         self.start_ = start
         self.alpha_ = self._choose_alpha(history.filled[:end], history)
 
+    def _rebase(self, history: History, offset: int) -> None:
+        # The hourly grid's hour 0 sits ``offset`` steps earlier in a series that starts later.
+        self.start_ = self.start_ - offset
+
     def _seasonal(self, positions: np.ndarray) -> np.ndarray:
         """Seasonal value at serving-step positions, interpolated between hour centres."""
         hour = (positions - self.start_ + 0.5) / self.per_hour_ - 0.5

@@ -8,9 +8,11 @@ forecasts from any origin use data up to that origin only.
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
+import pandas as pd
 from statsmodels.tools.sm_exceptions import ConvergenceWarning
 from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
@@ -50,6 +52,23 @@ def additive_filter(
         level[t], trend[t] = new_level, new_trend
         prev_level, prev_trend = new_level, new_trend
     return level, trend, season
+
+
+States = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+@dataclass
+class FilterCache:
+    """The last series the filter ran over (from ``start``) and its states.
+
+    Refreshes between fits see the same series plus a few new observations: the filter resumes
+    after the longest unchanged prefix instead of running over the whole history again. Resuming
+    repeats the very same arithmetic from the very same state, so the states are bit-identical.
+    """
+
+    start: pd.Timestamp
+    filled: np.ndarray
+    states: States
 
 
 class ExponentialSmoothingModel(CalibratedModel):
@@ -92,11 +111,57 @@ class ExponentialSmoothingModel(CalibratedModel):
         self.trend0_ = float(np.nan_to_num(params.get("initial_trend", 0.0)))
         self.season0_ = np.asarray(params["initial_seasons"], dtype=np.float64) if self.seasonal else np.zeros(0)
         self.states_ = self._filter(history.filled)
+        # Shared (not copied) by the rebased copies forecast_from makes, so each refresh resumes
+        # where the previous one stopped.
+        self.filter_cache_ = FilterCache(history.index[0], history.filled, self.states_)
 
-    def _filter(self, filled: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _filter(self, filled: np.ndarray) -> States:
         return additive_filter(
             filled, self.alpha_, self.beta_, self.gamma_, self.phi_, self.level0_, self.trend0_, self.season0_
         )
+
+    def _rebase(self, history: History, offset: int) -> None:
+        if len(self.season0_):
+            # season0_[j] is the initial state of the fitted history's phase j; the new series'
+            # position j has the phase of fitted position j + offset.
+            self.season0_ = np.roll(self.season0_, -offset)
+        self.states_ = self._resume(history)
+
+    def _resume(self, history: History) -> States:
+        """The filter over ``history.filled``, resumed after the prefix it shares with the cache."""
+        filled, cache = history.filled, self.filter_cache_
+        same = 0
+        if cache.start == history.index[0]:
+            common = min(len(filled), len(cache.filled))
+            differ = np.flatnonzero(cache.filled[:common] != filled[:common])
+            same = int(differ[0]) if len(differ) else common
+        if same == 0:
+            states = self._filter(filled)
+        else:
+            m = len(self.season0_)
+            level, trend, season = cache.states
+            # States after observing filled[same - 1], and the seasonal states the next m steps use.
+            more = additive_filter(
+                filled[same:],
+                self.alpha_,
+                self.beta_,
+                self.gamma_,
+                self.phi_,
+                float(level[same - 1]),
+                float(trend[same - 1]),
+                season[same : same + m],
+            )
+            states = (
+                np.concatenate([level[:same], more[0]]),
+                np.concatenate([trend[:same], more[1]]),
+                np.concatenate([season[:same], more[2]]),
+            )
+        self.filter_cache_.start, self.filter_cache_.filled, self.filter_cache_.states = (
+            history.index[0],
+            filled,
+            states,
+        )
+        return states
 
     def _mean_paths(self, filled: np.ndarray, origins: np.ndarray, horizon: int) -> np.ndarray:
         level, trend, season = self.states_

@@ -1,24 +1,27 @@
 """The forecasting policies, replayed on the cadence the service uses.
 
-``auto:Q`` is this service's policy: ``fit_select_predict`` (full selection every ``reselect_every``;
-in between the chosen model is refitted every ``refit_every``), past runs of declared windows taken
-out of the history as the refresher does, then ``policy.forecast_demand`` with the scheduled windows
-and ``policy.headroom`` against the last observation, at every step. ``holt_winters`` is PHPA's model:
-additive Holt-Winters with a daily season, its point forecast at the lead time served as the target.
+``auto:Q`` is this service's policy. Every ``reselect_every`` it runs a full selection and fit
+(``fit_select_many``: every ``auto:Q`` policy of the run is served from one fit of each candidate,
+selection is per quantile); optionally the selected models are refitted every ``refit_every``.
+At every forecast step in between, it forecasts from the newest complete history with the fitted
+models (``Selection.forecast``), past runs of declared windows taken out of that history as the
+refresher does, then ``policy.forecast_demand`` with the scheduled windows and ``policy.headroom``
+against the last observation, at every simulation step. ``holt_winters`` is PHPA's model: additive
+Holt-Winters with a daily season, fitted on the same cadence and updated with every forecast step,
+its point forecast at the lead time served as the target.
 
-The service refreshes every minute, fitting each time. The simulator fits only at the refit cadence
-and, at every step in between, carries the latest forecast forward: its path relative to its last
-observation is re-anchored at the newest complete observation. That is exact for the naive family
-(what selection picks most often) and close for level-following models; a daily shape moves little
-within one refit interval. Each fit and each anchor sees only complete forecast bins before its
-moment. Reselection periods are independent of each other, so they can run in parallel.
+Nothing is approximated with respect to that cadence: the forecast served at each step is the one
+the service would compute from the same history with the same fitted models (a test checks it).
+Each fit and each forecast sees only complete forecast bins before its moment. Reselection periods
+are independent of each other, so they run in parallel.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 import numpy as np
@@ -28,8 +31,8 @@ from adapters.types import ScheduledWindow
 from autoscaler import policy
 from autoscaler.simulation.inputs import Workload
 from autoscaler.simulation.policies import PolicySpec
-from forecast.engine import fit_select_predict
-from forecast.ensemble import PREFIX as ENSEMBLE_PREFIX
+from forecast.base import CalibratedModel, model_history
+from forecast.engine import Selection, fit_select_many
 from forecast.known_demand import remove_known_jobs, window_demand
 from forecast.registry import make_model
 from forecast.types import Forecast
@@ -39,32 +42,46 @@ HOLT_WINTERS = "holt_winters"
 
 @dataclass(frozen=True)
 class ForecastCadence:
-    """How the forecasting policies see the data and how often they refit."""
+    """How the forecasting policies see the data and how often they fit."""
 
     step_s: float = 300.0  # the forecaster's step (the service's signal step)
     reselect_every_s: float = 6 * 3600.0
-    refit_every_s: float = 3600.0
+    refit_every_s: float = 6 * 3600.0  # as reselect_every_s: no refit between selections
     lookback_s: float = 14 * 86400.0
     lead_s: float = 330.0  # the lead time policies plan for: lead time plus the service's margin
     seed: int = 0
 
+    @property
+    def lead_steps(self) -> int:
+        return max(1, int(self.lead_s // self.step_s))
+
+    @property
+    def horizon_steps(self) -> int:
+        """What the service forecasts: the lead time plus one step (refresher._fit_in_worker)."""
+        return self.lead_steps + 1
+
 
 @dataclass(frozen=True)
 class BlockJob:
-    """One reselection period of one policy: everything a worker process needs.
+    """One reselection period of one or more policies: everything a worker process needs.
 
+    ``specs`` are either every ``auto:Q`` policy (they share one selection) or one ``holt_winters``.
     ``bins`` holds the demand per forecast step (the highest in each step, labelled by its start)
     from the lookback before the block to its end; ``known`` is the part of each bin that declared
     windows account for.
     """
 
-    spec: PolicySpec
+    specs: tuple[PolicySpec, ...]
     cadence: ForecastCadence
     bins: pd.Series
     known: np.ndarray
     step_times: pd.DatetimeIndex  # the simulation steps this block serves
     first_step: int
     windows: tuple[ScheduledWindow, ...]
+
+    @property
+    def holt_winters(self) -> bool:
+        return self.specs[0].name == HOLT_WINTERS
 
 
 @dataclass
@@ -73,8 +90,17 @@ class BlockResult:
     first_step: int
     values: np.ndarray
     models: list[str] = field(default_factory=list)
-    fit_seconds: list[float] = field(default_factory=list)
+    fit_seconds: list[float] = field(default_factory=list)  # a shared fit is split among its policies
+    forecast_seconds: float = 0.0  # forecasting from fitted models at every bin (also split)
     notes: list[str] = field(default_factory=list)
+
+
+def forecast_groups(specs: Sequence[PolicySpec]) -> list[tuple[PolicySpec, ...]]:
+    """The forecasting policies grouped by what they fit: every ``auto:Q`` together, since they
+    select on the same history and differ only in the quantile; each ``holt_winters`` alone."""
+    autos = tuple(spec for spec in specs if spec.forecasting and spec.name != HOLT_WINTERS)
+    others = [(spec,) for spec in specs if spec.forecasting and spec.name == HOLT_WINTERS]
+    return ([autos] if autos else []) + others
 
 
 def demand_bins(workload: Workload, step_s: float) -> pd.Series:
@@ -89,7 +115,9 @@ def demand_bins(workload: Workload, step_s: float) -> pd.Series:
     return pd.Series(peaks, index=index, name="gpus_requested")
 
 
-def plan_blocks(spec: PolicySpec, workload: Workload, first_step: int, cadence: ForecastCadence) -> list[BlockJob]:
+def plan_blocks(
+    specs: tuple[PolicySpec, ...], workload: Workload, first_step: int, cadence: ForecastCadence
+) -> list[BlockJob]:
     """Split the simulated steps into reselection periods, each with the history it may use."""
     bins = demand_bins(workload, cadence.step_s)
     step = pd.Timedelta(seconds=cadence.step_s)
@@ -108,7 +136,7 @@ def plan_blocks(spec: PolicySpec, workload: Workload, first_step: int, cadence: 
         windows = tuple(w for w in workload.windows if w.end > first - lookback and w.start <= horizon_end)
         jobs.append(
             BlockJob(
-                spec=spec,
+                specs=specs,
                 cadence=cadence,
                 bins=bins[selected],
                 known=known_all[selected],
@@ -120,111 +148,178 @@ def plan_blocks(spec: PolicySpec, workload: Workload, first_step: int, cadence: 
     return jobs
 
 
-def _candidates(selected: str | None) -> tuple[str, ...] | None:
-    """What a refit fits: the selected model, or an ensemble's members (selection re-weighs them)."""
-    if selected is None:
-        return None
-    if selected.startswith(f"{ENSEMBLE_PREFIX}(") and selected.endswith(")"):
-        return tuple(selected[len(ENSEMBLE_PREFIX) + 1 : -1].split("+"))
-    return (selected,)
+# What a block's policies forecast with: one Selection per auto quantile, or PHPA's fitted model.
+Fitted = dict[float, Selection] | CalibratedModel
 
 
-def _fit(job: BlockJob, history: pd.Series, selected: str | None, horizon: int) -> tuple[Forecast, str]:
+def history_at(job: BlockJob, now: pd.Timestamp) -> pd.Series:
+    """The complete bins before ``now``; for ``auto``, past runs of declared windows taken out
+    first, as the refresher does."""
+    step = pd.Timedelta(seconds=job.cadence.step_s)
+    last_bin = int(job.bins.index.searchsorted(now - step, side="right"))
+    history = job.bins.iloc[:last_bin]
+    past = [(w.start, w.end, w.gpus) for w in job.windows if w.start < now]
+    if past and len(history) and not job.holt_winters:
+        history, _ = remove_known_jobs(history, past)
+    return history
+
+
+class Histories:
+    """``history_at`` for the successive moments of one block, without redoing settled windows.
+
+    ``remove_known_jobs`` treats windows one after another, each reading the bins during it and
+    just before it. A window that ended a step before the block's first moment reads and writes
+    the same values at every later moment (a history only grows at its end), so the windows up to
+    the first unsettled one are taken out once; the rest are taken out at each moment, after them:
+    the same arithmetic in the same order as ``history_at``.
+    """
+
+    def __init__(self, job: BlockJob) -> None:
+        self.job = job
+        step = pd.Timedelta(seconds=job.cadence.step_s)
+        cutoff = job.step_times[0] - step
+        self.settled = 0
+        if not job.holt_winters:
+            while self.settled < len(job.windows) and job.windows[self.settled].end <= cutoff:
+                self.settled += 1
+        first = job.bins[job.bins.index <= cutoff]
+        prefix = [(w.start, w.end, w.gpus) for w in job.windows[: self.settled]]
+        self.base = (remove_known_jobs(first, prefix)[0] if prefix and len(first) else first).to_numpy()
+        self.raw = job.bins.to_numpy()
+
+    def at(self, now: pd.Timestamp) -> pd.Series:
+        job = self.job
+        if job.holt_winters or not self.settled:
+            return history_at(job, now)
+        step = pd.Timedelta(seconds=job.cadence.step_s)
+        count = int(job.bins.index.searchsorted(now - step, side="right"))
+        values = np.concatenate([self.base[:count], self.raw[len(self.base) : count]])
+        history = pd.Series(values, index=job.bins.index[:count], name=job.bins.name)
+        rest = [(w.start, w.end, w.gpus) for w in job.windows[self.settled :] if w.start < now]
+        return remove_known_jobs(history, rest)[0] if rest else history
+
+
+def fit_block(job: BlockJob, history: pd.Series, previous: Fitted | None) -> Fitted:
+    """Fit on ``history``: a full selection when ``previous`` is None, else a refit of what each
+    quantile selected (an ensemble refits exactly its members)."""
     cadence = job.cadence
-    lead_steps = max(1, int(cadence.lead_s // cadence.step_s))
-    if job.spec.name == HOLT_WINTERS:
-        model = make_model(HOLT_WINTERS, max_horizon=horizon, seed=cadence.seed).fit(history)
-        return model.predict(horizon, ()), HOLT_WINTERS
-    result = fit_select_predict(
-        history,
-        horizon_steps=horizon,
-        quantiles=(job.spec.quantile,),
-        policy_quantile=job.spec.quantile,
-        lead_steps=lead_steps,
-        candidates=_candidates(selected),
-        seed=cadence.seed,
-        # The budget only drops slow candidates after fitting them: on a shared machine it would make
-        # selection depend on the load, so a replay runs without it (what an idle service selects).
-        time_budget_s=math.inf,
-    )
-    return result.forecast, result.model
+    if job.holt_winters:
+        return make_model(HOLT_WINTERS, max_horizon=cadence.horizon_steps, seed=cadence.seed).fit(history)
+    quantiles = [spec.quantile for spec in job.specs]
+    # Quantiles that selected the same model refit it together; a full selection is one group.
+    groups: dict[str | None, list[float]] = {}
+    for quantile in quantiles:
+        chosen = None if not isinstance(previous, dict) else previous[quantile].model
+        groups.setdefault(chosen, []).append(quantile)
+    selections: dict[float, Selection] = {}
+    for chosen, group in groups.items():
+        results = fit_select_many(
+            history,
+            horizon_steps=cadence.horizon_steps,
+            quantiles=(),
+            policy_quantiles=group,
+            lead_steps=cadence.lead_steps,
+            candidates=None if chosen is None else (chosen,),
+            seed=cadence.seed,
+            # The budget only drops slow candidates after fitting them: on a shared machine it would
+            # make selection depend on the load, so a replay runs without it (what an idle service
+            # selects).
+            time_budget_s=math.inf,
+        )
+        for quantile, result in results.items():
+            if result.selection is None:  # fit_select_many always sets it
+                raise RuntimeError(f"no selection for quantile {quantile}")
+            selections[quantile] = result.selection
+    return selections
 
 
-def reanchor(forecast: Forecast, bins: int, step: pd.Timedelta, level_change: float) -> Forecast:
-    """The forecast carried ``bins`` steps forward: same path relative to its origin, moved by how
-    much the (cleaned) demand changed since."""
-    if bins == 0 and level_change == 0:
-        return forecast
-    return replace(
-        forecast,
-        timestamps=forecast.timestamps + bins * step,
-        mean=forecast.mean + level_change,
-        quantiles={level: values + level_change for level, values in forecast.quantiles.items()},
-    )
+def forecast_block(job: BlockJob, fitted: Fitted, history: pd.Series) -> dict[str, Forecast]:
+    """Each policy's forecast from ``history`` with the fitted models, as the service refreshes.
+
+    Each ``auto:Q`` forecasts only its own quantile, as the service's plan does; the history is
+    prepared once for all of them (``Selection.forecast`` would prepare it the same way each time).
+    """
+    horizon = job.cadence.horizon_steps
+    prepared = model_history(history)
+    if isinstance(fitted, CalibratedModel):
+        return {job.specs[0].text: fitted.forecast_history(prepared, horizon, ())}
+    return {
+        spec.text: fitted[spec.quantile].forecast_history(prepared, horizon, (spec.quantile,)) for spec in job.specs
+    }
 
 
-def _serve(job: BlockJob, forecast: Forecast, now: pd.Timestamp, last_observed: float) -> float:
-    cadence = job.cadence
-    lead = timedelta(seconds=cadence.lead_s)
-    if job.spec.name == HOLT_WINTERS:
+def serve(job: BlockJob, spec: PolicySpec, forecast: Forecast, now: pd.Timestamp, last_observed: float) -> float:
+    """The headroom a policy serves at ``now`` from its latest forecast."""
+    lead = timedelta(seconds=job.cadence.lead_s)
+    if spec.name == HOLT_WINTERS:
         # PHPA predicts the replica count at now + lookAhead; less than now means no headroom.
         position = int(forecast.timestamps.searchsorted(now + lead, side="right")) - 1
         predicted = float(forecast.mean[max(position, 0)])
         return policy.headroom(policy.Decision(predicted, HOLT_WINTERS), last_observed).value
-    demand = policy.forecast_demand(forecast, quantile=job.spec.quantile, now=now, lead_time=lead, windows=job.windows)
+    # A datetime, as the service's clock gives (comparing windows' datetimes with a pandas Timestamp
+    # costs more than the rest of the policy).
+    moment = now.to_pydatetime()
+    demand = policy.forecast_demand(forecast, quantile=spec.quantile, now=moment, lead_time=lead, windows=job.windows)
     return policy.headroom(demand, last_observed).value
 
 
-def run_block(job: BlockJob) -> BlockResult:
-    """Fit at each refit moment of the block and serve every step, re-anchored at the last bin."""
+def _model_names(fitted: Fitted, spec: PolicySpec) -> str:
+    if isinstance(fitted, CalibratedModel):
+        return fitted.name
+    return fitted[spec.quantile].model
+
+
+def run_block(job: BlockJob) -> list[BlockResult]:
+    """Fit at each fit moment of the block, forecast from the newest history at every forecast bin,
+    and serve every step; one result per policy of the job."""
     cadence = job.cadence
     step = pd.Timedelta(seconds=cadence.step_s)
     refit_every = pd.Timedelta(seconds=cadence.refit_every_s)
-    horizon = math.ceil((cadence.refit_every_s + cadence.lead_s) / cadence.step_s) + 1
-    result = BlockResult(job.spec.text, job.first_step, np.zeros(len(job.step_times)))
+    results = [BlockResult(spec.text, job.first_step, np.zeros(len(job.step_times))) for spec in job.specs]
+    share = len(job.specs)
     raw = job.bins.to_numpy()
-    # PHPA forecasts the raw metric; the service forecasts demand with declared windows taken out.
-    cleaned = raw if job.spec.name == HOLT_WINTERS else raw - job.known
     bin_start = job.bins.index
-    selected: str | None = None
-    fitted: tuple[int, Forecast] | None = None  # (position of the fit's last bin, its forecast)
-    served: tuple[int, Forecast] | None = None
+    fitted: Fitted | None = None
+    forecasts: dict[str, Forecast] | None = None
+    forecast_bin = -1  # the last bin the current forecasts saw
     next_refit = job.step_times[0]
+    histories = Histories(job)
     for position, now in enumerate(job.step_times):
         last_bin = int(bin_start.searchsorted(now - step, side="right")) - 1  # the last complete bin
         if last_bin < 0:
             continue
+        history: pd.Series | None = None
         if now >= next_refit:
             next_refit = now + refit_every
-            forecast, model = _refit(job, now, selected, horizon, result)
-            if forecast is not None:  # a failed fit keeps the last good forecast, as the service does
-                selected = selected or model
-                fitted, served = (last_bin, forecast), None
+            history = histories.at(now)
+            started = time.perf_counter()
+            try:
+                fitted = fit_block(job, history, fitted)
+                models = [_model_names(fitted, spec) for spec in job.specs]
+            except Exception as error:  # e.g. too little history; a failing fit keeps the last good one
+                models = ["failed"] * share
+                for result in results:
+                    result.notes.append(f"{now.isoformat()}: {type(error).__name__}: {error}")
+            seconds = (time.perf_counter() - started) / share
+            for result, model in zip(results, models, strict=True):
+                result.fit_seconds.append(seconds)
+                result.models.append(model)
+            forecast_bin = -1  # forecast with what was just fitted
         if fitted is None:
             continue
-        if served is None or served[0] != last_bin:
-            moved = last_bin - fitted[0]
-            served = (last_bin, reanchor(fitted[1], moved, step, float(cleaned[last_bin] - cleaned[fitted[0]])))
-        result.values[position] = _serve(job, served[1], now, float(raw[last_bin]))
-    return result
-
-
-def _refit(
-    job: BlockJob, now: pd.Timestamp, selected: str | None, horizon: int, result: BlockResult
-) -> tuple[Forecast | None, str]:
-    """One refit on the complete bins before ``now``; for ``auto``, past runs of declared windows
-    come out of the history first, as the refresher does."""
-    step = pd.Timedelta(seconds=job.cadence.step_s)
-    history = job.bins[job.bins.index <= now - step]
-    past = [(w.start, w.end, w.gpus) for w in job.windows if w.start < now]
-    if past and len(history) and job.spec.name != HOLT_WINTERS:
-        history, _ = remove_known_jobs(history, past)
-    started = time.perf_counter()
-    try:
-        forecast, model = _fit(job, history, selected, horizon)
-    except Exception as error:  # e.g. too little history; one failing fit must not end the run
-        forecast, model = None, "failed"
-        result.notes.append(f"{now.isoformat()}: {type(error).__name__}: {error}")
-    result.fit_seconds.append(time.perf_counter() - started)
-    result.models.append(model)
-    return forecast, model
+        if last_bin != forecast_bin:
+            started = time.perf_counter()
+            try:
+                forecasts = forecast_block(job, fitted, history if history is not None else histories.at(now))
+                forecast_bin = last_bin
+            except Exception as error:  # the service keeps serving its last good forecast
+                for result in results:
+                    result.notes.append(f"{now.isoformat()}: forecast failed: {type(error).__name__}: {error}")
+            seconds = (time.perf_counter() - started) / share
+            for result in results:
+                result.forecast_seconds += seconds
+        if forecasts is None:
+            continue
+        for spec, result in zip(job.specs, results, strict=True):
+            result.values[position] = serve(job, spec, forecasts[spec.text], now, float(raw[last_bin]))
+    return results

@@ -1,7 +1,8 @@
 """Run every policy over one workload, optionally in a process pool.
 
-The forecasting policies' reselection periods and every policy's cluster run are independent jobs;
-a policy's cluster run starts once its served metric is complete.
+The forecasting policies' reselection periods and every policy's cluster run are independent jobs
+(the ``auto:Q`` policies share their blocks: one selection serves every quantile); a policy's
+cluster run starts once its served metric is complete.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from typing import Any
 import numpy as np
 
 from autoscaler.simulation.engine import Outcome, Period, run_policy
-from autoscaler.simulation.forecasting import BlockResult, ForecastCadence, plan_blocks, run_block
+from autoscaler.simulation.forecasting import (
+    BlockResult,
+    ForecastCadence,
+    forecast_groups,
+    plan_blocks,
+    run_block,
+)
 from autoscaler.simulation.hpa import HPASpec
 from autoscaler.simulation.inputs import Workload
 from autoscaler.simulation.lead_times import LeadTimeDistribution
@@ -51,6 +58,7 @@ class PolicyRun:
     metric: np.ndarray
     models: Counter[str] = field(default_factory=Counter)
     fit_seconds: list[float] = field(default_factory=list)
+    forecast_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
 
 
@@ -139,37 +147,46 @@ def simulate(
     planning = _planning(workload, period, config)
     pool_config = _pool_config(config)
     first_step = planning.first_step
-    blocks = {spec.text: plan_blocks(spec, workload, first_step, config.cadence) for spec in specs if spec.forecasting}
+    groups = {group[0].text: group for group in forecast_groups(specs)}
+    blocks = {key: plan_blocks(group, workload, first_step, config.cadence) for key, group in groups.items()}
     total = len(specs) + sum(len(jobs) for jobs in blocks.values())
     metrics: dict[str, np.ndarray] = {}
-    block_results: dict[str, list[BlockResult]] = {text: [] for text in blocks}
+    block_results: dict[str, list[BlockResult]] = {spec.text: [] for group in groups.values() for spec in group}
+    blocks_done: Counter[str] = Counter()
     outcomes: dict[str, Outcome] = {}
     by_text = {spec.text: spec for spec in specs}
     jobs = _Jobs(workers)
     try:
+        # Heuristics' cluster runs first: they are ready now, and the forecasting policies' runs wait
+        # for all their blocks anyway.
         for spec in specs:
-            if spec.forecasting:
-                metrics[spec.text] = np.zeros(workload.steps)
-                for job in blocks[spec.text]:
-                    jobs.submit(("block", spec.text), run_block, job)
-            else:
+            if not spec.forecasting:
                 metric = metrics[spec.text] = heuristic_headroom(spec, workload, planning)
                 jobs.submit(("cluster", spec.text), run_policy, workload, metric, period, pool_config, config.hpa)
+        for key, group in groups.items():
+            for spec in group:
+                metrics[spec.text] = np.zeros(workload.steps)
+            for job in blocks[key]:
+                jobs.submit(("block", key), run_block, job)
         done = 0
         while jobs:
-            for (kind, text), value in jobs.next_completed():
+            for (kind, key), value in jobs.next_completed():
                 done += 1
                 if progress is not None:
                     progress(done, total)
                 if kind == "cluster":
-                    outcomes[text] = value
+                    outcomes[key] = value
                     continue
-                block: BlockResult = value
-                metrics[text][block.first_step : block.first_step + len(block.values)] = block.values
-                block_results[text].append(block)
-                if len(block_results[text]) == len(blocks[text]):  # the served metric is complete
-                    metric = metrics[text]
-                    jobs.submit(("cluster", text), run_policy, workload, metric, period, pool_config, config.hpa)
+                results: list[BlockResult] = value
+                for block in results:
+                    metrics[block.spec_text][block.first_step : block.first_step + len(block.values)] = block.values
+                    block_results[block.spec_text].append(block)
+                blocks_done[key] += 1
+                if blocks_done[key] == len(blocks[key]):  # the group's served metrics are complete
+                    for spec in groups[key]:
+                        metric = metrics[spec.text]
+                        cluster_args = (workload, metric, period, pool_config, config.hpa)
+                        jobs.submit(("cluster", spec.text), run_policy, *cluster_args)
     finally:
         jobs.close()
     runs = {}
@@ -178,6 +195,7 @@ def simulate(
         for block in sorted(block_results.get(spec.text, []), key=lambda block: block.first_step):
             run.models.update(block.models)
             run.fit_seconds.extend(block.fit_seconds)
+            run.forecast_seconds += block.forecast_seconds
             run.notes.extend(block.notes)
         runs[spec.text] = run
     return SimulationResult(workload, period, config, runs, time.perf_counter() - started)
