@@ -27,7 +27,7 @@ from autoscaler.refresher import Refresher, RefreshStats
 from autoscaler.self_metrics import SelfMetrics
 from autoscaler.settings import Settings
 from autoscaler.tls import ServerTLS, ServingFiles, ensure_self_signed
-from autoscaler.workers import forecast_pool
+from autoscaler.workers import forecast_pool, forecast_pools
 
 log = logging.getLogger(__name__)
 
@@ -160,8 +160,8 @@ def create_app(
             plans=pipeline.plans,
             metrics=pipeline.metrics,
             settings=pipeline.refresh,
-            pool=forecast_pool(settings.forecast.workers),
-            new_pool=lambda: forecast_pool(settings.forecast.workers),
+            pools=forecast_pools(settings.forecast.workers),
+            new_pool=lambda: forecast_pool(1),
             windows=pipeline.windows,
             lead_time=pipeline.lead_time,
             caps=pipeline.caps,
@@ -188,7 +188,8 @@ def create_app(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-        refresher.pool.shutdown(wait=False, cancel_futures=True)
+        for pool in refresher.pools:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     if pipeline.sources:
         api_app.cleanup_ctx.append(refresher_ctx)

@@ -87,8 +87,8 @@ def refresh_settings(settings: Settings, lead_time: timedelta) -> RefreshSetting
         interval=forecast.interval,
         lead_time=lead_time,
         fit_timeout=forecast.fit_timeout,
-        workers=forecast.workers,
         reselect_every=forecast.reselect_every,
+        refit_every=forecast.refit_every,
         window_horizon=max(timedelta(hours=1), 2 * lead_time),
     )
 

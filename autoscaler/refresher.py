@@ -4,7 +4,15 @@ One bad refresh never kills the process and never blanks a value: a signal whose
 keeps its last good served values (their timestamps age, and staleness shows it), and the whole
 previous snapshot stays in place if building the new one fails.
 
-Fits run at most one per worker at a time, so ``fit_timeout`` bounds a fit's own run time, not its
+Fitting is the expensive part, so it happens on a cadence: a full model selection every
+``reselect_every``, optionally a refit of the chosen models every ``refit_every``, and at every other
+refresh the fitted models forecast from the newest data (milliseconds instead of a second). The
+fitted models stay in the worker process that fitted them: each series always goes to the same
+single-process pool (its shard), because shipping a fitted gbm back and forth would cost about half
+a megabyte per series and refresh. A worker that lost its models (replaced after a crash) fits
+again on the next refresh.
+
+Work runs one item per worker at a time, so ``fit_timeout`` bounds a fit's own run time, not its
 wait in a queue behind a thousand others; the worker enforces it. A pool that breaks (a worker
 killed, e.g. by the OOM killer) or stops answering is replaced, and the next refresh uses the new one.
 """
@@ -14,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import BrokenExecutor, Executor
 from dataclasses import dataclass, field, replace
@@ -28,7 +38,7 @@ from autoscaler.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProv
 from autoscaler.workers import FitTimeout, deadline, terminate
 
 if TYPE_CHECKING:
-    from forecast.engine import EngineResult
+    from forecast.engine import EngineResult, Selection
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +74,10 @@ class RefreshSettings:
     # Used for every series unless the refresher is given a lead_time function.
     lead_time: timedelta
     fit_timeout: timedelta = timedelta(seconds=60)
-    # Fits in flight at once: the pool's worker count.
-    workers: int = 2
-    # Model selection (a backtest of every candidate) runs this often per series; in between only the
-    # selected model is refitted on the new data, which is far cheaper.
+    # Model selection (a backtest of every candidate) runs this often per series; in between the
+    # fitted models forecast from the newest data, and are refitted every ``refit_every`` if set.
     reselect_every: timedelta = timedelta(hours=6)
+    refit_every: timedelta | None = None
     # How far ahead scheduled windows are looked up (at least the longest lead time).
     window_horizon: timedelta = timedelta(hours=1)
 
@@ -112,10 +121,34 @@ class CapacityInputs:
     target_utilization: float
 
 
+WorkKind = Literal["select", "refit", "update"]
+
+
 @dataclass(frozen=True)
 class WorkerResult:
     engine: EngineResult
     capacity: policy.ReplicaCapacity | None = None
+    # What the worker did: a full selection, a refit of the chosen models, or a forecast from the
+    # newest data with the models it holds (a worker without them selects instead).
+    work: WorkKind = "select"
+
+
+@dataclass(frozen=True)
+class WorkRequest:
+    """Everything a worker needs for one series at one refresh (pickled to the worker)."""
+
+    scope: str  # the refresher's identity: workers keep fitted models per refresher and series
+    key: SeriesKey
+    series: pd.Series
+    lead_steps: int
+    quantiles: tuple[float, ...]
+    work: WorkKind
+    model: str | None = None  # the selected model, for a refit
+    known_windows: tuple[tuple[datetime, datetime, float], ...] = ()
+    capacity_inputs: CapacityInputs | None = None
+    timeout_s: float | None = None
+    # Fitted models a worker has not been asked about for this long are dropped (series gone).
+    keep_idle_s: float = 86_400.0
 
 
 @dataclass(frozen=True)
@@ -134,7 +167,7 @@ class Refresher:
         plans: Sequence[MetricPlan],
         metrics: Sequence[MetricInfo],
         settings: RefreshSettings,
-        pool: Executor,
+        pools: Sequence[Executor],
         new_pool: Callable[[], Executor] | None = None,
         windows: WindowsFunction | None = None,
         lead_time: LeadTimeFunction | None = None,
@@ -147,9 +180,12 @@ class Refresher:
         self.plans = list(plans)
         self.metrics = {info.name: info for info in metrics}
         self.settings = settings
-        self.pool = pool
+        if not pools:
+            raise ValueError("the refresher needs at least one worker pool")
+        self.pools = list(pools)
         self.new_pool = new_pool
-        self._fit_slots = asyncio.Semaphore(settings.workers)
+        self._slots = [asyncio.Semaphore(1) for _ in self.pools]
+        self._scope = uuid.uuid4().hex
         self.windows = windows or (lambda start, horizon: ())
         self.lead_time = lead_time or (lambda labels: policy.LeadTime(settings.lead_time, "configured"))
         self.caps = caps or (lambda plan, labels, requested: ())
@@ -158,8 +194,9 @@ class Refresher:
         self.stats = RefreshStats()
         # The values last served per series; kept as they were when a later pull or fit fails.
         self._served: dict[SeriesKey, tuple[ServedSeries, ...]] = {}
-        # The model each series last selected by full backtest, and when.
+        # The model each series last selected by full backtest, and when; when it was last fitted.
         self._selected: dict[SeriesKey, tuple[str, datetime]] = {}
+        self._fitted_at: dict[SeriesKey, datetime] = {}
         # What each (metric, series) served last, for paced step-downs.
         self._previous: dict[tuple[str, SeriesKey], tuple[float, datetime]] = {}
 
@@ -213,9 +250,7 @@ class Refresher:
         lead_steps = max(1, int(pd.Timedelta(self.lead_time(signal.labels).value) / signal.step))
         quantiles = tuple(sorted({plan.quantile for plan in self.plans if plan.signal == signal.name} or {0.9}))
         key = _series_key(signal)
-        selected = self._selected.get(key)
-        reselect = selected is None or now - selected[1] >= self.settings.reselect_every
-        candidates = None if reselect or selected is None else (selected[0],)
+        work, model = self._work_for(key, now)
         # Past runs of known jobs come out of a GPU history (the schedule adds them back, once); a
         # request-rate history holds no GPUs to take out.
         uses_windows = any(p.kind in WINDOW_KINDS for p in self.plans if p.signal == signal.name)
@@ -223,41 +258,58 @@ class Refresher:
         known = tuple((w.start, w.end, w.gpus) for w in relevant_past)
         loop = asyncio.get_running_loop()
         timeout_s = self.settings.fit_timeout.total_seconds()
-        async with self._fit_slots:
-            pool = self.pool
+        request = WorkRequest(
+            scope=self._scope,
+            key=key,
+            series=signal.series,
+            lead_steps=lead_steps,
+            quantiles=quantiles,
+            work=work,
+            model=model,
+            known_windows=known,
+            capacity_inputs=capacity_inputs,
+            timeout_s=timeout_s,
+            keep_idle_s=4 * self.settings.reselect_every.total_seconds(),
+        )
+        shard = zlib.crc32(repr(key).encode()) % len(self.pools)
+        async with self._slots[shard]:
+            pool = self.pools[shard]
             try:
-                call = loop.run_in_executor(
-                    pool,
-                    _fit_in_worker,
-                    signal.series,
-                    lead_steps,
-                    quantiles,
-                    candidates,
-                    known,
-                    capacity_inputs,
-                    timeout_s,
-                )
+                call = loop.run_in_executor(pool, _work_in_worker, request)
                 result = await asyncio.wait_for(call, timeout_s + STUCK_WORKER_GRACE_S)
             except (BrokenExecutor, TimeoutError) as error:
-                self._replace_pool(pool, f"{type(error).__name__}: {error}")
+                self._replace_pool(shard, pool, f"{type(error).__name__}: {error}")
                 self._failed(signal.name, f"forecast failed: {type(error).__name__}: {error}")
                 return None
             except (Exception, FitTimeout) as error:  # a failing fit must not take the service down
                 self._failed(signal.name, f"forecast failed: {type(error).__name__}: {error}")
                 return None
-        if reselect:
+        if result.work == "select":
             self._selected[key] = (result.engine.model, now)
+        if result.work != "update":
+            self._fitted_at[key] = now
         self.stats.last_success[signal.name] = now
         self.stats.last_error.pop(signal.name, None)
         return _Fitted(key, signal, result)
 
-    def _replace_pool(self, broken: Executor, reason: str) -> None:
-        """Swap in a fresh pool once per broken one (every fit in flight on it fails the same way)."""
-        if self.pool is not broken or self.new_pool is None:
+    def _work_for(self, key: SeriesKey, now: datetime) -> tuple[WorkKind, str | None]:
+        """Select on the reselection cadence, refit on the refit cadence, else forecast from new data."""
+        selected = self._selected.get(key)
+        if selected is None or now - selected[1] >= self.settings.reselect_every:
+            return "select", None
+        refit_every = self.settings.refit_every
+        fitted_at = self._fitted_at.get(key, selected[1])
+        if refit_every is not None and now - fitted_at >= refit_every:
+            return "refit", selected[0]
+        return "update", selected[0]
+
+    def _replace_pool(self, shard: int, broken: Executor, reason: str) -> None:
+        """Swap in a fresh pool once per broken one (every call in flight on it fails the same way)."""
+        if self.pools[shard] is not broken or self.new_pool is None:
             return
-        log.warning("forecast workers replaced after %s", reason)
+        log.warning("forecast worker %d replaced after %s", shard, reason)
         terminate(broken)
-        self.pool = self.new_pool()
+        self.pools[shard] = self.new_pool()
 
     async def refresh_once(self) -> Snapshot:
         started = time.perf_counter()
@@ -337,6 +389,7 @@ class Refresher:
         engine = fitted.result.engine
         details: dict[str, Any] = {
             "model": engine.model,
+            "work": fitted.result.work,
             "notes": list(engine.notes),
             "fit_seconds": engine.fit_seconds,
             "forecast": engine.forecast,
@@ -380,37 +433,73 @@ def windows_for(labels: Mapping[str, str], windows: Sequence[ScheduledWindow]) -
     return [window for window in windows if window.labels.get(NODEPOOL_LABEL, "") == pool]
 
 
-def _fit_in_worker(
-    series: pd.Series,
-    lead_steps: int,
-    quantiles: tuple[float, ...],
-    candidates: tuple[str, ...] | None,
-    known_windows: tuple[tuple[datetime, datetime, float], ...] = (),
-    capacity_inputs: CapacityInputs | None = None,
-    timeout_s: float | None = None,
-) -> WorkerResult:
+@dataclass
+class _Held:
+    """A fitted selection a worker keeps for later refreshes of the same series."""
+
+    selection: Selection
+    scores: dict[str, dict[str, float]]
+    notes: tuple[str, ...]
+    fitted_at: float  # time.time() of the fit
+    used_at: float
+
+
+# Per worker process (or per thread pool, in tests): (refresher scope, series key) -> fitted models.
+_HELD: dict[tuple[str, SeriesKey], _Held] = {}
+
+
+def _work_in_worker(request: WorkRequest) -> WorkerResult:
     # Top-level so the process pool can pickle it; the numerics are imported in the worker only.
-    from forecast.engine import fit_select_predict
+    from forecast.engine import EngineResult, fit_select_predict
     from forecast.known_demand import remove_known_jobs
 
-    with deadline(timeout_s):
+    with deadline(request.timeout_s):
+        started = time.time()
+        for stale in [key for key, held in _HELD.items() if started - held.used_at > request.keep_idle_s]:
+            del _HELD[stale]
+        series = request.series
         removal_notes: tuple[str, ...] = ()
-        if known_windows:
-            series, removal_notes = remove_known_jobs(series, known_windows)
+        if request.known_windows:
+            series, removal_notes = remove_known_jobs(series, request.known_windows)
+        held_key = (request.scope, request.key)
+        held = _HELD.get(held_key)
         # The horizon covers the lead time plus one step.
-        result = fit_select_predict(
-            series,
-            horizon_steps=lead_steps + 1,
-            quantiles=quantiles,
-            policy_quantile=max(quantiles),
-            lead_steps=lead_steps,
-            candidates=candidates,
-        )
-        if removal_notes:
-            result = replace(result, notes=(*result.notes, *removal_notes))
-        capacity = None
-        if capacity_inputs is not None:
-            capacity = policy.learn_replica_capacity(
-                capacity_inputs.utilization, capacity_inputs.requests_per_replica, capacity_inputs.target_utilization
+        horizon_steps = request.lead_steps + 1
+        if request.work == "update" and held is not None:
+            forecast = held.selection.forecast(series, horizon_steps, request.quantiles)
+            held.used_at = started
+            age_minutes = (started - held.fitted_at) / 60
+            result = EngineResult(
+                forecast=forecast,
+                model=held.selection.model,
+                scores=held.scores,
+                notes=(
+                    *held.notes,
+                    *removal_notes,
+                    f"models fitted {age_minutes:.0f} min ago forecast from the newest data",
+                ),
+                fit_seconds=time.time() - started,
+                selection=None,
             )
-    return WorkerResult(result, capacity)
+            work: WorkKind = "update"
+        else:
+            work = "refit" if request.work == "refit" and request.model is not None else "select"
+            result = fit_select_predict(
+                series,
+                horizon_steps=horizon_steps,
+                quantiles=request.quantiles,
+                policy_quantile=max(request.quantiles),
+                lead_steps=request.lead_steps,
+                candidates=(request.model,) if work == "refit" and request.model is not None else None,
+            )
+            if result.selection is not None:
+                _HELD[held_key] = _Held(result.selection, result.scores, result.notes, started, started)
+            # The fitted models stay here; only the forecast travels back.
+            result = replace(result, selection=None, notes=(*result.notes, *removal_notes))
+        capacity = None
+        if request.capacity_inputs is not None:
+            inputs = request.capacity_inputs
+            capacity = policy.learn_replica_capacity(
+                inputs.utilization, inputs.requests_per_replica, inputs.target_utilization
+            )
+    return WorkerResult(result, capacity, work)

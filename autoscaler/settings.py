@@ -232,6 +232,9 @@ class ForecastSettings(_Strict):
     lookback: Duration = timedelta(days=14)
     interval: Duration = timedelta(minutes=1)
     reselect_every: Duration = timedelta(hours=6)
+    # Between selections the fitted models forecast from the newest data at every refresh; set this
+    # to also refit them (without reselecting) on a shorter cadence.
+    refit_every: Duration | None = None
     fit_timeout: Duration = timedelta(seconds=60)
     workers: int = Field(default=2, ge=1, le=64)
     # Used when Karpenter's NodeClaims have not taught the service a lead time yet.

@@ -43,6 +43,11 @@ def forecast_pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_lower_priority)
 
 
+def forecast_pools(workers: int) -> list[ProcessPoolExecutor]:
+    """One single-process pool per worker, so a series always reaches the worker holding its models."""
+    return [forecast_pool(1) for _ in range(workers)]
+
+
 @contextlib.contextmanager
 def deadline(seconds: float | None) -> Iterator[None]:
     """Raise FitTimeout in the block after ``seconds`` of wall time.

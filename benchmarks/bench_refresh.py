@@ -4,7 +4,7 @@
 
 Series are slices of real traces (Helios Earth per-VC running GPUs, 5-minute means, shifted so that
 no two series are identical). For each count: wall time of the first refresh (full model selection
-by backtest), of a steady refresh (the chosen model refitted only), CPU seconds of the workers and of
+by backtest), of a steady refresh (the held models forecast from the newest data), CPU seconds of the workers and of
 the service, peak RSS of the service and of one worker, and the external metrics API's p50/p99 idle
 versus during the refresh. The load generator is a separate process on loopback (8 connections, TLS
 with a client certificate) sending ``--rate`` requests/s on a fixed schedule (open loop, latency from
@@ -37,7 +37,7 @@ from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
 from autoscaler.refresher import MetricPlan, Refresher, RefreshSettings
 from autoscaler.settings import Settings
 from autoscaler.tls import ServerTLS, ServingFiles
-from autoscaler.workers import forecast_pool
+from autoscaler.workers import forecast_pools
 from benchmarks.bench_api import PATH, Result, load_in_this_process
 from tests.data_helpers import DATA_DIR
 from tests.pki import make_pki
@@ -78,19 +78,19 @@ class BenchSource:
         return self.signals
 
 
-def workers_cpu(pool: ProcessPoolExecutor) -> float:
+def workers_cpu(pools: list[ProcessPoolExecutor]) -> float:
     """CPU seconds of the live workers (getrusage only counts children that have exited)."""
     ticks = os.sysconf("SC_CLK_TCK")
     total = 0.0
-    for pid in list(pool._processes or {}):
+    for pid in [pid for pool in pools for pid in pool._processes or {}]:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
     return total
 
 
-def workers_peak_rss_mb(pool: ProcessPoolExecutor) -> float:
+def workers_peak_rss_mb(pools: list[ProcessPoolExecutor]) -> float:
     peaks = []
-    for pid in list(pool._processes or {}):
+    for pid in [pid for pool in pools for pid in pool._processes or {}]:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
                 peaks.append(int(line.split()[1]) / 1024)
@@ -121,14 +121,14 @@ async def measure(count: int, days: int, workers: int, pki_dir: Path, rate: floa
     )
     tls = ServerTLS(ServingFiles(pki_dir / "serving.crt", pki_dir / "serving.key"), client_ca_pems(access))
     series = real_series(count, days)
-    pool = forecast_pool(workers)
+    pools = forecast_pools(workers)
     refresher = Refresher(
         provider=provider,
         sources=[BenchSource(series)],
         plans=PLANS,
         metrics=METRICS,
         settings=RefreshSettings(timedelta(minutes=1), timedelta(minutes=10), fit_timeout=timedelta(hours=1)),
-        pool=pool,
+        pools=pools,
     )
     result: dict[str, float] = {"series": count}
     generator = ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"))
@@ -141,7 +141,7 @@ async def measure(count: int, days: int, workers: int, pki_dir: Path, rate: floa
         url = f"https://127.0.0.1:{listening.secure_port}{PATH}"
         await refresher.refresh_once()  # warm the workers (imports) and give the API something to serve
         idle = await load(url)
-        cpu_workers, cpu_self = workers_cpu(pool), self_cpu()
+        cpu_workers, cpu_self = workers_cpu(pools), self_cpu()
         started = time.perf_counter()
         refresher._selected.clear()  # a full model selection, as at start or on the reselect cadence
         busy_task = asyncio.create_task(refresher.refresh_once())
@@ -151,13 +151,14 @@ async def measure(count: int, days: int, workers: int, pki_dir: Path, rate: floa
         started = time.perf_counter()
         await refresher.refresh_once()
         result["steady_refresh_s"] = time.perf_counter() - started
-        result["worker_cpu_s"] = workers_cpu(pool) - cpu_workers
-        result["largest_worker_peak_rss_mb"] = workers_peak_rss_mb(pool)
+        result["worker_cpu_s"] = workers_cpu(pools) - cpu_workers
+        result["largest_worker_peak_rss_mb"] = workers_peak_rss_mb(pools)
         result["service_cpu_s"] = self_cpu() - cpu_self
         result["idle_p50_ms"], result["idle_p99_ms"] = (float(np.percentile(idle.latencies_ms, q)) for q in (50, 99))
         result["busy_p50_ms"], result["busy_p99_ms"] = (float(np.percentile(busy.latencies_ms, q)) for q in (50, 99))
         result["errors"] = idle.errors + busy.errors
-    pool.shutdown()
+    for pool in pools:
+        pool.shutdown()
     generator.shutdown()
     result["service_peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return result

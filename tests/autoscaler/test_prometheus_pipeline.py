@@ -118,7 +118,7 @@ async def refresher_on(tmp_path):
                 plans=pipeline.plans,
                 metrics=pipeline.metrics,
                 settings=pipeline.refresh,
-                pool=pool,
+                pools=[pool],
             )
             return Harness(refresher, provider, pipeline)
 

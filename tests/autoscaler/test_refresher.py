@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -57,7 +58,7 @@ def parts():
         interval=timedelta(minutes=1), lead_time=timedelta(minutes=10), reselect_every=timedelta(hours=1)
     )
     instance = Refresher(
-        provider=provider, sources=[source], plans=PLANS, metrics=METRICS, settings=settings, pool=pool, clock=clock
+        provider=provider, sources=[source], plans=PLANS, metrics=METRICS, settings=settings, pools=[pool], clock=clock
     )
     yield instance, source, provider, clock
     pool.shutdown()
@@ -104,7 +105,7 @@ async def test_failed_fit_keeps_last_good_values(parts, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("worker died")
 
-    monkeypatch.setattr(refresher, "_fit_in_worker", broken)
+    monkeypatch.setattr(refresher, "_work_in_worker", broken)
     clock.now += timedelta(minutes=5)
     second = await instance.refresh_once()
     assert second.series == first.series
@@ -113,21 +114,53 @@ async def test_failed_fit_keeps_last_good_values(parts, monkeypatch):
 
 async def test_selection_runs_on_its_cadence_only(parts, monkeypatch):
     instance, _source, _provider, clock = parts
-    seen: list[tuple[str, ...] | None] = []
-    real = refresher._fit_in_worker
+    asked: list[tuple[str, str | None]] = []
+    done: list[str] = []
+    real = refresher._work_in_worker
 
-    def recording(series, lead_steps, quantiles, candidates, known_windows=(), capacity_inputs=None, timeout_s=None):
-        seen.append(candidates)
-        return real(series, lead_steps, quantiles, candidates, known_windows, capacity_inputs, timeout_s)
+    def recording(request):
+        asked.append((request.work, request.model))
+        result = real(request)
+        done.append(result.work)
+        return result
 
-    monkeypatch.setattr(refresher, "_fit_in_worker", recording)
+    monkeypatch.setattr(refresher, "_work_in_worker", recording)
     first = await instance.refresh_once()
     chosen = first.series["gpu_demand_forecast"][0].details["model"]
     clock.now += timedelta(minutes=30)
     await instance.refresh_once()
-    clock.now += timedelta(minutes=31)
+    clock.now += timedelta(minutes=31)  # reselect_every is 1 h in this fixture
     await instance.refresh_once()
-    assert seen == [None, (chosen,), None]
+    assert asked == [("select", None), ("update", chosen), ("select", None)]
+    assert done == ["select", "update", "select"]
+
+    # With a refit cadence, the chosen models are refitted (not reselected) once it has passed.
+    instance.settings = replace(instance.settings, refit_every=timedelta(minutes=20))
+    asked.clear()
+    chosen = instance.provider.snapshot.series["gpu_demand_forecast"][0].details["model"]
+    for _ in range(3):
+        clock.now += timedelta(minutes=10)
+        await instance.refresh_once()
+    assert asked == [("update", chosen), ("refit", chosen), ("update", chosen)]
+
+
+async def test_a_refresh_between_fits_forecasts_from_the_new_data_with_the_held_models(parts):
+    instance, _source, _provider, clock = parts
+    first = await instance.refresh_once()
+    clock.now += timedelta(minutes=15)  # three new 5-minute points of the real trace
+    second = await instance.refresh_once()
+    served = second.series["gpu_demand_forecast"][0]
+    assert served.details["work"] == "update"
+    assert served.details["model"] == first.series["gpu_demand_forecast"][0].details["model"]
+    assert (
+        served.details["forecast"].timestamps[0]
+        > first.series["gpu_demand_forecast"][0].details["forecast"].timestamps[0]
+    )
+    # Exactly what the held models say for the newest history: nothing refitted, nothing stale.
+    (held,) = [held for (scope, _key), held in refresher._HELD.items() if scope == instance._scope]
+    expected = held.selection.forecast(served.details["history"], len(served.details["forecast"].mean), (0.9,))
+    np.testing.assert_allclose(served.details["forecast"].quantile(0.9), expected.quantile(0.9))
+    assert any("forecast from the newest data" in note for note in served.details["notes"])
 
 
 def test_staleness_fallbacks(parts):
@@ -196,7 +229,7 @@ async def test_replicas_forecast_from_learned_capacity():
             plans=plans,
             metrics=metrics,
             settings=RefreshSettings(interval=timedelta(minutes=1), lead_time=timedelta(minutes=5)),
-            pool=pool,
+            pools=[pool],
             clock=lambda: now,
         )
         snapshot = await refresher.refresh_once()

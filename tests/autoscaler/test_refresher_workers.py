@@ -13,7 +13,7 @@ import pytest
 from adapters.types import Signal
 from autoscaler.provider import SnapshotProvider, empty_snapshot
 from autoscaler.refresher import Refresher, RefreshSettings
-from autoscaler.workers import forecast_pool
+from autoscaler.workers import forecast_pool, forecast_pools
 from tests.autoscaler.test_refresher import METRICS, PLANS, Clock, FlakySource
 
 
@@ -40,7 +40,7 @@ def _worker_pids(pool) -> list[int]:
 def make_refresher():
     made = []
 
-    def make(source, settings: RefreshSettings) -> Refresher:
+    def make(source, settings: RefreshSettings, workers: int = 1) -> Refresher:
         clock = Clock()
         provider = SnapshotProvider(empty_snapshot(METRICS), clock=clock)
         instance = Refresher(
@@ -49,8 +49,8 @@ def make_refresher():
             plans=PLANS,
             metrics=METRICS,
             settings=settings,
-            pool=forecast_pool(settings.workers),
-            new_pool=lambda: forecast_pool(settings.workers),
+            pools=forecast_pools(workers),
+            new_pool=lambda: forecast_pool(1),
             clock=clock,
         )
         made.append(instance)
@@ -58,17 +58,18 @@ def make_refresher():
 
     yield make
     for instance in made:
-        instance.pool.shutdown(wait=False, cancel_futures=True)
+        for pool in instance.pools:
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
-SETTINGS = RefreshSettings(interval=timedelta(minutes=1), lead_time=timedelta(minutes=10), workers=1)
+SETTINGS = RefreshSettings(interval=timedelta(minutes=1), lead_time=timedelta(minutes=10))
 
 
 async def test_a_killed_worker_costs_one_refresh_and_the_pool_is_replaced(make_refresher):
     instance = make_refresher(FlakySource(), SETTINGS)
     first = await instance.refresh_once()
     served = first.series["gpu_demand_forecast"][0]
-    old_pool = instance.pool
+    old_pool = instance.pools[0]
     for pid in _worker_pids(old_pool):
         os.kill(pid, signal.SIGKILL)  # what the OOM killer does
     await asyncio.sleep(0.5)
@@ -77,19 +78,21 @@ async def test_a_killed_worker_costs_one_refresh_and_the_pool_is_replaced(make_r
     second = await instance.refresh_once()
     assert "BrokenProcessPool" in instance.stats.last_error["gpus"]
     assert second.series["gpu_demand_forecast"][0].value == served.value  # last good value kept
-    assert instance.pool is not old_pool
+    assert instance.pools[0] is not old_pool
 
     instance.clock.now += timedelta(minutes=1)
     third = await instance.refresh_once()
     assert "gpus" not in instance.stats.last_error
     assert instance.stats.last_success["gpus"] == instance.clock.now
     assert third.series["gpu_demand_forecast"][0].timestamp == instance.clock.now
+    # The new worker holds no fitted models, so it selected again instead of forecasting from none.
+    assert third.series["gpu_demand_forecast"][0].details["work"] == "select"
 
 
 async def test_a_fit_past_its_deadline_stops_in_the_worker_which_stays(make_refresher):
     instance = make_refresher(FlakySource(), SETTINGS)
     first = await instance.refresh_once()
-    pool, pids = instance.pool, _worker_pids(instance.pool)
+    pool, pids = instance.pools[0], _worker_pids(instance.pools[0])
 
     instance.settings = replace(SETTINGS, fit_timeout=timedelta(milliseconds=20))
     instance._selected.clear()  # a full selection: far longer than 20 ms
@@ -98,7 +101,7 @@ async def test_a_fit_past_its_deadline_stops_in_the_worker_which_stays(make_refr
     assert "FitTimeout: the fit took longer than 0.02 s" in instance.stats.last_error["gpus"]
     assert second.series["gpu_demand_forecast"][0].value == first.series["gpu_demand_forecast"][0].value
     # The worker interrupted itself: same pool, same process, ready for the next fit.
-    assert instance.pool is pool
+    assert instance.pools[0] is pool
     assert _worker_pids(pool) == pids
 
     instance.settings = SETTINGS
@@ -115,3 +118,14 @@ async def test_fit_timeout_bounds_each_fit_not_its_wait_in_the_queue(make_refres
     assert instance.stats.last_error == {}
     snapshot = instance.provider.snapshot
     assert len(snapshot.series["gpu_demand_forecast"]) == 12
+
+
+async def test_each_series_returns_to_the_worker_that_holds_its_models(make_refresher):
+    instance = make_refresher(ManyPools(6), SETTINGS, workers=2)
+    first = await instance.refresh_once()
+    assert {series.details["work"] for series in first.series["gpu_demand_forecast"]} == {"select"}
+    instance.clock.now += timedelta(minutes=5)
+    second = await instance.refresh_once()
+    # Two worker processes, six series: every one was routed to the process that fitted it.
+    assert [series.details["work"] for series in second.series["gpu_demand_forecast"]] == ["update"] * 6
+    assert all(len(_worker_pids(pool)) == 1 for pool in instance.pools)
