@@ -11,6 +11,7 @@ import click
 import pandas as pd
 
 from autoscaler.progress import progress_bar
+from autoscaler.settings import ForecastSettings
 from autoscaler.simulation.forecasting import ForecastCadence
 from autoscaler.simulation.hpa import DEFAULT_SCALE_DOWN, HPASpec, ScalingRules
 from autoscaler.simulation.inputs import InputError, WindowSchedule, demand_workload, parse_schedule, pod_workload
@@ -55,7 +56,13 @@ def _seconds(flag: str, text: str, *, allow_zero: bool = False) -> float:
     default=None,
     help="real node lead times: fixed:D, lognormal:median=D,p95=D or uniform:min=D,max=D [default: fixed:LEAD-TIME]",
 )
-@click.option("--lead-time-margin", default="30s", show_default=True, help="added by auto (the service's margin)")
+@click.option(
+    "--lead-time-margin",
+    # The service's own default, so that a replay plans as a deployed service would.
+    default=f"{ForecastSettings().lead_time_margin.total_seconds():g}s",
+    show_default=True,
+    help="added by auto (the service's margin)",
+)
 @click.option("--warmup", default="7d", show_default=True, help="initial part that only trains forecasters")
 @click.option("--policies", default=DEFAULT_POLICIES, show_default=True, help="comma-separated NAME[:PARAMETER]")
 @click.option("--schedule", "schedules", multiple=True, help='declared window "CRON;GPUS;DURATION" (UTC), repeatable')

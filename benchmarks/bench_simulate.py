@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import data_helpers  # importable once the path above is set
 
 from autoscaler.cmd_simulate import DEFAULT_POLICIES
+from autoscaler.settings import ForecastSettings
 from autoscaler.simulation.forecasting import ForecastCadence
 from autoscaler.simulation.inputs import demand_workload, parse_schedule
 from autoscaler.simulation.lead_times import parse_lead_time_distribution
@@ -63,7 +64,7 @@ def main() -> None:
     config = SimulationConfig(
         gpus_per_node=8,
         lead_time_s=300.0,
-        lead_margin_s=30.0,
+        lead_margin_s=ForecastSettings().lead_time_margin.total_seconds(),  # the service's default
         warmup_s=7 * 86400.0,
         lead_distribution=parse_lead_time_distribution("fixed:5m"),
         consolidate_after_s=600.0,

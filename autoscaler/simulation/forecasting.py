@@ -48,7 +48,7 @@ class ForecastCadence:
     reselect_every_s: float = 6 * 3600.0
     refit_every_s: float = 6 * 3600.0  # as reselect_every_s: no refit between selections
     lookback_s: float = 14 * 86400.0
-    lead_s: float = 330.0  # the lead time policies plan for: lead time plus the service's margin
+    lead_s: float = 390.0  # the lead time policies plan for: 5 minutes plus the service's 90 s margin
     seed: int = 0
 
     @property
