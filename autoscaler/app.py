@@ -27,7 +27,7 @@ from autoscaler.refresher import Refresher, RefreshStats
 from autoscaler.self_metrics import SelfMetrics
 from autoscaler.settings import Settings
 from autoscaler.tls import ServerTLS, ServingFiles, ensure_self_signed
-from autoscaler.workers import forecast_pool, forecast_pools
+from autoscaler.workers import default_workers, forecast_pool, forecast_pools
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ def create_app(
             plans=pipeline.plans,
             metrics=pipeline.metrics,
             settings=pipeline.refresh,
-            pools=forecast_pools(settings.forecast.workers),
+            pools=forecast_pools(settings.forecast.workers or default_workers()),
             new_pool=lambda: forecast_pool(1),
             windows=pipeline.windows,
             lead_time=pipeline.lead_time,

@@ -236,7 +236,8 @@ class ForecastSettings(_Strict):
     # to also refit them (without reselecting) on a shorter cadence.
     refit_every: Duration | None = None
     fit_timeout: Duration = timedelta(seconds=60)
-    workers: int = Field(default=2, ge=1, le=64)
+    # None: one less than the CPUs the process may use (its cgroup limit), at least 1.
+    workers: int | None = Field(default=None, ge=1, le=64)
     # Used when Karpenter's NodeClaims have not taught the service a lead time yet.
     default_lead_time: Duration = timedelta(minutes=5)
     lead_time_quantile: float = Field(default=0.9, gt=0, le=1)

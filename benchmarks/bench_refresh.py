@@ -37,7 +37,7 @@ from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
 from autoscaler.refresher import MetricPlan, Refresher, RefreshSettings
 from autoscaler.settings import Settings
 from autoscaler.tls import ServerTLS, ServingFiles
-from autoscaler.workers import forecast_pools
+from autoscaler.workers import default_workers, forecast_pools
 from benchmarks.bench_api import PATH, Result, load_in_this_process
 from tests.data_helpers import DATA_DIR
 from tests.pki import make_pki
@@ -168,9 +168,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--series", default="10,100,1000")
     parser.add_argument("--days", type=int, default=14)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=None, help="default: the service's (CPUs - 1, at least 1)")
     parser.add_argument("--rate", type=float, default=1000.0, help="API requests/s offered during the measurement")
     args = parser.parse_args()
+    args.workers = args.workers or default_workers()
     with tempfile.TemporaryDirectory() as temporary:
         pki = make_pki(Path(temporary))
         print(

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from autoscaler.app import settle_heap
-from autoscaler.workers import forecast_pool
+from autoscaler.workers import cgroup_cpu_limit, default_workers, forecast_pool, usable_cpus
 
 
 def _scheduling() -> tuple[int, int]:
@@ -42,3 +42,32 @@ def test_settle_heap_puts_live_objects_out_of_the_collectors_reach() -> None:
         assert examined(made_later)  # later objects are collected as usual
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.parametrize(
+    ("files", "limit"),
+    [
+        ({"cpu.max": "150000 100000\n"}, 1.5),  # cgroup v2, limits.cpu: 1500m
+        ({"cpu.max": "max 100000\n"}, None),
+        ({"cpu/cpu.cfs_quota_us": "200000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 2.0),  # v1
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+        ({"cpu.max": "garbage"}, None),
+        ({}, None),
+    ],
+)
+def test_cgroup_cpu_limit_reads_v1_and_v2(tmp_path, files, limit) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert cgroup_cpu_limit(tmp_path) == limit
+
+
+def test_one_cpu_is_left_to_the_api(tmp_path) -> None:
+    affinity = len(os.sched_getaffinity(0))
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert default_workers(tmp_path) == max(1, affinity - 1)
+    (tmp_path / "cpu.max").write_text("150000 100000\n")  # 1.5 CPUs round up to 2: one worker
+    assert usable_cpus(tmp_path) == min(affinity, 2)
+    assert default_workers(tmp_path) == max(1, min(affinity, 2) - 1)
+    (tmp_path / "cpu.max").write_text("50000 100000\n")  # half a CPU: still one worker
+    assert default_workers(tmp_path) == 1
