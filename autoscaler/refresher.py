@@ -465,37 +465,45 @@ def _work_in_worker(request: WorkRequest) -> WorkerResult:
         held = _HELD.get(held_key)
         # The horizon covers the lead time plus one step.
         horizon_steps = request.lead_steps + 1
+        result: EngineResult | None = None
+        work: WorkKind = "select"
+        update_failure: tuple[str, ...] = ()
         if request.work == "update" and held is not None:
-            forecast = held.selection.forecast(series, horizon_steps, request.quantiles)
-            held.used_at = started
-            age_minutes = (started - held.fitted_at) / 60
-            result = EngineResult(
-                forecast=forecast,
-                model=held.selection.model,
-                scores=held.scores,
-                notes=(
-                    *held.notes,
-                    *removal_notes,
-                    f"models fitted {age_minutes:.0f} min ago forecast from the newest data",
-                ),
-                fit_seconds=time.time() - started,
-                selection=None,
-            )
-            work: WorkKind = "update"
-        else:
-            work = "refit" if request.work == "refit" and request.model is not None else "select"
+            try:
+                forecast = held.selection.forecast(series, horizon_steps, request.quantiles)
+            except Exception as error:  # e.g. the signal's step changed: the held models no longer fit it
+                update_failure = (f"held models could not forecast ({type(error).__name__}: {error}); selected again",)
+            else:
+                held.used_at = started
+                age_minutes = (started - held.fitted_at) / 60
+                result = EngineResult(
+                    forecast=forecast,
+                    model=held.selection.model,
+                    scores=held.scores,
+                    notes=(
+                        *held.notes,
+                        *removal_notes,
+                        f"models fitted {age_minutes:.0f} min ago forecast from the newest data",
+                    ),
+                    fit_seconds=time.time() - started,
+                    selection=None,
+                )
+                work = "update"
+        if result is None:
+            refit = request.work == "refit" and request.model is not None
+            work = "refit" if refit else "select"
             result = fit_select_predict(
                 series,
                 horizon_steps=horizon_steps,
                 quantiles=request.quantiles,
                 policy_quantile=max(request.quantiles),
                 lead_steps=request.lead_steps,
-                candidates=(request.model,) if work == "refit" and request.model is not None else None,
+                candidates=(request.model,) if refit and request.model is not None else None,
             )
             if result.selection is not None:
                 _HELD[held_key] = _Held(result.selection, result.scores, result.notes, started, started)
             # The fitted models stay here; only the forecast travels back.
-            result = replace(result, selection=None, notes=(*result.notes, *removal_notes))
+            result = replace(result, selection=None, notes=(*result.notes, *removal_notes, *update_failure))
         capacity = None
         if request.capacity_inputs is not None:
             inputs = request.capacity_inputs

@@ -293,3 +293,24 @@ def test_label_index_finds_the_same_series_as_a_scan():
         assert indexed == scanned
 
     check()
+
+
+async def test_held_models_that_no_longer_fit_the_signal_are_replaced_by_a_new_selection(parts):
+    instance, source, _provider, clock = parts
+    await instance.refresh_once()
+    real_pull = source.pull
+
+    async def hourly(now):  # the signal's step changes (e.g. a new Prometheus step): 5 min -> 1 h
+        return [
+            Signal(s.name, s.labels, s.series.resample("1h").mean(), pd.Timedelta(hours=1))
+            for s in await real_pull(now)
+        ]
+
+    source.pull = hourly
+    clock.now += timedelta(minutes=5)
+    second = await instance.refresh_once()
+    served = second.series["gpu_demand_forecast"][0]
+    assert instance.stats.last_error == {}
+    assert served.timestamp == clock.now
+    assert served.details["work"] == "select"
+    assert any("held models could not forecast (ValueError" in note for note in served.details["notes"])
