@@ -19,7 +19,7 @@ import pandas as pd
 from sklearn.ensemble import HistGradientBoostingRegressor
 from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
-from forecast import trees
+from forecast import pinball_leaves, trees
 from forecast.base import CalibratedModel
 from forecast.history import History
 
@@ -164,7 +164,7 @@ class GradientBoostedQuantile(CalibratedModel):
         features = features[:, self.columns_]
         change = history.filled[pair_origins + pair_steps] - history.filled[pair_origins]
         levels = sorted({MEDIAN, *self.levels})
-        with _one_thread():
+        with _one_thread(), pinball_leaves.fast_leaf_updates():
             self.models_ = self._train(features, change, levels)
 
     def _train(

@@ -30,6 +30,7 @@ from autoscaler.simulation.inputs import Workload
 from autoscaler.simulation.lead_times import LeadTimeDistribution
 from autoscaler.simulation.policies import ORACLE_LEAD_QUANTILE, Planning, PolicySpec, heuristic_headroom
 from autoscaler.simulation.provisioner import BATCH_MAX_S, PoolConfig
+from autoscaler.workers import single_threaded_libraries
 
 # The cluster runs this long before scoring starts, so that every policy enters the scored period
 # in its own steady state (placeholders ramped up, nodes launched) rather than in a shared cold start.
@@ -108,7 +109,9 @@ class _Jobs:
     """Submitted jobs and their results as they complete: in a process pool, or one by one here."""
 
     def __init__(self, workers: int) -> None:
-        self._pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
+        self._pool = (
+            ProcessPoolExecutor(max_workers=workers, initializer=single_threaded_libraries) if workers > 1 else None
+        )
         self._futures: dict[Future[Any], Tag] = {}
         self._queued: deque[tuple[Tag, Callable[..., Any], tuple[Any, ...]]] = deque()
 

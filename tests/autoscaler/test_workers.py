@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 import os
 import sys
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 
 import pytest
 
@@ -71,3 +73,26 @@ def test_one_cpu_is_left_to_the_api(tmp_path) -> None:
     assert default_workers(tmp_path) == max(1, min(affinity, 2) - 1)
     (tmp_path / "cpu.max").write_text("50000 100000\n")  # half a CPU: still one worker
     assert default_workers(tmp_path) == 1
+
+
+def _thread_pools() -> list[tuple[str, int]]:
+    import numpy  # noqa: F401  loaded in the worker after its start: OpenBLAS
+    import sklearn.ensemble  # noqa: F401  OpenMP
+    from threadpoolctl import threadpool_info  # type: ignore[import-untyped]
+
+    return [(str(pool["internal_api"]), int(pool["num_threads"])) for pool in threadpool_info()]
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="one CPU: libraries start one thread anyway")
+def test_workers_run_native_libraries_on_one_thread() -> None:
+    plain = ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"))
+    pool = forecast_pool(1)
+    try:
+        default = plain.submit(_thread_pools).result(timeout=120)
+        limited = pool.submit(_thread_pools).result(timeout=120)
+    finally:
+        plain.shutdown()
+        pool.shutdown()
+    assert {api for api, _ in limited} >= {"openblas", "openmp"}
+    assert max(threads for _, threads in default) > 1  # what a worker would otherwise run
+    assert all(threads == 1 for _, threads in limited), limited

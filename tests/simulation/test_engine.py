@@ -10,7 +10,7 @@ from autoscaler.simulation.forecasting import ForecastCadence
 from autoscaler.simulation.inputs import expand_schedules, make_workload, parse_schedule
 from autoscaler.simulation.lead_times import parse_lead_time_distribution
 from autoscaler.simulation.policies import parse_policies
-from autoscaler.simulation.runner import SimulationConfig, SimulationResult, simulate
+from autoscaler.simulation.runner import SimulationConfig, SimulationResult, _Jobs, simulate
 
 ORIGIN = pd.Timestamp("2024-03-01T00:00:00Z")
 HOUR = 3600.0
@@ -85,3 +85,20 @@ def test_window_pods_wait_about_the_lead_time_under_reactive_and_little_when_pla
     # A margin that covers a refresh step, the ramp and the batch: nodes are Ready before 02:00.
     early = _run(base, "scheduled", _config(warmup_s=2 * HOUR, margin_s=90.0), schedules=schedule)
     assert np.all(early.runs["scheduled"].outcome.window_pod_waits == 0)
+
+
+def _thread_pools() -> list[int]:
+    from threadpoolctl import threadpool_info  # type: ignore[import-untyped]
+
+    return [int(pool["num_threads"]) for pool in threadpool_info()]
+
+
+def test_simulation_workers_run_native_libraries_on_one_thread() -> None:
+    # Two workers each starting a BLAS thread per core made their fits 1.6x slower than alone.
+    jobs = _Jobs(2)
+    try:
+        jobs.submit(("probe", "threads"), _thread_pools)
+        [(_, threads)] = jobs.next_completed()
+    finally:
+        jobs.close()
+    assert threads and all(count == 1 for count in threads)
