@@ -142,7 +142,11 @@ class CalibratedModel(ABC):
     # ---- the estimator contract ------------------------------------------------------------
 
     def fit(self, y: pd.Series) -> Self:
-        history = model_history(y)
+        return self.fit_history(model_history(y))
+
+    def fit_history(self, history: History) -> Self:
+        """:meth:`fit` for a series already prepared with :func:`model_history`: candidates fitted
+        on one series share one preparation (and the memory the fitted models hold of it)."""
         n = len(history)
         needed = self.min_history(history.steps_per_day)
         if n < needed:

@@ -256,13 +256,14 @@ def _fit_candidates(
 
     models: dict[str, CalibratedModel] = {}
     seconds: dict[str, float] = {}
+    prepared = model_history(series)  # what each model's fit would prepare: done once, shared
     for name in names:
         if name in too_short:
             continue
         model_started = time.perf_counter()
         try:
             model = make_model(name, max_horizon=max_horizon, quantiles=tuple(policy_quantiles), seed=seed)
-            model.fit(series)
+            model.fit_history(prepared)
         except Exception as error:  # one failing model must never fail the refresh
             notes.append(f"{name} failed: {type(error).__name__}: {error}")
             continue

@@ -104,7 +104,7 @@ class FeatureBuilder:
 
 @dataclass
 class RecentPaths:
-    """Predictions on the latest series, by (level, horizon, origins).
+    """Predictions from the newest origin of the latest series, by (level, horizon, origin).
 
     Shared by a fitted model and the copies that serve single policy quantiles (``for_quantiles``)
     or newer series (``forecast_from``): each policy quantile's forecast needs the median path, and
@@ -184,9 +184,9 @@ class GradientBoostedQuantile(CalibratedModel):
             for level in levels
         }
 
-    def fit(self, y: pd.Series) -> Self:
+    def fit_history(self, history: History) -> Self:
         self.recent_ = RecentPaths()
-        return super().fit(y)
+        return super().fit_history(history)
 
     def _rebase(self, history: History, offset: int) -> None:
         # Lags and the calendar (counted from the series' first timestamp) come from the new series.
@@ -209,6 +209,10 @@ class GradientBoostedQuantile(CalibratedModel):
         with _one_thread():
             change = trees.predict(self.models_[level], rows)  # sklearn's predict, faster for a few rows
         paths = np.asarray(filled[origins][:, None] + change.reshape(len(origins), horizon))
+        if len(origins) > 1:
+            # Calibration origins (at fit): computed once and kept by the caller (mean_paths_,
+            # raw_paths_); a copy here would double what every held model costs in memory.
+            return paths
         recent.paths[key] = paths
         return paths.copy()  # callers own what they get; the cache keeps its own
 

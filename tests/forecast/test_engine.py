@@ -11,6 +11,7 @@ import pytest
 from forecast.base import Holdout
 from forecast.engine import EngineResult, _confidence_set, fit_select_predict
 from forecast.gbm import GradientBoostedQuantile
+from forecast.history import History
 from forecast.smoothing import ExponentialSmoothingModel
 
 
@@ -46,10 +47,10 @@ def test_result_pickles_for_the_process_pool(helios_10d: pd.Series) -> None:
 
 
 def test_failing_model_falls_back_to_seasonal_naive(helios_10d: pd.Series, monkeypatch: pytest.MonkeyPatch) -> None:
-    def explode(self: GradientBoostedQuantile, y: pd.Series) -> GradientBoostedQuantile:
+    def explode(self: GradientBoostedQuantile, history: History) -> GradientBoostedQuantile:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(GradientBoostedQuantile, "fit", explode)
+    monkeypatch.setattr(GradientBoostedQuantile, "fit_history", explode)
     result = _run(helios_10d, candidates=("gbm",))
     assert result.model == "seasonal_naive"
     assert any("gbm failed: RuntimeError: boom" in note for note in result.notes)
@@ -57,10 +58,10 @@ def test_failing_model_falls_back_to_seasonal_naive(helios_10d: pd.Series, monke
 
 
 def test_failing_model_is_dropped_from_selection(helios_10d: pd.Series, monkeypatch: pytest.MonkeyPatch) -> None:
-    def explode(self: GradientBoostedQuantile, y: pd.Series) -> GradientBoostedQuantile:
+    def explode(self: GradientBoostedQuantile, history: History) -> GradientBoostedQuantile:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(GradientBoostedQuantile, "fit", explode)
+    monkeypatch.setattr(GradientBoostedQuantile, "fit_history", explode)
     result = _run(helios_10d, candidates=("naive", "gbm"))
     assert result.model == "naive"
     assert "gbm" not in result.scores
@@ -151,3 +152,25 @@ def test_a_selected_model_can_be_refitted_by_name_ensembles_included(helios_10d)
         candidates=("ensemble(naive+seasonal_naive)",),
     )
     assert forced.model == "ensemble(naive+seasonal_naive)"
+
+
+def test_held_models_share_one_prepared_history_and_cache_no_calibration_paths(helios_10d: pd.Series) -> None:
+    # What a worker holds per series between selections: each member keeping its own copy of the
+    # history, or gbm a second copy of its calibration forecasts, cost ~100 KB per series each.
+    forced = fit_select_predict(
+        helios_10d,
+        horizon_steps=12,
+        quantiles=(0.9,),
+        policy_quantile=0.9,
+        lead_steps=12,
+        candidates=("ensemble(ets+gbm+naive)",),
+    )
+    assert forced.selection is not None
+    members = forced.selection.members
+    assert len(members) == 3
+    assert all(member.history_ is members[0].history_ for member in members)
+    gbm = next(member for member in members if isinstance(member, GradientBoostedQuantile))
+    # Calibration paths (300 origins) live in mean_paths_ / raw_paths_ only; the cache keeps the
+    # newest origin's, which every quantile of a refresh reuses.
+    assert gbm.recent_.paths
+    assert all(paths.shape[0] == 1 for paths in gbm.recent_.paths.values())
