@@ -157,14 +157,7 @@ def test_a_selected_model_can_be_refitted_by_name_ensembles_included(helios_10d)
 def test_held_models_share_one_prepared_history_and_cache_no_calibration_paths(helios_10d: pd.Series) -> None:
     # What a worker holds per series between selections: each member keeping its own copy of the
     # history, or gbm a second copy of its calibration forecasts, cost ~100 KB per series each.
-    forced = fit_select_predict(
-        helios_10d,
-        horizon_steps=12,
-        quantiles=(0.9,),
-        policy_quantile=0.9,
-        lead_steps=12,
-        candidates=("ensemble(ets+gbm+naive)",),
-    )
+    forced = _run(helios_10d, candidates=("ensemble(ets+gbm+naive)",))
     assert forced.selection is not None
     members = forced.selection.members
     assert len(members) == 3
