@@ -26,7 +26,7 @@ import pandas as pd
 from forecast import metrics
 from forecast.base import CalibratedModel, Holdout, model_history
 from forecast.ensemble import combine_forecasts, combine_holdouts, ensemble_members, ensemble_name
-from forecast.history import History, prepare
+from forecast.history import History
 from forecast.registry import MODEL_NAMES, MODELS, make_model
 from forecast.types import Forecast
 
@@ -226,7 +226,8 @@ def _fit_candidates(
     candidates: Sequence[str] | None,
     seed: int,
 ) -> _Fitted:
-    history = prepare(series)
+    # As every model prepares it (the newest MAX_HISTORY only): prepared once, shared by the fits.
+    history = model_history(series)
     names = list(candidates) if candidates is not None else list(DEFAULT_CANDIDATES)
     # An ensemble name (what an earlier selection returned) means: refit exactly its members and
     # combine them, so a caller can refit its selection between full selections.
@@ -256,14 +257,13 @@ def _fit_candidates(
 
     models: dict[str, CalibratedModel] = {}
     seconds: dict[str, float] = {}
-    prepared = model_history(series)  # what each model's fit would prepare: done once, shared
     for name in names:
         if name in too_short:
             continue
         model_started = time.perf_counter()
         try:
             model = make_model(name, max_horizon=max_horizon, quantiles=tuple(policy_quantiles), seed=seed)
-            model.fit_history(prepared)
+            model.fit_history(history)
         except Exception as error:  # one failing model must never fail the refresh
             notes.append(f"{name} failed: {type(error).__name__}: {error}")
             continue

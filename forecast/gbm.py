@@ -113,7 +113,7 @@ class RecentPaths:
 
     filled: np.ndarray | None = None  # held, so its identity cannot be reused by another array
     start: pd.Timestamp | None = None
-    paths: dict[tuple[float, int, bytes], np.ndarray] = field(default_factory=dict)
+    paths: dict[tuple[float, int, int], np.ndarray] = field(default_factory=dict)
 
 
 class GradientBoostedQuantile(CalibratedModel):
@@ -196,25 +196,27 @@ class GradientBoostedQuantile(CalibratedModel):
         features = self.features_
         if features.filled is not filled:
             features = FeatureBuilder(filled, self._fitted().index, self._fitted().step)
+        if len(origins) > 1:
+            # Calibration origins (at fit): computed once and kept by the caller (mean_paths_,
+            # raw_paths_); caching them too would double what every held model costs in memory.
+            return self._predict_paths(features, filled, origins, horizon, level)
         recent = self.recent_
         if recent.filled is not filled or recent.start != features.start:
             recent.filled, recent.start, recent.paths = filled, features.start, {}
-        key = (level, horizon, origins.tobytes())
-        cached = recent.paths.get(key)
-        if cached is not None:
-            return cached.copy()
+        key = (level, horizon, int(origins[0]))
+        if key not in recent.paths:
+            recent.paths[key] = self._predict_paths(features, filled, origins, horizon, level)
+        return recent.paths[key].copy()  # callers own what they get; the cache keeps its own
+
+    def _predict_paths(
+        self, features: FeatureBuilder, filled: np.ndarray, origins: np.ndarray, horizon: int, level: float
+    ) -> np.ndarray:
         pair_origins = np.repeat(origins, horizon)
         pair_steps = np.tile(np.arange(1, horizon + 1), len(origins))
         rows = features.build(pair_origins, pair_steps, self.max_horizon)[:, self.columns_]
         with _one_thread():
             change = trees.predict(self.models_[level], rows)  # sklearn's predict, faster for a few rows
-        paths = np.asarray(filled[origins][:, None] + change.reshape(len(origins), horizon))
-        if len(origins) > 1:
-            # Calibration origins (at fit): computed once and kept by the caller (mean_paths_,
-            # raw_paths_); a copy here would double what every held model costs in memory.
-            return paths
-        recent.paths[key] = paths
-        return paths.copy()  # callers own what they get; the cache keeps its own
+        return np.asarray(filled[origins][:, None] + change.reshape(len(origins), horizon))
 
     def _mean_paths(self, filled: np.ndarray, origins: np.ndarray, horizon: int) -> np.ndarray:
         return self._predict_level(filled, origins, horizon, MEDIAN)
