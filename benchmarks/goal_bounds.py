@@ -19,7 +19,8 @@ causal features (time of day, recent changes and volatility, level) fitted on th
 are then run through the simulator's HPA and node pool exactly as ``gpu-autoscaler simulate``
 runs its policies (5-minute lead time, 8 GPUs per node, consolidateAfter 10 minutes, warm-up 7
 days), the conditional buffers with the declared window added as the service's policy adds it.
-``conditional_5m_bins`` asks the same of the service's 5-minute signal (bin peaks, conformal shift).
+``5m_bins_*`` ask the same of the service's 5-minute signal (bin peaks, conformal shift) with three
+feature sets: how far the result moves with them is part of the answer.
 """
 
 from __future__ import annotations
@@ -151,11 +152,17 @@ BINS_PER_DAY = DAY_MINUTES // BIN_MINUTES
 CALIBRATION_DAYS = 2
 
 
-def _binned_buffer(observed: np.ndarray, index: pd.DatetimeIndex, quantile: float) -> np.ndarray:
+def _binned_buffer(observed: np.ndarray, index: pd.DatetimeIndex, quantile: float, feature_set: str) -> np.ndarray:
     """The same question on the service's 5-minute signal: each bin's peak, and the rise of the
     peak of the next two bins above the last complete one (what a decision at the end of a bin
     covers with a 390 s lead time). Fitted on 12 days, shifted by the residual quantile of the 2
-    days after them (conformal, as the engine calibrates), served during the following bin."""
+    days after them (conformal, as the engine calibrates), served during the following bin.
+
+    ``feature_set``: ``all`` (calendar, level, recent changes, burst volatility), ``burst`` (the
+    volatility columns only) or ``engine`` (roughly what the engine's gbm sees: changes over 5, 15
+    and 60 minutes, distance from the 1-hour and 1-day means, 4-hour volatility, the day-ago lag,
+    calendar).
+    """
     count = len(observed) // BIN_MINUTES
     peaks = pd.Series(
         observed[: count * BIN_MINUTES].reshape(count, BIN_MINUTES).max(axis=1), index=index[::BIN_MINUTES][:count]
@@ -180,6 +187,24 @@ def _binned_buffer(observed: np.ndarray, index: pd.DatetimeIndex, quantile: floa
         },
         index=peaks.index,
     )
+    burst = ["volatility_30m", "volatility_120m", "largest_rise_60m", "largest_rise_6h", "range_60m"]
+    if feature_set == "burst":
+        features = features[burst]
+    elif feature_set == "engine":
+        features = pd.DataFrame(
+            {
+                "change_5m": moves,
+                "change_15m": peaks.diff(3),
+                "change_60m": peaks.diff(12),
+                "above_1h_mean": peaks - peaks.rolling(12, min_periods=1).mean(),
+                "above_1d_mean": peaks - peaks.rolling(BINS_PER_DAY, min_periods=1).mean(),
+                "volatility_4h": moves.abs().rolling(48, min_periods=1).mean(),
+                "day_ago": peaks.shift(BINS_PER_DAY - 2) - peaks,
+                "minute_of_day": features["minute_of_day"],
+                "day_of_week": features["day_of_week"],
+            },
+            index=peaks.index,
+        )
     usable = ~np.isnan(rise) & features.notna().all(axis=1).to_numpy()
     position = np.arange(count)
     buffer = np.zeros(count)
@@ -235,14 +260,26 @@ def headroom_bounds() -> None:
     for quantile in CONDITIONAL_QUANTILES:
         # Declared windows are added, as the service's policy adds them.
         metrics[f"conditional:{quantile:g}"] = buffers[f"conditional q{quantile:g}"] + scheduled
-    for quantile in BINNED_QUANTILES:
-        binned = _binned_buffer(workload.observed, workload.index(), quantile)
-        metrics[f"conditional_5m_bins:{quantile:g}"] = binned + scheduled
+    for feature_set in ("all", "burst", "engine"):
+        for quantile in BINNED_QUANTILES:
+            binned = _binned_buffer(workload.observed, workload.index(), quantile, feature_set)
+            metrics[f"5m_bins_{feature_set}:{quantile:g}"] = binned + scheduled
     print()
     print(f"{'simulated policy':<26} {'short GPU-min':>13} {'GPU-hours':>10}")
+    worst_hours: dict[str, float] = {}
     for name, metric in metrics.items():
-        totals = run_policy(workload, metric, period, pool, HPASpec()).totals
+        outcome = run_policy(workload, metric, period, pool, HPASpec())
+        totals = outcome.totals
         print(f"{name:<26} {totals.short / 60:>13,.0f} {totals.provisioned / 3600:>10,.0f}")
+        # Short GPUs at each scored minute, summed per clock hour: how much a few hours weigh.
+        minutes = np.arange(workload.steps) * workload.step_s
+        ready = outcome.capacity_values[np.searchsorted(outcome.capacity_times, minutes, side="right") - 1]
+        short = np.where(minutes >= period.scored_from, np.maximum(workload.observed - ready, 0.0), 0.0)
+        hourly = np.sort(np.bincount(np.arange(workload.steps) // 60, weights=short))[::-1]
+        worst_hours[name] = float(hourly[:2].sum() / max(hourly.sum(), 1e-9))
+    print()
+    print("share of short GPU-minutes (at minute samples) in the two worst hours of the scored period:")
+    print(", ".join(f"{name} {share:.0%}" for name, share in worst_hours.items()))
 
 
 def main() -> None:
