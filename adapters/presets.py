@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Literal
 
-from adapters.promql import SignalQuery, aggregate, check_duration, check_label_name, check_metric_name
+from adapters.promql import PerStep, SignalQuery, aggregate, check_duration, check_label_name, check_metric_name
 
 NODEPOOL = "nodepool"
 KARPENTER_NODEPOOL_LABEL = "label_karpenter_sh_nodepool"
@@ -37,9 +37,10 @@ def gpu_utilization(
     step: timedelta = ONE_MINUTE,
     nodepool_label: str = KARPENTER_NODEPOOL_LABEL,
     name: str = "gpu_utilization",
+    per_step: PerStep = "last",
 ) -> SignalQuery:
     """DCGM GPU utilisation in percent, aggregated ``by`` (``node``, ``nodepool``, ``gpu``, ...)."""
-    return _dcgm("DCGM_FI_DEV_GPU_UTIL", by, aggregation, step, nodepool_label, name)
+    return _dcgm("DCGM_FI_DEV_GPU_UTIL", by, aggregation, step, nodepool_label, name, per_step)
 
 
 def gpu_engine_active(
@@ -49,9 +50,10 @@ def gpu_engine_active(
     step: timedelta = ONE_MINUTE,
     nodepool_label: str = KARPENTER_NODEPOOL_LABEL,
     name: str = "gpu_engine_active",
+    per_step: PerStep = "last",
 ) -> SignalQuery:
     """DCGM graphics-engine activity (0-1), the utilisation figure that MIG instances report."""
-    return _dcgm("DCGM_FI_PROF_GR_ENGINE_ACTIVE", by, aggregation, step, nodepool_label, name)
+    return _dcgm("DCGM_FI_PROF_GR_ENGINE_ACTIVE", by, aggregation, step, nodepool_label, name, per_step)
 
 
 def gpus_requested(
@@ -61,8 +63,13 @@ def gpus_requested(
     step: timedelta = ONE_MINUTE,
     nodepool_label: str = KARPENTER_NODEPOOL_LABEL,
     name: str = "gpus_requested",
+    per_step: PerStep = "peak",
 ) -> SignalQuery:
-    """GPUs requested by Pending or Running pods; ``by`` is drawn from namespace, pod, node, nodepool."""
+    """GPUs requested by Pending or Running pods; ``by`` is drawn from namespace, pod, node, nodepool.
+
+    Each point is the step's peak by default: the nodes must have covered it, and a pod that came
+    and went between two samples still needed a GPU.
+    """
     _check_by(by, allowed=("namespace", "pod", "node", NODEPOOL))
     # max by (...) collapses duplicates from kube-state-metrics replicas before anything is summed.
     requests = aggregate(
@@ -76,7 +83,7 @@ def gpus_requested(
     )
     phase = aggregate("max", ("namespace", "pod"), 'kube_pod_status_phase{phase=~"Pending|Running"}')
     demand = f"{requests} * on (namespace, pod) group_left () ({phase} == 1)"
-    return _grouped("sum", demand, by, step, nodepool_label, name)
+    return _grouped("sum", demand, by, step, nodepool_label, name, per_step)
 
 
 def gpus_allocatable(
@@ -86,11 +93,12 @@ def gpus_allocatable(
     step: timedelta = ONE_MINUTE,
     nodepool_label: str = KARPENTER_NODEPOOL_LABEL,
     name: str = "gpus_allocatable",
+    per_step: PerStep = "last",
 ) -> SignalQuery:
     """Allocatable GPUs of the nodes; ``by`` is drawn from node and nodepool."""
     _check_by(by, allowed=("node", NODEPOOL))
     capacity = aggregate("max", ("node",), f"kube_node_status_allocatable{{resource={_quote(resource)}}}")
-    return _grouped("sum", capacity, by, step, nodepool_label, name)
+    return _grouped("sum", capacity, by, step, nodepool_label, name, per_step)
 
 
 def request_rate(
@@ -101,11 +109,14 @@ def request_rate(
     matchers: Mapping[str, str] | None = None,
     step: timedelta = ONE_MINUTE,
     name: str = "request_rate",
+    per_step: PerStep = "last",
 ) -> SignalQuery:
     """Per-second rate of a request counter: ``sum by (by) (rate(metric{matchers}[window]))``."""
     selector = ", ".join(f"{check_label_name(label)}={_quote(value)}" for label, value in (matchers or {}).items())
     expression = f"rate({check_metric_name(metric)}{{{selector}}}[{check_duration(window)}])"
-    return SignalQuery(name=name, promql=aggregate("sum", by, expression), step=step, split_by=tuple(by))
+    return SignalQuery(
+        name=name, promql=aggregate("sum", by, expression), step=step, split_by=tuple(by), per_step=per_step
+    )
 
 
 # Names for configuration files: ``preset: gpus_requested`` with the keyword arguments beside it.
@@ -134,11 +145,17 @@ def with_nodepool(expression: str, nodepool_label: str = KARPENTER_NODEPOOL_LABE
 
 
 def _dcgm(
-    metric: str, by: Sequence[str], aggregation: Aggregation, step: timedelta, nodepool_label: str, name: str
+    metric: str,
+    by: Sequence[str],
+    aggregation: Aggregation,
+    step: timedelta,
+    nodepool_label: str,
+    name: str,
+    per_step: PerStep,
 ) -> SignalQuery:
     per_host = [f'label_replace({metric}{{{host}!=""}}, "node", "$1", "{host}", "(.*)")' for host in DCGM_HOST_LABELS]
     # ``or`` de-duplicates a series that carries both host labels (same label set on both sides).
-    return _grouped(aggregation, " or ".join(per_host), by, step, nodepool_label, name)
+    return _grouped(aggregation, " or ".join(per_host), by, step, nodepool_label, name, per_step)
 
 
 def _grouped(
@@ -148,13 +165,14 @@ def _grouped(
     step: timedelta,
     nodepool_label: str,
     name: str,
+    per_step: PerStep,
 ) -> SignalQuery:
     if aggregation not in ("avg", "sum", "max", "min"):
         raise ValueError(f"unknown aggregation {aggregation!r}")
     if NODEPOOL in by:
         expression = with_nodepool(expression, nodepool_label)
     promql = aggregate(aggregation, by, expression)
-    return SignalQuery(name=name, promql=promql, step=step, split_by=tuple(by))
+    return SignalQuery(name=name, promql=promql, step=step, split_by=tuple(by), per_step=per_step)
 
 
 def _check_by(by: Sequence[str], allowed: Sequence[str]) -> None:

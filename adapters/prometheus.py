@@ -157,7 +157,8 @@ class PrometheusSource:
         await asyncio.get_running_loop().run_in_executor(None, self._shutdown)
 
     async def backfill(self, query: SignalQuery, start: datetime, end: datetime) -> list[Signal]:
-        """History of ``query`` on the step grid within ``[start, end]``, one Signal per series.
+        """History of ``query`` evaluated on the step grid within ``[start, end]``, one Signal per series
+        (a ``peak`` query's points are labelled by the start of their step, one step earlier).
 
         Long ranges are split into requests under Prometheus's points-per-series limit and run
         concurrently (bounded by ``max_workers``). No series at all gives an empty list.
@@ -166,7 +167,7 @@ class PrometheusSource:
         if last < first:
             return []
         chunks = plan_chunks(first, last, query.step, self._max_points)
-        tasks = [asyncio.create_task(self.query_range(query.promql, a, b, query.step)) for a, b in chunks]
+        tasks = [asyncio.create_task(self.query_range(query.range_promql, a, b, query.step)) for a, b in chunks]
         try:
             results = await asyncio.gather(*tasks)
         finally:

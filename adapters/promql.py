@@ -7,10 +7,12 @@ a server. ``adapters.prometheus`` does the HTTP side.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +27,11 @@ _METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _DURATION = re.compile(r"(?:[0-9]+(?:ms|s|m|h|d|w|y))+")
 
+# What a grid point of a signal holds: the expression's value at that moment, or its highest value
+# during the step that starts there (``max_over_time`` over a subquery at this resolution).
+PerStep = Literal["last", "peak"]
+PEAK_RESOLUTION = timedelta(seconds=30)
+
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
@@ -36,12 +43,19 @@ class SignalQuery:
     ``split_by`` names the labels that identify a series. Empty: every label of a result series except
     ``__name__``. Non-empty: only those labels; result series that share them are summed, exactly as
     ``sum by (split_by)`` would do.
+
+    ``per_step="peak"``: the point at ``t`` is the highest value during ``[t, t + step)``, sampled every
+    ``PEAK_RESOLUTION`` (Prometheus evaluates ``max_over_time`` of a subquery at ``t + step``; the
+    point is labelled by the step's start), so a burst between two grid points is seen and a
+    forecast of such points is a forecast of each step's peak: capacity must cover the peak, not a
+    sample. ``"last"``: the value at ``t``.
     """
 
     name: str
     promql: str
     step: timedelta
     split_by: tuple[str, ...] = ()
+    per_step: PerStep = "last"
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -53,6 +67,27 @@ class SignalQuery:
             raise ValueError(f"signal query {self.name!r}: step must be a whole number of seconds >= 1s")
         for label in self.split_by:
             check_label_name(label)
+        if self.per_step not in ("last", "peak"):
+            raise ValueError(f"signal query {self.name!r}: per_step must be 'last' or 'peak', got {self.per_step!r}")
+
+    @property
+    def range_promql(self) -> str:
+        """The expression sent to ``query_range``."""
+        if self.per_step == "last":
+            return self.promql
+        # Evaluated at t + step, the subquery's points (aligned to multiples of the resolution) run
+        # from t to t + step - resolution: the first sees the value in effect at t, none sees the next
+        # step's first sample. The range is a millisecond short of the step so that the point before
+        # t stays out whether ranges are closed (Prometheus 2) or left-open (Prometheus 3).
+        seconds = int(self.step.total_seconds())
+        resolution = f"{math.gcd(seconds, int(PEAK_RESOLUTION.total_seconds()))}s"
+        window = f"{seconds * 1000 - 1}ms"
+        return f"max_over_time(({self.promql})[{window}:{resolution}] offset {resolution})"
+
+    @property
+    def label_offset(self) -> pd.Timedelta:
+        """How far a point's label is before the moment Prometheus evaluated it."""
+        return pd.Timedelta(self.step) if self.per_step == "peak" else pd.Timedelta(0)
 
 
 @dataclass(frozen=True)
@@ -137,7 +172,8 @@ def to_signals(query: SignalQuery, parts: Iterable[RawSeries], start: pd.Timesta
     """Turn the raw series of one or more range requests into one Signal per identity on ``[start, end]``.
 
     Chunks may repeat a timestamp (the later one wins), points off the grid are dropped, NaN and +-Inf
-    become gaps, and missing points stay NaN: a gap must never look like zero demand.
+    become gaps, and missing points stay NaN: a gap must never look like zero demand. ``start`` and
+    ``end`` are evaluation times; a ``peak`` query's points are labelled one step earlier.
     """
     grid = step_grid(start, end, query.step)
     start_ns, step_ns = int(start.value), _step_ns(query.step)
@@ -159,7 +195,7 @@ def to_signals(query: SignalQuery, parts: Iterable[RawSeries], start: pd.Timesta
         Signal(
             name=query.name,
             labels=dict(identity),
-            series=pd.Series(_sum_keeping_gaps(members), index=grid, name=query.name),
+            series=pd.Series(_sum_keeping_gaps(members), index=grid - query.label_offset, name=query.name),
             step=pd.Timedelta(query.step),
         )
         for identity, members in sorted(by_identity.items())

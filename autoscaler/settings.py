@@ -177,6 +177,9 @@ class SignalSettings(_Strict):
     metric: str | None = None
     window: str = "5m"
     matchers: dict[str, str] = {}
+    # What each point holds: the value at its time (last) or the highest during its step (peak).
+    # Presets choose when unset: gpus_requested peak, the others last; a custom query last.
+    per_step: Literal["last", "peak"] | None = None
 
     @model_validator(mode="after")
     def _preset_or_query(self) -> SignalSettings:

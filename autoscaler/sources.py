@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from adapters import presets
 from adapters.prometheus import PrometheusClientSettings, PrometheusSource
@@ -18,7 +19,14 @@ REREAD_STEPS = 3
 def signal_query(spec: SignalSettings) -> SignalQuery:
     """The PromQL a configured signal stands for."""
     if spec.query is not None:
-        return SignalQuery(name=spec.name, promql=spec.query, step=spec.step, split_by=spec.by or ())
+        return SignalQuery(
+            name=spec.name, promql=spec.query, step=spec.step, split_by=spec.by or (), per_step=spec.per_step or "last"
+        )
+    options: dict[str, Any] = {}  # the preset's keyword arguments that the settings give
+    if spec.by is not None:
+        options["by"] = spec.by
+    if spec.per_step is not None:
+        options["per_step"] = spec.per_step
     if spec.preset == "request_rate":
         assert spec.metric is not None  # noqa: S101 - settings validation guarantees it
         return presets.request_rate(
@@ -27,10 +35,10 @@ def signal_query(spec: SignalSettings) -> SignalQuery:
             matchers=spec.matchers,
             step=spec.step,
             name=spec.name,
-            **({"by": spec.by} if spec.by is not None else {}),
+            **options,
         )
     factory = presets.PRESETS[str(spec.preset)]
-    return factory(step=spec.step, name=spec.name, **({"by": spec.by} if spec.by is not None else {}))
+    return factory(step=spec.step, name=spec.name, **options)
 
 
 def client_settings(settings: PrometheusSettings) -> PrometheusClientSettings:

@@ -20,7 +20,7 @@ from adapters.prometheus import (
     PrometheusSource,
     PrometheusUnavailable,
 )
-from adapters.promql import SignalQuery, merge_signal
+from adapters.promql import SignalQuery, grid_start, merge_signal
 from adapters.types import Signal
 from tests import prometheus_fixture
 from tests.prometheus_fixture import (
@@ -81,6 +81,31 @@ async def test_backfill_returns_the_values_written(prometheus: PrometheusServer,
         assert len(signal.series) == 24 * 60 + 1
         assert signal.series.notna().all()
         assert_matches(signal.series, trace.running[vc])
+
+
+async def test_a_peak_query_holds_each_steps_highest_value(prometheus: PrometheusServer, trace: FixtureTrace) -> None:
+    # A day with movement (the fixture's last hour is flat), at the service's 5-minute step.
+    start, end = trace.end - timedelta(days=2), trace.end - timedelta(days=1)
+    step = timedelta(minutes=5)
+    peak = SignalQuery("running", RUNNING_PODS, step, split_by=("namespace",), per_step="peak")
+    last = dataclasses.replace(peak, per_step="last")
+    async with PrometheusSource(settings(prometheus.url)) as source:
+        peaks = by_label(await source.backfill(peak, start, end), "namespace")
+        samples = by_label(await source.backfill(last, start, end), "namespace")
+
+    first = grid_start(start, step)
+    missed = 0
+    for vc, series in peaks.items():
+        # Labelled by the start of its step: evaluated at first, the first point is the step before it.
+        assert series.index[0] == first - step
+        assert series.index.to_series().diff().dropna().eq(pd.Timedelta(step)).all()
+        # The step from t holds the samples written at t, t + 1 min, ..., t + 4 min.
+        expected = trace.running[vc].resample(step, label="left", closed="left").max()
+        assert_matches(series, expected)
+        assert_matches(samples[vc], trace.running[vc])
+        shared = series.index.intersection(samples[vc].index)
+        missed += int((series[shared] > samples[vc][shared]).sum())
+    assert missed > 0  # 10 steps of this day: sampling at the grid points alone misses what happened between them
 
 
 async def test_two_weeks_at_one_minute_come_back_whole_in_three_requests(

@@ -71,6 +71,22 @@ def test_series_are_split_by_labels_without_the_metric_name() -> None:
     assert all(s.name == "gpus" and s.step == pd.Timedelta(MINUTE) for s in signals)
 
 
+def test_a_peak_query_asks_for_each_steps_maximum_and_labels_it_by_the_steps_start() -> None:
+    query = SignalQuery("gpus", "sum(x)", 5 * MINUTE, per_step="peak")
+    assert query.range_promql == "max_over_time((sum(x))[299999ms:30s] offset 30s)"
+    # The resolution divides the step, so that the subquery's first point is the step's start.
+    for seconds, resolution in ((45, "15s"), (20, "10s"), (7, "1s"), (3600, "30s")):
+        peak = SignalQuery("gpus", "sum(x)", timedelta(seconds=seconds), per_step="peak")
+        assert peak.range_promql == f"max_over_time((sum(x))[{seconds * 1000 - 1}ms:{resolution}] offset {resolution})"
+    assert SignalQuery("gpus", "sum(x)", 5 * MINUTE).range_promql == "sum(x)"
+    # Evaluated at 08:05 and 08:10, the points are the steps starting at 08:00 and 08:05.
+    (peaks,) = to_signals(query, [raw({"pool": "a"}, [5, 10], [7, 9])], T0 + 5 * MINUTE, T0 + 10 * MINUTE)
+    assert list(peaks.series.index) == [T0, T0 + 5 * MINUTE]
+    assert peaks.series.tolist() == [7, 9]
+    with pytest.raises(ValueError, match="per_step must be 'last' or 'peak'"):
+        SignalQuery("gpus", "x", MINUTE, per_step="max")  # type: ignore[arg-type]
+
+
 def test_chunks_with_repeated_timestamps_merge_and_non_finite_values_become_gaps() -> None:
     query = SignalQuery("gpus", "x", MINUTE)
     parts = [

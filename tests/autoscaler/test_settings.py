@@ -99,6 +99,10 @@ def test_environment_overrides_the_file(tmp_path):
             "metrics.m.quantile: Input should be less than 1 (got 1.5)",
         ),
         ("prometheus: {url: 'prometheus:9090'}\n", "url must start with http:// or https://"),
+        (
+            "prometheus: {url: 'http://p:9090'}\nsignals:\n  - {name: s, preset: gpus_requested, per_step: max}\n",
+            "signals.0.per_step: Input should be 'last' or 'peak' (got 'max')",
+        ),
     ],
 )
 def test_bad_config_names_the_field_value_and_expectation(tmp_path, text, expected):
@@ -175,3 +179,30 @@ def test_shipped_example_is_valid():
     settings = load_settings(example, environ={})
     assert set(settings.metrics) == {"gpu_demand_forecast", "gpu_headroom", "request_rate_forecast"}
     assert settings.windows[0].timezone == "Europe/Berlin"
+
+
+def test_each_point_is_the_steps_peak_for_gpus_requested_and_the_sample_otherwise(tmp_path):
+    from autoscaler.sources import signal_query
+
+    settings = load_settings(
+        write(
+            tmp_path,
+            "prometheus: {url: 'http://p:9090'}\nsignals:\n"
+            "  - {name: requested, preset: gpus_requested}\n"
+            "  - {name: requested_samples, preset: gpus_requested, per_step: last}\n"
+            "  - {name: utilization, preset: gpu_utilization}\n"
+            "  - {name: custom, query: 'sum(up)'}\n"
+            "  - {name: custom_peak, query: 'sum(up)', per_step: peak, step: 1m}\n",
+        ),
+        environ={},
+    )
+    queries = {spec.name: signal_query(spec) for spec in settings.signals}
+    assert {name: query.per_step for name, query in queries.items()} == {
+        "requested": "peak",
+        "requested_samples": "last",
+        "utilization": "last",
+        "custom": "last",
+        "custom_peak": "peak",
+    }
+    assert queries["custom_peak"].range_promql == "max_over_time((sum(up))[59999ms:30s] offset 30s)"
+    assert queries["requested"].range_promql.startswith("max_over_time((sum by (nodepool) (")

@@ -540,6 +540,7 @@ def test_gpus_requested_is_the_preset_without_placeholders(config_file):
     placeholder = one("examples", "Deployment", "gpu-placeholder")["metadata"]["namespace"]
     assert signal.query is not None and signal.by == ("nodepool",)
     assert signal.query.count(f'namespace!="{placeholder}"') == 2
+    assert signal.per_step == presets.gpus_requested().per_step == "peak"
     preset = presets.gpus_requested(by=signal.by, step=signal.step).promql
 
     def squeeze(text: str) -> str:
@@ -553,7 +554,8 @@ def test_configured_queries_parse(config_file, tmp_path):
 
     promtool = tool("promtool")
     settings = load_settings(config_file("base"), environ={})
-    rules = [{"record": f"signal:{spec.name}", "expr": signal_query(spec).promql} for spec in settings.signals]
+    # What is sent to Prometheus, subquery included.
+    rules = [{"record": f"signal:{spec.name}", "expr": signal_query(spec).range_promql} for spec in settings.signals]
     path = tmp_path / "signals.yaml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "signals", "rules": rules}]}))
     checked = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False)
