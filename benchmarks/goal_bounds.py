@@ -106,29 +106,38 @@ CONDITIONAL_QUANTILES = (0.85, 0.9, 0.95)
 BINNED_QUANTILES = (0.9, 0.95)
 
 
+def _causal_features(demand: pd.Series, minutes_per_point: int) -> pd.DataFrame:
+    """Calendar, level, recent changes and burst volatility, from data up to each point only."""
+
+    def points(minutes: int) -> int:
+        return minutes // minutes_per_point
+
+    moves = demand.diff()
+    index = pd.DatetimeIndex(demand.index)
+    return pd.DataFrame(
+        {
+            "minute_of_day": index.hour * 60 + index.minute,
+            "day_of_week": index.dayofweek,
+            "level": demand.to_numpy(dtype=np.float64),
+            "change_5m": demand.diff(points(5)),
+            "change_30m": demand.diff(points(30)),
+            "volatility_30m": moves.abs().rolling(points(30)).sum(),
+            "volatility_120m": moves.abs().rolling(points(120)).sum(),
+            "largest_rise_60m": moves.clip(lower=0).rolling(points(60)).max(),
+            "largest_rise_6h": moves.clip(lower=0).rolling(points(360)).max(),
+            "range_60m": demand.rolling(points(60)).max() - demand.rolling(points(60)).min(),
+        },
+        index=demand.index,
+    )
+
+
 def _rise_features(demand: pd.Series) -> tuple[np.ndarray, pd.DataFrame]:
     """The rise over the next LEAD_MINUTES (the target) and causal features of each minute."""
     values = demand.to_numpy(dtype=np.float64)
     rise = np.full(len(values), np.nan)
     ahead = sliding_window_view(values[1:], LEAD_MINUTES).max(axis=1)
     rise[: len(ahead)] = ahead - values[: len(ahead)]
-    moves = demand.diff()
-    index = pd.DatetimeIndex(demand.index)
-    features = pd.DataFrame(
-        {
-            "minute_of_day": index.hour * 60 + index.minute,
-            "day_of_week": index.dayofweek,
-            "level": values,
-            "change_5m": demand.diff(5),
-            "change_30m": demand.diff(30),
-            "volatility_30m": moves.abs().rolling(30).sum(),
-            "volatility_120m": moves.abs().rolling(120).sum(),
-            "largest_rise_60m": moves.clip(lower=0).rolling(60).max(),
-            "largest_rise_6h": moves.clip(lower=0).rolling(360).max(),
-            "range_60m": demand.rolling(60).max() - demand.rolling(60).min(),
-        },
-        index=demand.index,
-    )
+    features = _causal_features(demand, minutes_per_point=1)
     return rise, features
 
 
@@ -170,23 +179,8 @@ def _binned_buffer(observed: np.ndarray, index: pd.DatetimeIndex, quantile: floa
     values = peaks.to_numpy(dtype=np.float64)
     rise = np.full(count, np.nan)
     rise[:-2] = np.maximum(values[1:-1], values[2:]) - values[:-2]
+    features = _causal_features(peaks, minutes_per_point=BIN_MINUTES)
     moves = peaks.diff()
-    bin_index = pd.DatetimeIndex(peaks.index)
-    features = pd.DataFrame(
-        {
-            "minute_of_day": bin_index.hour * 60 + bin_index.minute,
-            "day_of_week": bin_index.dayofweek,
-            "level": values,
-            "change_5m": moves,
-            "change_30m": peaks.diff(6),
-            "volatility_30m": moves.abs().rolling(6).sum(),
-            "volatility_120m": moves.abs().rolling(24).sum(),
-            "largest_rise_60m": moves.clip(lower=0).rolling(12).max(),
-            "largest_rise_6h": moves.clip(lower=0).rolling(72).max(),
-            "range_60m": peaks.rolling(12).max() - peaks.rolling(12).min(),
-        },
-        index=peaks.index,
-    )
     burst = ["volatility_30m", "volatility_120m", "largest_rise_60m", "largest_rise_6h", "range_60m"]
     if feature_set == "burst":
         features = features[burst]
