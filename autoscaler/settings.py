@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from adapters.promql import PerStep
 from adapters.types import AdapterError
 from autoscaler.durations import parse_duration
 from autoscaler.selectors import SelectorError, validate_key, validate_value
@@ -179,7 +180,7 @@ class SignalSettings(_Strict):
     matchers: dict[str, str] = {}
     # What each point holds: the value at its time (last) or the highest during its step (peak).
     # Presets choose when unset: gpus_requested peak, the others last; a custom query last.
-    per_step: Literal["last", "peak"] | None = None
+    per_step: PerStep | None = None
 
     @model_validator(mode="after")
     def _preset_or_query(self) -> SignalSettings:

@@ -18,15 +18,12 @@ REREAD_STEPS = 3
 
 def signal_query(spec: SignalSettings) -> SignalQuery:
     """The PromQL a configured signal stands for."""
+    # Only what the settings give: unset fields keep the query's or the preset's own defaults.
+    options: dict[str, Any] = {"per_step": spec.per_step} if spec.per_step is not None else {}
     if spec.query is not None:
-        return SignalQuery(
-            name=spec.name, promql=spec.query, step=spec.step, split_by=spec.by or (), per_step=spec.per_step or "last"
-        )
-    options: dict[str, Any] = {}  # the preset's keyword arguments that the settings give
+        return SignalQuery(name=spec.name, promql=spec.query, step=spec.step, split_by=spec.by or (), **options)
     if spec.by is not None:
         options["by"] = spec.by
-    if spec.per_step is not None:
-        options["per_step"] = spec.per_step
     if spec.preset == "request_rate":
         assert spec.metric is not None  # noqa: S101 - settings validation guarantees it
         return presets.request_rate(

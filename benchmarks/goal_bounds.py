@@ -76,13 +76,14 @@ def quantile_bounds() -> None:
     header = f"{'trace':<30} {'origins':>7} {'naive_emp':>10}"
     print(header + "".join(f"{label:>17}" for label in ("hindsight const", "hindsight hourly", "hindsight shift")))
     for name in data_helpers.TRACES:
-        values = data_helpers.trace(name).to_numpy(dtype=np.float64)
+        series = data_helpers.trace(name)
+        values = series.to_numpy(dtype=np.float64)
         targets = np.arange(len(values) - TEST_STEPS, len(values))
         origins = targets - HORIZON
         actual = values[targets]
         baseline = naive_empirical(values, origins)
         constant = np.full(len(targets), np.nanquantile(actual, QUANTILE))
-        hours = pd.DatetimeIndex(data_helpers.trace(name).index[targets]).hour.to_numpy()
+        hours = pd.DatetimeIndex(series.index[targets]).hour.to_numpy()
         hourly = pd.Series(actual).groupby(hours).quantile(QUANTILE).to_numpy()[hours]
         # The shift that is best in hindsight is the 0.9-quantile of the realised changes.
         shifted = values[origins] + np.nanquantile(actual - values[origins], QUANTILE)
