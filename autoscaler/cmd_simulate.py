@@ -82,6 +82,12 @@ def _seconds(flag: str, text: str, *, allow_zero: bool = False) -> float:
 @click.option(
     "--scale-down-stabilization", default="300s", show_default=True, help="the placeholder HPA's scale-down window"
 )
+@click.option(
+    "--sweep-static",
+    is_flag=True,
+    help="also run static_buffer:0,1,2,... until past the costliest auto policy's GPU-hours, and compare "
+    "auto with the best of every policy run (JSON: static_sweep, frontier)",
+)
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="processes")
 @click.option("--seed", default=0, show_default=True, type=int)
 def simulate_command(
@@ -104,6 +110,7 @@ def simulate_command(
     refit_every: str | None,
     lookback: str,
     scale_down_stabilization: str,
+    sweep_static: bool,
     workers: int,
     seed: int,
 ) -> None:
@@ -151,7 +158,7 @@ def simulate_command(
         read = pod_workload if pods_path is not None else demand_workload
         workload = read(source, step_delta, windows, gpus_per_node)
         with progress_bar("simulating") as progress:
-            result = simulate(workload, specs, config, workers=workers, progress=progress)
+            result = simulate(workload, specs, config, workers=workers, progress=progress, sweep_static=sweep_static)
     except (InputError, ValueError) as error:
         _fail(str(error))
         return

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -90,7 +89,16 @@ def build_report(
         "forecasting": forecasting,
         "elapsed_seconds": _round(result.seconds, 2),
     }
-    frontier = frontier_check(report["policies"])
+    sweep = {
+        text: {
+            "provisioned_gpu_hours": _round(outcome.totals.provisioned / 3600),
+            "short_gpu_minutes": _round(outcome.totals.short / 60),
+        }
+        for text, outcome in result.static_sweep.items()
+    }
+    if sweep:
+        report["static_sweep"] = sweep
+    frontier = frontier_check(report["policies"], sweep)
     if frontier:
         report["frontier"] = frontier
     return report
@@ -116,6 +124,24 @@ def render_table(report: dict[str, Any]) -> None:
     for text, details in report["forecasting"].items():
         models = ", ".join(f"{name} x{count}" for name, count in details["models"].items())
         console.print(f"{text}: {details['fits']} fits, {details['fit_seconds']:g} s; models: {models}")
+    if "static_sweep" in report:
+        swept = list(report["static_sweep"])
+        console.print(f"static buffers swept: {swept[0]} to {swept[-1]}")
+    for text, check in report.get("frontier", {}).items():
+        console.print(_frontier_line(text, check))
+
+
+def _frontier_line(text: str, check: dict[str, Any]) -> str:
+    if check["best_heuristic"] is None:
+        return f"{text}: no heuristic run provisions as few GPU-hours"
+    verdict = "dominated" if check["dominated"] else "not dominated"
+    reduction = check["short_reduction"]
+    change = "more" if reduction is None else f"{abs(reduction):.1%} {'fewer' if reduction >= 0 else 'more'}"
+    return (
+        f"{text}: {change} short GPU-minutes than {check['best_heuristic']} "
+        f"({check['heuristic_short_gpu_minutes']:,.0f} at {check['heuristic_provisioned_gpu_hours']:,.0f} GPU-hours), "
+        f"the best heuristic at no more GPU-hours: {verdict}"
+    )
 
 
 _HEADERS = {
@@ -174,6 +200,17 @@ def plot(result: SimulationResult, path: Path) -> Path:
     for run in runs:
         point = (run.outcome.totals.provisioned / 3600, run.outcome.totals.short / 60, run.spec.text)
         families.setdefault(run.spec.name, []).append(point)
+    if result.static_sweep:
+        swept = sorted((o.totals.provisioned / 3600, o.totals.short / 60) for o in result.static_sweep.values())
+        axis.plot(
+            [p[0] for p in swept],
+            [p[1] for p in swept],
+            ".--",
+            color="gray",
+            markersize=3,
+            linewidth=0.8,
+            label="static_buffer, swept",
+        )
     for family, points in families.items():
         points.sort()
         # A swept heuristic is a curve: its points joined in order of GPU-hours.
@@ -192,13 +229,17 @@ def plot(result: SimulationResult, path: Path) -> Path:
     return tradeoff
 
 
-def frontier_check(policies: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """For each ``auto`` point: the heuristic (``static_buffer``/``reactive_max``) with the fewest
-    short GPU-minutes among those with no more GPU-hours, whether it beats ``auto``, and by how much
-    ``auto`` is shorter (a share of the heuristic's short GPU-minutes)."""
+def frontier_check(
+    policies: dict[str, dict[str, Any]], sweep: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """For each ``auto`` point: the heuristic (``static_buffer``/``reactive_max``, given or swept)
+    with the fewest short GPU-minutes among those with no more GPU-hours, whether it beats ``auto``,
+    and by how much ``auto`` is shorter (a share of the heuristic's short GPU-minutes)."""
     heuristics = {
         text: figures for text, figures in policies.items() if text.startswith(("static_buffer:", "reactive_max:"))
     }
+    for text, figures in (sweep or {}).items():
+        heuristics.setdefault(text, figures)
     out: dict[str, Any] = {}
     for text, figures in policies.items():
         if not text.startswith("auto:"):
@@ -206,15 +247,24 @@ def frontier_check(policies: dict[str, dict[str, Any]]) -> dict[str, Any]:
         hours = figures["provisioned_gpu_hours"]
         cheaper = {name: f for name, f in heuristics.items() if f["provisioned_gpu_hours"] <= hours}
         if not cheaper:
-            out[text] = {"best_heuristic": None, "dominated": False, "short_reduction": None}
+            out[text] = {
+                "best_heuristic": None,
+                "heuristic_short_gpu_minutes": None,
+                "heuristic_provisioned_gpu_hours": None,
+                "dominated": False,
+                "short_reduction": None,
+            }
             continue
         best_name = min(cheaper, key=lambda name: cheaper[name]["short_gpu_minutes"])
         best = cheaper[best_name]["short_gpu_minutes"]
         short = figures["short_gpu_minutes"]
-        reduction = (best - short) / best if best > 0 else (0.0 if short == 0 else -math.inf)
+        # Against a heuristic that is never short, a share is undefined (None) unless auto is not either.
+        reduction = (best - short) / best if best > 0 else (0.0 if short == 0 else None)
         out[text] = {
             "best_heuristic": best_name,
+            "heuristic_short_gpu_minutes": best,
+            "heuristic_provisioned_gpu_hours": cheaper[best_name]["provisioned_gpu_hours"],
             "dominated": short > best,
-            "short_reduction": _round(reduction, 4),
+            "short_reduction": None if reduction is None else _round(reduction, 4),
         }
     return out

@@ -28,7 +28,13 @@ from autoscaler.simulation.forecasting import (
 from autoscaler.simulation.hpa import HPASpec
 from autoscaler.simulation.inputs import Workload
 from autoscaler.simulation.lead_times import LeadTimeDistribution
-from autoscaler.simulation.policies import ORACLE_LEAD_QUANTILE, Planning, PolicySpec, heuristic_headroom
+from autoscaler.simulation.policies import (
+    ORACLE_LEAD_QUANTILE,
+    Planning,
+    PolicySpec,
+    heuristic_headroom,
+    parse_policy,
+)
 from autoscaler.simulation.provisioner import BATCH_MAX_S, PoolConfig
 from autoscaler.workers import single_threaded_libraries
 
@@ -70,6 +76,9 @@ class SimulationResult:
     config: SimulationConfig
     runs: dict[str, PolicyRun]
     seconds: float
+    # ``static_buffer:N`` for N = 0, 1, 2, ... up to the first past the costliest ``auto`` (with
+    # ``sweep_static``): the operators' heuristic at every setting, not only the ones given.
+    static_sweep: dict[str, Outcome] = field(default_factory=dict)
 
 
 def simulation_period(workload: Workload, warmup_s: float) -> Period:
@@ -143,8 +152,14 @@ def simulate(
     *,
     workers: int = 1,
     progress: ProgressCallback | None = None,
+    sweep_static: bool = False,
 ) -> SimulationResult:
-    """Simulate every policy; ``workers > 1`` runs jobs in that many processes."""
+    """Simulate every policy; ``workers > 1`` runs jobs in that many processes.
+
+    ``sweep_static`` then runs ``static_buffer:N`` for every whole N from 0 until one provisions
+    more GPU-hours than the costliest ``auto:Q`` policy: whether a forecast beats a static buffer
+    depends on every buffer an operator could have chosen, not only the ones given.
+    """
     started = time.perf_counter()
     period = simulation_period(workload, config.warmup_s)
     planning = _planning(workload, period, config)
@@ -190,6 +205,13 @@ def simulate(
                         metric = metrics[spec.text]
                         cluster_args = (workload, metric, period, pool_config, config.hpa)
                         jobs.submit(("cluster", spec.text), run_policy, *cluster_args)
+        autos = [outcomes[spec.text].totals.provisioned for spec in specs if spec.name == "auto"]
+        sweep: dict[str, Outcome] = {}
+        if sweep_static and autos:
+            limit = max(autos)
+            # The bar goes on from the policies' jobs.
+            sweep_progress = None if progress is None else lambda d, t: progress(done + d, total + t)
+            sweep = _sweep_static(jobs, workload, period, pool_config, config, planning, limit, workers, sweep_progress)
     finally:
         jobs.close()
     runs = {}
@@ -201,4 +223,47 @@ def simulate(
             run.forecast_seconds += block.forecast_seconds
             run.notes.extend(block.notes)
         runs[spec.text] = run
-    return SimulationResult(workload, period, config, runs, time.perf_counter() - started)
+    return SimulationResult(workload, period, config, runs, time.perf_counter() - started, static_sweep=sweep)
+
+
+def _sweep_static(
+    jobs: _Jobs,
+    workload: Workload,
+    period: Period,
+    pool_config: PoolConfig,
+    config: SimulationConfig,
+    planning: Planning,
+    provisioned_limit: float,
+    workers: int,
+    progress: ProgressCallback | None,
+) -> dict[str, Outcome]:
+    """``static_buffer:0, 1, 2, ...`` in batches of ``workers``, up to and including the first that
+    provisions more than ``provisioned_limit`` GPU-seconds.
+
+    A buffer of N holds at least about N GPUs through the scored period, so N never needs to pass
+    ``provisioned_limit / scored seconds`` plus a node: the sweep ends even if a buffer's GPU-hours
+    were not to grow with N.
+    """
+    scored_s = period.end - period.scored_from
+    ceiling = math.ceil(provisioned_limit / scored_s) + config.gpus_per_node
+    outcomes: dict[int, Outcome] = {}
+    buffer_gpus = 0
+    while buffer_gpus <= ceiling:
+        batch = range(buffer_gpus, min(buffer_gpus + workers, ceiling + 1))
+        for gpus in batch:
+            spec = parse_policy(f"static_buffer:{gpus}")
+            metric = heuristic_headroom(spec, workload, planning)
+            jobs.submit(("sweep", str(gpus)), run_policy, workload, metric, period, pool_config, config.hpa)
+        while jobs:
+            for (_, key), value in jobs.next_completed():
+                outcomes[int(key)] = value
+                if progress is not None:  # an open-ended sweep: the total is what is known so far
+                    progress(len(outcomes), buffer_gpus + len(batch))
+        buffer_gpus = batch.stop
+        if any(outcomes[gpus].totals.provisioned > provisioned_limit for gpus in batch):
+            break
+    last = min(
+        (gpus for gpus, outcome in outcomes.items() if outcome.totals.provisioned > provisioned_limit),
+        default=max(outcomes),
+    )
+    return {f"static_buffer:{gpus}": outcomes[gpus] for gpus in sorted(outcomes) if gpus <= last}

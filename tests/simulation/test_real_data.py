@@ -48,12 +48,48 @@ def test_alibaba_pod_list_is_read_directly(tmp_path):
     assert figures["reactive"]["short_gpu_minutes"] > figures["static_buffer:8"]["short_gpu_minutes"]
 
 
-def test_auto_is_short_less_than_reactive_on_helios(tmp_path):
-    """Six days of Helios Earth demand: five train the forecasters, the sixth is scored."""
+@pytest.fixture(scope="module")
+def helios_report(tmp_path_factory) -> dict:
+    """Six days of Helios Earth demand: five train the forecasters, the sixth is scored; static
+    buffers swept."""
     series = data_helpers.helios_running_gpus().iloc[: 6 * 1440]
-    path = data_helpers.write_csv(series, tmp_path / "helios.csv.gz")
-    report = _invoke("--input", str(path), "--warmup", "5d", "--policies", "reactive,auto:0.9")
+    directory = tmp_path_factory.mktemp("helios")
+    path = data_helpers.write_csv(series, directory / "helios.csv.gz")
+    report = _invoke(
+        "--input", str(path), "--warmup", "5d", "--policies", "reactive,static_buffer:3,auto:0.9", "--sweep-static",
+        "--plot", str(directory / "run.png"),
+    )  # fmt: skip
+    report["tradeoff_png"] = (directory / "run-tradeoff.png").read_bytes()
+    return report
+
+
+def test_auto_is_short_less_than_reactive_on_helios(helios_report):
+    report = helios_report
     reactive, auto = report["policies"]["reactive"], report["policies"]["auto:0.9"]
     assert auto["short_gpu_minutes"] < 0.7 * reactive["short_gpu_minutes"]
     # One full selection per 6 h over a day and the settling hour; forecasts in between need no fit.
     assert report["forecasting"]["auto:0.9"]["fits"] == 5
+
+
+def test_static_sweep_reaches_past_auto_and_decides_the_frontier(helios_report):
+    report = helios_report
+    auto_hours = report["policies"]["auto:0.9"]["provisioned_gpu_hours"]
+    sweep = report["static_sweep"]
+    # Every whole buffer from 0, each with its two figures, up to the first costlier than auto.
+    assert list(sweep) == [f"static_buffer:{gpus}" for gpus in range(len(sweep))]
+    assert all(set(figures) == {"provisioned_gpu_hours", "short_gpu_minutes"} for figures in sweep.values())
+    hours = [figures["provisioned_gpu_hours"] for figures in sweep.values()]
+    assert max(hours[:-1]) <= auto_hours < hours[-1]
+    # A swept buffer is the same simulation as that policy given on the command line.
+    given = report["policies"]["static_buffer:3"]
+    assert sweep["static_buffer:3"] == {key: given[key] for key in ("provisioned_gpu_hours", "short_gpu_minutes")}
+    # The frontier is decided by the best of every heuristic at no more GPU-hours, swept ones included.
+    cheaper = {text: f for text, f in sweep.items() if f["provisioned_gpu_hours"] <= auto_hours}
+    best = min(cheaper, key=lambda text: cheaper[text]["short_gpu_minutes"])
+    check = report["frontier"]["auto:0.9"]
+    assert check["best_heuristic"] == best
+    assert check["heuristic_short_gpu_minutes"] == cheaper[best]["short_gpu_minutes"]
+    assert report["tradeoff_png"][:8] == b"\x89PNG\r\n\x1a\n"  # the sweep drawn as a curve
+    assert check["dominated"] == (
+        report["policies"]["auto:0.9"]["short_gpu_minutes"] > cheaper[best]["short_gpu_minutes"]
+    )
