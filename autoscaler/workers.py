@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import math
+import multiprocessing
 import os
 import signal
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
 from multiprocessing import get_context
+from multiprocessing.connection import wait
 from pathlib import Path
 from types import FrameType
 
@@ -42,9 +44,34 @@ def single_threaded_libraries() -> None:
     ThreadpoolController().limit(limits=1)  # those already loaded (a forked one); kept, not a context
 
 
+def exit_with_parent() -> None:
+    """End this worker process when the process that started it dies.
+
+    A server killed with SIGKILL (an OOM kill, a node's kubelet outside a container's PID namespace, a
+    test) cannot shut its pool down, and its workers would live on as orphans holding their memory.
+    The parent's sentinel becomes ready when the parent exits, however it exits.
+    """
+    parent = multiprocessing.parent_process()
+    if parent is None:  # not started by multiprocessing: nobody to outlive
+        return
+
+    def watch() -> None:
+        wait([parent.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def start_simulation_worker() -> None:
+    """A simulator worker: one BLAS thread, gone with its parent."""
+    single_threaded_libraries()
+    exit_with_parent()
+
+
 def _start_worker() -> None:
     single_threaded_libraries()
     _lower_priority()
+    exit_with_parent()
 
 
 def _lower_priority() -> None:

@@ -36,7 +36,7 @@ from autoscaler.simulation.policies import (
     parse_policy,
 )
 from autoscaler.simulation.provisioner import BATCH_MAX_S, PoolConfig
-from autoscaler.workers import single_threaded_libraries
+from autoscaler.workers import start_simulation_worker
 
 # The cluster runs this long before scoring starts, so that every policy enters the scored period
 # in its own steady state (placeholders ramped up, nodes launched) rather than in a shared cold start.
@@ -119,7 +119,7 @@ class _Jobs:
 
     def __init__(self, workers: int) -> None:
         self._pool = (
-            ProcessPoolExecutor(max_workers=workers, initializer=single_threaded_libraries) if workers > 1 else None
+            ProcessPoolExecutor(max_workers=workers, initializer=start_simulation_worker) if workers > 1 else None
         )
         self._futures: dict[Future[Any], Tag] = {}
         self._queued: deque[tuple[Tag, Callable[..., Any], tuple[Any, ...]]] = deque()

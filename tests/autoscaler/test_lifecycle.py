@@ -7,6 +7,7 @@ import json
 import signal
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -66,6 +67,21 @@ async def served_demand(demo: DemoProcess) -> dict:
         return (await response.json())[0]
 
 
+def child_processes(pid: int) -> set[int]:
+    return {
+        int(child) for task in Path(f"/proc/{pid}/task").iterdir() for child in (task / "children").read_text().split()
+    }
+
+
+def alive(pid: int) -> bool:
+    """Running or sleeping: not gone and not a zombie waiting for whoever adopted it to reap it."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
 async def test_sigkill_then_restart_serves_saved_values_at_once(tmp_path):
     demo = DemoProcess(tmp_path / "state")
     demo.start()
@@ -76,8 +92,17 @@ async def test_sigkill_then_restart_serves_saved_values_at_once(tmp_path):
                 break
             await asyncio.sleep(0.1)
         before = await served_demand(demo)
+        assert demo.process is not None
+        workers = child_processes(demo.process.pid)
+        assert workers  # the first refresh fitted in a worker process
     finally:
         demo.stop(signal.SIGKILL)
+    # Its workers follow it rather than live on as orphans holding their memory.
+    for _ in range(100):
+        if not any(alive(pid) for pid in workers):
+            break
+        await asyncio.sleep(0.1)
+    assert not [pid for pid in workers if alive(pid)]
     restart = DemoProcess(demo.state)
     started = restart.start()
     try:
