@@ -128,6 +128,8 @@ def simulate_command(
         step_s = _seconds("--step", step)
         lead_s = _seconds("--lead-time", lead_time)
         specs = parse_policies(policies)
+        if sweep_static and not any(spec.name == "auto" for spec in specs):
+            raise ValueError("--sweep-static compares auto:Q policies with static buffers: give at least one auto:Q")
         windows: tuple[WindowSchedule, ...] = tuple(parse_schedule(text) for text in schedules)
         distribution = parse_lead_time_distribution(lead_time_distribution or f"fixed:{lead_time}")
         stabilization = _seconds("--scale-down-stabilization", scale_down_stabilization, allow_zero=True)
