@@ -59,7 +59,14 @@ def exit_with_parent() -> None:
         wait([parent.sentinel])
         os._exit(1)
 
-    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+    # The fit deadline's SIGALRM is process-directed: the kernel may hand it to any thread that does
+    # not block it, and one taken by this thread (asleep in poll) did not interrupt the fit in time.
+    # Threads inherit the mask, so the watcher is started with SIGALRM blocked.
+    unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    try:
+        threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
 
 
 def start_simulation_worker() -> None:
