@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 import numpy.typing as npt
@@ -67,7 +67,7 @@ class SignalQuery:
             raise ValueError(f"signal query {self.name!r}: step must be a whole number of seconds >= 1s")
         for label in self.split_by:
             check_label_name(label)
-        if self.per_step not in ("last", "peak"):
+        if self.per_step not in get_args(PerStep):
             raise ValueError(f"signal query {self.name!r}: per_step must be 'last' or 'peak', got {self.per_step!r}")
 
     @property
