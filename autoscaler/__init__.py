@@ -1,3 +1,21 @@
-"""gpu-autoscaler: predictive GPU autoscaling served on the Kubernetes external metrics API."""
+"""gpu-autoscaler: predictive GPU autoscaling served on the Kubernetes external metrics API.
+
+The package in layers, outermost first (``lint-imports`` holds them; nothing imports upwards):
+
+- ``commands``: the ``gpu-autoscaler`` command line (``serve``, ``check-config``, ``backtest``,
+  ``forecast``, ``simulate``).
+- ``app``: the composition root (``factory.create_app`` builds both aiohttp apps, their state and
+  the refresher) and the serving process (``serving.serve``: TLS, sockets, signals, draining).
+  ``simulation`` sits beside it: the cluster simulator behind ``simulate``.
+- ``web``: everything that answers HTTP (external metrics API, inspection API and page, probes,
+  self-metrics, authentication, TLS); its own ``__init__`` maps it.
+- The core, flat: ``pipeline`` assembles, from ``settings``, the ``sources`` (Prometheus signals),
+  ``kube_inputs`` (CronJob windows, NodeClaim lead times, GPU limits) or the ``demo``; the
+  ``refresher`` pulls, has ``workers`` fit and forecast, applies the ``policy`` and swaps a new
+  snapshot into the ``provider``; ``persistence`` keeps the last served values across restarts.
+  ``selectors``, ``quantity`` and ``durations`` are the Kubernetes-syntax building blocks.
+
+``forecast`` (pure numerics) and ``adapters`` (I/O) sit below all of it.
+"""
 
 __version__ = "0.1.0"

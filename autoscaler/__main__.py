@@ -1,3 +1,3 @@
-from autoscaler.cli import main
+from autoscaler.commands.cli import main
 
 main()

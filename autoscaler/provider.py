@@ -133,6 +133,13 @@ def empty_snapshot(metrics: Sequence[MetricInfo], now: datetime | None = None) -
     )
 
 
+class SnapshotSource(Protocol):
+    """Whatever holds the whole current snapshot (``SnapshotProvider`` is one): what inspection reads."""
+
+    @property
+    def snapshot(self) -> Snapshot: ...
+
+
 class MetricsProvider(Protocol):
     """The only thing the external metrics API knows about the rest of the service."""
 

@@ -50,12 +50,14 @@ ADAPTER_QUERY = 'sum(kube_pod_container_resource_requests{resource="nvidia_com_g
 def serve(series_count: int, pki_dir: Path, prometheus_url: str | None) -> None:
     from aiohttp import web
 
-    from autoscaler.api import Readiness, build_api_app, build_ops_app, status_response
-    from autoscaler.app import build_access, client_ca_pems, running, settle_heap
+    from autoscaler.app.factory import build_access, build_api_app, build_ops_app, client_ca_pems
+    from autoscaler.app.serving import running, settle_heap
     from autoscaler.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
-    from autoscaler.self_metrics import SelfMetrics
     from autoscaler.settings import Settings
-    from autoscaler.tls import ServerTLS, ServingFiles
+    from autoscaler.web.readiness import Readiness
+    from autoscaler.web.responses import status_response
+    from autoscaler.web.self_metrics import SelfMetrics
+    from autoscaler.web.tls import ServerTLS, ServingFiles
 
     now = datetime.now(UTC)
     info = MetricInfo("gpu_demand_forecast", "bench")

@@ -30,13 +30,14 @@ import numpy as np
 import pandas as pd
 
 from adapters.types import Signal
-from autoscaler.api import Readiness
-from autoscaler.app import build_access, client_ca_pems, create_app, running
+from autoscaler.app.factory import build_access, client_ca_pems, create_app
+from autoscaler.app.serving import running
 from autoscaler.pipeline import Pipeline
 from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
 from autoscaler.refresher import MetricPlan, Refresher, RefreshSettings
 from autoscaler.settings import Settings
-from autoscaler.tls import ServerTLS, ServingFiles
+from autoscaler.web.readiness import Readiness
+from autoscaler.web.tls import ServerTLS, ServingFiles
 from autoscaler.workers import default_workers, forecast_pools
 from benchmarks.bench_api import PATH, Result, load_in_this_process
 from tests.data_helpers import DATA_DIR

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from autoscaler.certificates import KeyPair, generate_ca, issue_certificate
+from autoscaler.web.certificates import KeyPair, generate_ca, issue_certificate
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.api import AccessControl, Readiness
-from autoscaler.app import Listening, build_access, client_ca_pems, create_app, running
-from autoscaler.auth import Authorizer
+from autoscaler.app.factory import build_access, client_ca_pems, create_app
+from autoscaler.app.serving import Listening, running
 from autoscaler.pipeline import Pipeline
 from autoscaler.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
 from autoscaler.refresher import RefreshSettings
 from autoscaler.settings import Settings
-from autoscaler.tls import ServerTLS, ServingFiles
+from autoscaler.web.auth import AccessControl, Authorizer
+from autoscaler.web.readiness import Readiness
+from autoscaler.web.tls import ServerTLS, ServingFiles
 from tests.pki import PKI, Client, make_pki
 
 NOW = datetime(2026, 11, 22, 8, 0, tzinfo=UTC)

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from autoscaler.cli import main
+from autoscaler.commands.cli import main
 
 pytestmark = pytest.mark.prometheus
 

@@ -65,7 +65,7 @@ async def test_oversized_header_is_rejected_and_the_server_keeps_serving(api_ser
 def test_malformed_request_logs_one_line_without_the_content(caplog):
     from aiohttp.http_exceptions import LineTooLong
 
-    from autoscaler.cli import MalformedRequestFilter
+    from autoscaler.commands.cli import MalformedRequestFilter
 
     logger = logging.getLogger("test.aiohttp.server")
     logger.addFilter(MalformedRequestFilter())
@@ -160,7 +160,7 @@ async def test_rejected_tokens_are_not_logged(api_server, caplog):
 def test_json_log_format_is_json_per_line():
     import json
 
-    from autoscaler.cli import JsonFormatter
+    from autoscaler.commands.cli import JsonFormatter
 
     record = logging.LogRecord("x", logging.WARNING, __file__, 1, "value %s has 'quotes' and \"doubles\"", ("v",), None)
     document = json.loads(JsonFormatter().format(record))

@@ -9,13 +9,14 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from autoscaler.api import Readiness
-from autoscaler.app import build_access, client_ca_pems, create_app, running
+from autoscaler.app.factory import build_access, client_ca_pems, create_app
+from autoscaler.app.serving import running
 from autoscaler.pipeline import Pipeline
 from autoscaler.provider import SnapshotProvider
 from autoscaler.refresher import RefreshSettings
 from autoscaler.settings import Settings
-from autoscaler.tls import ServerTLS, ServingFiles
+from autoscaler.web.readiness import Readiness
+from autoscaler.web.tls import ServerTLS, ServingFiles
 from tests.autoscaler.conftest import METRICS, NOW, fixed_snapshot
 from tests.fakekube import FakeKube
 from tests.pki import PKI

@@ -14,14 +14,15 @@ import aiohttp
 import pandas as pd
 import pytest
 
-from autoscaler.api import Readiness
-from autoscaler.app import build_access, client_ca_pems, create_app, running, update_readiness
+from autoscaler.app.factory import build_access, client_ca_pems, create_app, update_readiness
+from autoscaler.app.serving import running
 from autoscaler.pipeline import Pipeline, open_pipeline
 from autoscaler.provider import SnapshotProvider, empty_snapshot
 from autoscaler.refresher import Refresher
 from autoscaler.selectors import EVERYTHING, parse_selector
 from autoscaler.settings import Settings
-from autoscaler.tls import ServerTLS, ensure_self_signed
+from autoscaler.web.readiness import Readiness
+from autoscaler.web.tls import ServerTLS, ensure_self_signed
 from tests.prometheus_fixture import ProxyMode
 
 pytestmark = pytest.mark.prometheus

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autoscaler.cli import main
+from autoscaler.commands.cli import main
 from autoscaler.settings import Settings, SettingsError, load_settings
 
 

@@ -8,8 +8,8 @@ import ssl
 
 from cryptography import x509
 
-from autoscaler.certificates import issue_certificate
-from autoscaler.tls import ServerTLS, ensure_self_signed
+from autoscaler.web.certificates import issue_certificate
+from autoscaler.web.tls import ServerTLS, ensure_self_signed
 
 
 async def served_certificate(port: int, ca_file) -> x509.Certificate:
@@ -38,7 +38,7 @@ async def test_rotated_certificate_is_served_without_restart(api_server, tmp_pat
 def test_a_half_written_rotation_keeps_the_current_certificate(pki, tmp_path, caplog):
     import shutil
 
-    from autoscaler.tls import ServingFiles
+    from autoscaler.web.tls import ServingFiles
 
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     shutil.copy(pki.serving_cert, cert)

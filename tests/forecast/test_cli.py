@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from autoscaler.cmd_backtest import backtest
+from autoscaler.commands.backtest import backtest
 from tests.data_helpers import write_csv
 
 FAST = ["--eval-days", "1d", "--origin-every", "12h", "--horizons", "15m,60m"]

@@ -24,10 +24,10 @@ from aiohttp import web
 
 from adapters.types import ScheduledWindow
 from autoscaler import policy
-from autoscaler.api import Readiness, build_ops_app
-from autoscaler.inspection import CLOCK
+from autoscaler.app.factory import build_ops_app
 from autoscaler.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
-from autoscaler.self_metrics import SelfMetrics
+from autoscaler.web.readiness import Readiness
+from autoscaler.web.self_metrics import SelfMetrics
 from forecast.engine import EngineResult, fit_select_predict
 from forecast.io import read_series_csv
 
@@ -151,8 +151,12 @@ def build_app(snapshot: Snapshot) -> tuple[web.Application, SelfMetrics, Snapsho
     provider = SnapshotProvider(snapshot, clock=lambda: NOW + SCRAPE_DELAY)
     self_metrics = SelfMetrics()
     self_metrics.watch_snapshots(lambda: provider.snapshot, clock=lambda: NOW + SCRAPE_DELAY)
-    app = build_ops_app(provider=provider, readiness=Readiness(ready=True, reason="test"), self_metrics=self_metrics)
-    app[CLOCK] = lambda: NOW + SCRAPE_DELAY  # staleness is then exactly SCRAPE_DELAY
+    app = build_ops_app(
+        provider=provider,
+        readiness=Readiness(ready=True, reason="test"),
+        self_metrics=self_metrics,
+        clock=lambda: NOW + SCRAPE_DELAY,  # staleness is then exactly SCRAPE_DELAY
+    )
     return app, self_metrics, provider
 
 

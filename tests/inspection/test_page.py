@@ -17,8 +17,8 @@ from urllib.parse import quote
 
 import pytest
 
-from autoscaler import ui
 from autoscaler.provider import MetricInfo, ServedSeries, Snapshot
+from autoscaler.web import page as ui
 from tests.inspection.conftest import NOW, WINDOW, OpsServer, build_app, serve_in_thread
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler.provider import ServedSeries, Snapshot
 from autoscaler.refresher import RefreshStats
-from autoscaler.self_metrics import RefreshCollector, SnapshotCollector
+from autoscaler.web.self_metrics import RefreshCollector, SnapshotCollector
 from tests.inspection.conftest import LEAD_TIME, NOW, QUANTILE, SCRAPE_DELAY, OpsServer
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from autoscaler.cmd_simulate import simulate_command
+from autoscaler.commands.simulate import simulate_command
 
 BASE_KEYS = {"demand_gpu_hours", "provisioned_gpu_hours", "idle_gpu_hours", "short_gpu_minutes", "node_launches"}
 HEURISTICS = "reactive,static_buffer:8,reactive_max:30m,scheduled,oracle"

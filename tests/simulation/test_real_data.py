@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from autoscaler.cmd_simulate import simulate_command
+from autoscaler.commands.simulate import simulate_command
 from tests import data_helpers
 
 pytestmark = [

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from aiohttp import web
+
 from autoscaler import __version__
 from autoscaler.provider import MetricInfo, ServedSeries
 
@@ -103,3 +105,8 @@ def version_info() -> dict[str, str]:
         "compiler": "",
         "platform": "python",
     }
+
+
+def status_response(code: int, message: str, **details: str) -> web.Response:
+    """A ``metav1.Status`` answer with ``code`` as the HTTP status."""
+    return web.json_response(status(code, message, **details), status=code)

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from autoscaler.certificates import generate_ca, issue_certificate
+from autoscaler.web.certificates import generate_ca, issue_certificate
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,15 @@ from kubernetes_asyncio.client import ApiClient
 
 from adapters import kube_auth
 from adapters.kube_client import KubeError
-from autoscaler.auth import Authenticator, RequestHeaderConfig, ReviewUnavailable, SubjectAccessReviewAuthorizer, User
-from autoscaler.certificates import load_certificates
 from autoscaler.settings import AuthSettings
+from autoscaler.web.auth import (
+    Authenticator,
+    RequestHeaderConfig,
+    ReviewUnavailable,
+    SubjectAccessReviewAuthorizer,
+    User,
+)
+from autoscaler.web.certificates import load_certificates
 
 log = logging.getLogger(__name__)
 

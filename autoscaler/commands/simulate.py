@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 import pandas as pd
 
-from autoscaler.progress import progress_bar
+from autoscaler.commands.progress import progress_bar
 from autoscaler.settings import ForecastSettings
 from autoscaler.simulation.forecasting import ForecastCadence
 from autoscaler.simulation.hpa import DEFAULT_SCALE_DOWN, HPASpec, ScalingRules

@@ -10,7 +10,7 @@ from typing import Any
 import click
 import numpy as np
 
-from autoscaler.progress import progress_bar
+from autoscaler.commands.progress import progress_bar
 from forecast.backtest import AUTO, METRICS, BacktestRun, run_backtest_records, summarize
 from forecast.durations import parse_duration, steps_in
 from forecast.io import SeriesFileError, aggregate, read_series_csv

@@ -102,7 +102,7 @@ def serve(
     import uvloop
 
     from adapters.types import AdapterError
-    from autoscaler.app import serve as run_server  # heavy imports only when serving
+    from autoscaler.app.serving import serve as run_server  # heavy imports only when serving
 
     try:
         # uvloop's event loop and TLS transport serve about twice the requests per core.
@@ -131,9 +131,9 @@ def _load_or_exit(config_file: Path | None, overrides: dict[str, Any]) -> Settin
 
 def _register_commands() -> None:
     # Each command lives in its own module; registering here keeps `--help` listing all of them.
-    from autoscaler.cmd_backtest import backtest
-    from autoscaler.cmd_forecast import forecast_command
-    from autoscaler.cmd_simulate import simulate_command
+    from autoscaler.commands.backtest import backtest
+    from autoscaler.commands.forecast import forecast_command
+    from autoscaler.commands.simulate import simulate_command
 
     main.add_command(backtest)
     main.add_command(forecast_command)

@@ -20,7 +20,7 @@ from cryptography import x509
 from multidict import MultiMapping
 
 from adapters.kube_auth import UserInfo as User
-from autoscaler.certificates import common_name, issued_by, organizations
+from autoscaler.web.certificates import common_name, issued_by, organizations
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +162,14 @@ class AllowAuthenticated:
 
     async def authorize(self, user: User, *, namespace: str, metric: str) -> None:
         return None
+
+
+@dataclass(frozen=True)
+class AccessControl:
+    """``None`` for either part means that part is switched off (``auth.mode: none``, loopback only)."""
+
+    authenticator: Authenticator | None
+    authorizer: Authorizer | None
 
 
 class SubjectAccessReviewAuthorizer:

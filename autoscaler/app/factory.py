@@ -1,0 +1,240 @@
+"""The composition root: builds both aiohttp apps, their shared state and the refresher.
+
+Every route is mounted here (``build_api_app`` for the secure port, ``build_ops_app`` for the plain
+one); the web modules only provide handlers and ``add_*_routes`` functions. Nothing starts on import.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+
+from aiohttp import web
+from cryptography import x509
+from kubernetes_asyncio.client import ApiClient
+
+from autoscaler import persistence
+from autoscaler.pipeline import Pipeline
+from autoscaler.provider import MetricsProvider, Snapshot, SnapshotProvider, empty_snapshot
+from autoscaler.refresher import Refresher, RefreshStats
+from autoscaler.settings import Settings
+from autoscaler.web import kubernetes_auth
+from autoscaler.web.auth import AccessControl, AllowAuthenticated, Authenticator, Authorizer, RequestHeaderConfig
+from autoscaler.web.certificates import load_certificates
+from autoscaler.web.external_metrics import add_external_metrics_routes
+from autoscaler.web.inspection import add_inspection_routes
+from autoscaler.web.keys import ACCESS, CLOCK, METRICS_PROVIDER, READINESS, SELF_METRICS, SNAPSHOTS, Clock
+from autoscaler.web.middleware import authenticate, errors_and_metrics
+from autoscaler.web.page import add_page_routes
+from autoscaler.web.probes import add_metrics_route, add_probe_routes
+from autoscaler.web.readiness import Readiness
+from autoscaler.web.self_metrics import SelfMetrics
+from autoscaler.workers import default_workers, forecast_pool, forecast_pools
+
+log = logging.getLogger(__name__)
+
+REFRESHER = web.AppKey("refresher", Refresher)
+
+
+def _read_authorities(path: Path | None) -> tuple[x509.Certificate, ...]:
+    return tuple(load_certificates(path.read_bytes())) if path is not None else ()
+
+
+def needs_kubernetes_api(settings: Settings) -> bool:
+    auth = settings.auth
+    if settings.demo.enabled:
+        return False
+    return (
+        settings.inputs is not None
+        or auth.mode == "kubernetes"
+        or (auth.mode == "files" and auth.authorization == "kubernetes")
+    )
+
+
+def after_refresh(
+    snapshot: Snapshot, readiness: Readiness, refresher: Refresher, pipeline: Pipeline, settings: Settings
+) -> None:
+    update_readiness(readiness, refresher, pipeline)
+    # Off the event loop: with thousands of series the file is a few MB.
+    path = settings.state_dir / persistence.FILE_NAME
+    asyncio.get_running_loop().run_in_executor(None, _save_quietly, path, snapshot)
+
+
+def _save_quietly(path: Path, snapshot: Snapshot) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        persistence.save(path, snapshot)
+    except OSError as error:  # a read-only or full disk must not stop serving
+        log.warning("could not save served values to %s: %s", path, error)
+
+
+def update_readiness(readiness: Readiness, refresher: Refresher, pipeline: Pipeline) -> None:
+    """/readyz?verbose detail: each signal's last success or its error, and the watches' states."""
+    checks: dict[str, str] = {}
+    stats = refresher.stats
+    for source in pipeline.sources:
+        error = stats.last_error.get(source.name)
+        success = stats.last_success.get(source.name)
+        last = f"last success {success:%Y-%m-%dT%H:%M:%SZ}" if success else "no success yet"
+        checks[f"signal {source.name}"] = f"failing: {error} ({last})" if error else last
+    if pipeline.health is not None:
+        checks.update(pipeline.health())
+    readiness.checks = checks
+
+
+async def build_access(settings: Settings, kube: ApiClient | None = None) -> AccessControl:
+    """Authentication and authorisation as ``settings.auth`` says; ``kube`` serves the reviews."""
+    auth = settings.auth
+    if auth.mode == "none":
+        log.warning(
+            "auth.mode is 'none': every caller is trusted (loopback address %s only)", settings.server.bind_address
+        )
+        return AccessControl(authenticator=None, authorizer=None)
+    if needs_kubernetes_api(settings) and kube is None:
+        raise ValueError("this auth configuration needs the Kubernetes API, but no client was given")
+    authorizer: Authorizer = (
+        kubernetes_auth.kubernetes_authorizer(kube, auth)
+        if kube is not None and needs_kubernetes_api(settings)
+        else AllowAuthenticated()
+    )
+    if auth.mode == "kubernetes" and kube is not None:
+        return AccessControl(await kubernetes_auth.kubernetes_authenticator(kube, auth), authorizer)
+    requestheader_authorities = _read_authorities(auth.requestheader_client_ca_file)
+    requestheader = (
+        RequestHeaderConfig(
+            authorities=requestheader_authorities,
+            allowed_names=auth.allowed_names,
+            username_headers=auth.username_headers,
+            group_headers=auth.group_headers,
+            extra_headers_prefixes=auth.extra_headers_prefixes,
+        )
+        if requestheader_authorities
+        else None
+    )
+    authenticator = Authenticator(
+        requestheader=requestheader,
+        client_authorities=_read_authorities(auth.client_ca_file),
+        token_reviewer=kubernetes_auth.KubeTokenReviewer(kube) if kube is not None else None,
+        token_cache_ttl_s=auth.token_cache_ttl.total_seconds(),
+    )
+    return AccessControl(authenticator=authenticator, authorizer=authorizer)
+
+
+def client_ca_pems(access: AccessControl) -> list[bytes]:
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    authenticator = access.authenticator
+    if authenticator is None:
+        return []
+    authorities = list(authenticator.client_authorities)
+    if authenticator.requestheader is not None:
+        authorities += list(authenticator.requestheader.authorities)
+    return [authority.public_bytes(Encoding.PEM) for authority in authorities]
+
+
+def build_api_app(
+    *, provider: MetricsProvider, access: AccessControl, readiness: Readiness, self_metrics: SelfMetrics
+) -> web.Application:
+    """The secure port: the external metrics API and the probes, behind authentication."""
+    app = web.Application(middlewares=[errors_and_metrics, authenticate], client_max_size=64 * 1024)
+    app[METRICS_PROVIDER] = provider
+    app[ACCESS] = access
+    app[READINESS] = readiness
+    app[SELF_METRICS] = self_metrics
+    add_external_metrics_routes(app)
+    add_probe_routes(app)
+    return app
+
+
+def build_ops_app(
+    *, provider: SnapshotProvider, readiness: Readiness, self_metrics: SelfMetrics, clock: Clock | None = None
+) -> web.Application:
+    """The plain-HTTP port: probes, ``/metrics``, the inspection API and the web page."""
+    app = web.Application(middlewares=[errors_and_metrics])
+    app[METRICS_PROVIDER] = provider
+    app[SNAPSHOTS] = provider
+    app[READINESS] = readiness
+    app[SELF_METRICS] = self_metrics
+    app[CLOCK] = clock or (lambda: datetime.now(UTC))
+    add_probe_routes(app)
+    add_metrics_route(app)
+    add_inspection_routes(app)
+    add_page_routes(app)
+    return app
+
+
+def create_app(
+    settings: Settings,
+    *,
+    pipeline: Pipeline,
+    access: AccessControl,
+    provider: SnapshotProvider | None = None,
+    readiness: Readiness | None = None,
+    self_metrics: SelfMetrics | None = None,
+) -> tuple[web.Application, web.Application]:
+    """The composition root: the secure API app and the plain ops app, sharing one provider.
+
+    The API app owns the refresher (started and stopped by its ``cleanup_ctx``).
+    """
+    provider = provider or SnapshotProvider(empty_snapshot(pipeline.metrics))
+    readiness = readiness or Readiness()
+    self_metrics = self_metrics or SelfMetrics()
+    self_metrics.watch_snapshots(lambda: provider.snapshot)
+    api_app = build_api_app(provider=provider, access=access, readiness=readiness, self_metrics=self_metrics)
+    ops_app = build_ops_app(provider=provider, readiness=readiness, self_metrics=self_metrics)
+
+    def refresh_stats() -> RefreshStats | None:
+        refresher = api_app.get(REFRESHER)
+        return refresher.stats if refresher is not None else None
+
+    self_metrics.watch_refreshes(refresh_stats)
+    if pipeline.sources:
+        api_app.cleanup_ctx.append(partial(_refresher_ctx, settings, pipeline, provider, readiness))
+    else:
+        readiness.ready, readiness.reason = True, "no signals configured: nothing to forecast"
+    return api_app, ops_app
+
+
+async def _refresher_ctx(
+    settings: Settings, pipeline: Pipeline, provider: SnapshotProvider, readiness: Readiness, app: web.Application
+) -> AsyncIterator[None]:
+    """Start the refresher (after restoring saved values) with the app; stop it and its workers after."""
+    refresher = Refresher(
+        provider=provider,
+        sources=pipeline.sources,
+        plans=pipeline.plans,
+        metrics=pipeline.metrics,
+        settings=pipeline.refresh,
+        pools=forecast_pools(settings.forecast.workers or default_workers()),
+        new_pool=lambda: forecast_pool(1),
+        windows=pipeline.windows,
+        lead_time=pipeline.lead_time,
+        caps=pipeline.caps,
+        on_success=lambda snapshot: after_refresh(snapshot, readiness, refresher, pipeline, settings),
+    )
+    app[REFRESHER] = refresher
+    saved_values = settings.state_dir / persistence.FILE_NAME
+    restored = persistence.load(saved_values, pipeline.metrics)
+    if restored is not None:
+        refresher.restore(restored)
+        readiness.ready = True
+        readiness.reason = f"serving values saved at {restored.created_at:%Y-%m-%dT%H:%M:%SZ}; first forecast pending"
+        log.info("restored served values saved at %s from %s", restored.created_at, saved_values)
+
+    def mark_ready() -> None:
+        if not readiness.ready:
+            log.info("first forecast served; ready")
+        readiness.ready, readiness.reason = True, "forecasts served"
+
+    task = asyncio.create_task(refresher.run(ready=mark_ready), name="refresher")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    for pool in refresher.pools:
+        pool.shutdown(wait=False, cancel_futures=True)

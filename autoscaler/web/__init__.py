@@ -1,0 +1,14 @@
+"""Everything that answers HTTP, one concept per module (``app.factory`` mounts the routes):
+
+- ``external_metrics``: the ``external.metrics.k8s.io/v1beta1`` API on the secure port;
+  ``responses`` builds its Kubernetes documents (discovery, ``metav1.Status``, metric lists).
+- ``inspection`` (JSON, described by ``openapi``) and ``page`` (HTML, with ``charts``): what is served
+  and why, both reading ``views`` of the current snapshot.
+- ``probes``: ``/healthz``, ``/livez``, ``/readyz`` (state in ``readiness``) and ``/metrics``
+  (``self_metrics``: the service's own registry).
+- ``middleware``: Kubernetes-style errors, request metrics and authentication for every request;
+  ``auth`` and ``kubernetes_auth`` decide who a caller is and what it may read.
+- ``tls`` and ``certificates``: serving certificates, reloaded when rotated; ``demo_pki`` is the
+  demo's local CA and kubeconfig.
+- ``keys``: the typed app state the routes share.
+"""

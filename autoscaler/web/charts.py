@@ -1,0 +1,184 @@
+"""The page's charts: matplotlib SVGs rendered in a worker thread and cached per snapshot."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import math
+import re
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from html import escape
+
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, MultipleLocator
+
+from autoscaler.provider import Snapshot
+from autoscaler.web.views import SeriesView
+
+MAX_CACHED_CHARTS = 256
+
+ChartKey = tuple[str, tuple[tuple[str, str], ...], float]
+
+
+class ChartCache:
+    """SVG charts of one snapshot. A different snapshot object drops them all.
+
+    Concurrent requests for the same chart share one rendering (a task), and a client that goes away
+    does not cancel a rendering others wait for.
+    """
+
+    def __init__(self, max_entries: int = MAX_CACHED_CHARTS) -> None:
+        self._max_entries = max_entries
+        self._snapshot: Snapshot | None = None
+        self._charts: dict[ChartKey, asyncio.Task[str]] = {}
+        self._render_lock = asyncio.Lock()
+
+    async def get(self, snapshot: Snapshot, key: ChartKey, render: Callable[[], str]) -> str:
+        if snapshot is not self._snapshot:
+            self._snapshot, self._charts = snapshot, {}
+        task = self._charts.get(key)
+        if task is None:
+            if len(self._charts) >= self._max_entries:  # many history= values: forget the oldest
+                self._charts.pop(next(iter(self._charts)))
+            task = asyncio.create_task(self._render(render))
+            self._charts[key] = task
+        try:
+            return await asyncio.shield(task)
+        except Exception:
+            if self._charts.get(key) is task:  # let the next request try again
+                del self._charts[key]
+            raise
+
+    async def _render(self, render: Callable[[], str]) -> str:
+        async with self._render_lock:
+            return await asyncio.to_thread(render)
+
+
+# Chart colours: observed, forecast, band, windows, served value, time markers.
+OBSERVED, FORECAST, WINDOW, SERVED, MARKER = "#1f4e79", "#e07b00", "#7b3fa0", "#c62828", "#5b6573"
+
+
+class TimeAxis:
+    """Times as hours from the moment the forecast was made, labelled with UTC clock times.
+
+    Plain floats keep matplotlib's date machinery (untyped) out; ticks fall on round clock times.
+    """
+
+    STEPS_HOURS = (0.25, 0.5, 1, 2, 3, 6, 12, 24, 48, 96, 168)
+
+    def __init__(self, origin: datetime) -> None:
+        self.origin = pd.Timestamp(origin).tz_convert("UTC")
+
+    def hours(self, stamps: pd.DatetimeIndex) -> np.ndarray:
+        stamps = stamps.tz_localize("UTC") if stamps.tz is None else stamps.tz_convert("UTC")
+        return np.asarray((stamps - self.origin) / pd.Timedelta(hours=1), dtype=np.float64)
+
+    def hour(self, moment: datetime) -> float:
+        return float((pd.Timestamp(moment).tz_convert("UTC") - self.origin) / pd.Timedelta(hours=1))
+
+    def apply(self, axes: Axes) -> None:
+        low, high = axes.get_xlim()
+        step = next((s for s in self.STEPS_HOURS if (high - low) / s <= 8), self.STEPS_HOURS[-1])
+        # Offset the ticks so they land on multiples of the step in clock time, not relative to now.
+        past_boundary = (self.origin - self.origin.floor(pd.Timedelta(hours=step))) / pd.Timedelta(hours=1)
+        axes.xaxis.set_major_locator(MultipleLocator(step, offset=-past_boundary % step))
+        clock_format = "%H:%M" if high - low <= 36 else "%d %b %H:%M"
+
+        def label(hours: float, _position: int | None = None) -> str:
+            # Rounded: float hours land a hair before the minute (03:59:59.99 must read 04:00).
+            return f"{(self.origin + pd.Timedelta(hours=hours)).round('1min'):{clock_format}}"
+
+        axes.xaxis.set_major_formatter(FuncFormatter(label))
+
+
+def band_level(view: SeriesView) -> float | None:
+    """The quantile drawn as the upper band: the policy's, else the highest one forecast."""
+    if view.forecast is None or not view.forecast.quantiles:
+        return None
+    if view.quantile is not None and view.quantile in view.forecast.quantiles:
+        return view.quantile
+    return max(view.forecast.quantiles)
+
+
+def number(value: float | None, digits: int = 2) -> str:
+    """Fixed decimals; small values (request rates) keep three significant digits instead."""
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    if 0 < abs(value) < 1:
+        return f"{value:.{max(digits, 3)}g}"
+    return f"{value:.{digits}f}"
+
+
+def render_chart(view: SeriesView) -> str:
+    """History, forecast mean, upper band, scheduled windows and the served value as inline SVG.
+
+    Uses a bare ``Figure`` (no pyplot), so nothing global is touched and threads may call it.
+    """
+    figure = Figure(figsize=(10, 3.6), dpi=96, layout="constrained")
+    axes = figure.add_subplot()
+    computed_at = view.series.timestamp
+    time_axis = TimeAxis(computed_at)
+    if len(view.history):
+        history_hours = time_axis.hours(pd.DatetimeIndex(view.history.index))
+        axes.plot(history_hours, view.history.to_numpy(dtype=float), color=OBSERVED, linewidth=1.4, label="observed")
+    level = band_level(view)
+    if view.forecast is not None:
+        steps = time_axis.hours(view.forecast.timestamps)
+        axes.plot(steps, view.forecast.mean, color=FORECAST, linestyle="--", linewidth=1.6, label="forecast mean")
+        if level is not None:
+            upper = view.forecast.quantiles[level]
+            axes.fill_between(
+                steps, view.forecast.mean, upper, color=FORECAST, alpha=0.22, label=f"p{level * 100:g} band"
+            )
+            axes.plot(steps, upper, color=FORECAST, linewidth=0.9)
+    for position, window in enumerate(view.windows):
+        start = time_axis.hour(window.start)
+        axes.axvspan(
+            start,
+            time_axis.hour(window.end),
+            color=WINDOW,
+            alpha=0.14,
+            label="scheduled window" if position == 0 else None,
+        )
+        # Named at the foot of its span (x in data units, y in axes units) so it stays clear of the lines.
+        axes.text(
+            start,
+            0.02 + 0.07 * (position % 3),
+            f" {window.name} +{window.gpus:g}",
+            transform=axes.get_xaxis_transform(),
+            color=WINDOW,
+            fontsize=8,
+            clip_on=True,
+        )
+    served = view.series.value  # the snapshot's value: the chart is cached per snapshot, not per clock
+    axes.axhline(served, color=SERVED, linewidth=1.6, label=f"served {number(served)}")
+    axes.axvline(0.0, color=MARKER, linestyle=":", linewidth=1.2, label="forecast made")
+    if view.lead_time_seconds:
+        axes.axvline(view.lead_time_seconds / 3600, color=MARKER, linestyle="-.", linewidth=1.0, label="+ lead time")
+    time_axis.apply(axes)
+    axes.set_xlabel("time (UTC)")
+    axes.set_ylabel(view.info.unit or view.info.name)
+    axes.grid(alpha=0.3)
+    axes.margins(y=0.08)
+    figure.legend(loc="outside upper center", fontsize=8, ncols=7, frameon=False)
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg", metadata={"Date": None})
+    return inline_svg(buffer.getvalue(), title=f"{view.info.name} {format_labels(view.labels)}")
+
+
+def inline_svg(document: str, *, title: str) -> str:
+    """An SVG file made fit to inline in HTML: no XML prolog, scales to its container, labelled."""
+    svg = document[document.index("<svg") :]
+    root_end = svg.index(">")
+    root = re.sub(r'\s(width|height)="[^"]*"', "", svg[:root_end])
+    return f'{root} role="img" aria-label="{escape(title)}"{svg[root_end:]}'
+
+
+def format_labels(labels: Mapping[str, str]) -> str:
+    return ", ".join(f"{key}={value}" for key, value in sorted(labels.items())) or "(no labels)"
+
+

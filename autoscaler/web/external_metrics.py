@@ -1,0 +1,90 @@
+"""The external metrics API (``external.metrics.k8s.io/v1beta1``) on the secure port.
+
+Handlers read the provider (the narrow ``MetricsProvider`` interface) and nothing else: no I/O and
+no model work on the request path.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from autoscaler.provider import MetricNotFound, MetricUnavailable
+from autoscaler.selectors import SelectorError, parse_selector
+from autoscaler.web import responses
+from autoscaler.web.auth import AccessDenied
+from autoscaler.web.keys import ACCESS, METRICS_PROVIDER, SELF_METRICS, USER
+from autoscaler.web.middleware import method_not_allowed
+from autoscaler.web.responses import status_response
+
+PREFIX = f"/apis/{responses.GROUP}/{responses.VERSION}"
+
+
+async def _authorize(request: web.Request, namespace: str, metric: str) -> web.Response | None:
+    access = request.app[ACCESS]
+    if access.authorizer is None or USER not in request:
+        return None
+    try:
+        await access.authorizer.authorize(request[USER], namespace=namespace, metric=metric)
+    except AccessDenied as denied:
+        request.app[SELF_METRICS].auth_failures.labels(str(denied.status)).inc()
+        return status_response(denied.status, str(denied), name=metric, kind="ExternalMetricValueList")
+    return None
+
+
+async def get_api_group_list(request: web.Request) -> web.Response:
+    return web.json_response(responses.api_group_list())
+
+
+async def get_api_group(request: web.Request) -> web.Response:
+    return web.json_response(responses.api_group())
+
+
+async def get_api_resources(request: web.Request) -> web.Response:
+    # Metric names come from the configuration, so this list is full before any forecast exists.
+    return web.json_response(responses.api_resource_list(request.app[METRICS_PROVIDER].list_metrics()))
+
+
+async def get_version(request: web.Request) -> web.Response:
+    return web.json_response(responses.version_info())
+
+
+async def get_external_metric(request: web.Request) -> web.Response:
+    namespace = request.match_info["namespace"]
+    metric = request.match_info["metric"]
+    denied = await _authorize(request, namespace, metric)
+    if denied is not None:
+        return denied
+    try:
+        selector = parse_selector(request.query.get("labelSelector"))
+    except SelectorError as error:
+        return status_response(400, f"invalid labelSelector: {error}")
+    try:
+        series = request.app[METRICS_PROVIDER].get_metric(namespace, metric, selector)
+    except MetricNotFound as error:
+        return status_response(404, str(error), name=metric, kind="ExternalMetricValueList")
+    except MetricUnavailable as error:
+        return status_response(503, str(error), name=metric, kind="ExternalMetricValueList")
+    return web.json_response(responses.external_metric_value_list(metric, series))
+
+
+async def get_namespaced_list(request: web.Request) -> web.Response:
+    # "Get every metric in a namespace" is not an operation of this API.
+    return status_response(404, "the server could not find the requested resource")
+
+
+def add_external_metrics_routes(app: web.Application) -> None:
+    """Discovery and metric routes. Only GET exists; every other verb is a 405 Status."""
+    # Discovery documents are served with and without a trailing slash, as kube-apiserver does
+    # (kubernetes clients ask for "/apis/").
+    for path, handler in (
+        ("/apis", get_api_group_list),
+        (f"/apis/{responses.GROUP}", get_api_group),
+        (PREFIX, get_api_resources),
+    ):
+        app.router.add_get(path, handler)
+        app.router.add_get(path + "/", handler)
+    app.router.add_get(f"{PREFIX}/namespaces/{{namespace}}", get_namespaced_list)
+    app.router.add_get(f"{PREFIX}/namespaces/{{namespace}}/{{metric}}", get_external_metric)
+    app.router.add_get("/version", get_version)
+    for path in ("/apis", f"/apis/{responses.GROUP}", PREFIX, f"{PREFIX}/namespaces/{{namespace}}/{{metric}}"):
+        app.router.add_route("*", path, method_not_allowed)

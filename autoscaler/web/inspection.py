@@ -1,0 +1,165 @@
+"""The inspection API on the plain-HTTP port: what is served, why, and from which forecast.
+
+``GET /api/v1/forecasts`` lists every metric and series; ``GET /api/v1/forecasts/{metric}`` gives each
+matching series with its history tail, forecast arrays, scheduled windows and backtest scores.
+Handlers read the current snapshot and nothing else (no I/O, no model work), like the metrics API.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from aiohttp import web
+
+from adapters.types import ScheduledWindow
+from autoscaler.provider import Snapshot
+from autoscaler.web.keys import CLOCK, SNAPSHOTS
+from autoscaler.web.openapi import openapi_document
+from autoscaler.web.views import InspectionError, SeriesView, find_metric, parse_history, views_of
+from forecast.types import Forecast
+
+FORECASTS_PATH = "/api/v1/forecasts"
+
+
+# JSON rendering. NaN and infinities are not JSON: they become null.
+
+
+def rfc3339(moment: datetime | pd.Timestamp) -> str:
+    stamp = pd.Timestamp(moment)
+    stamp = stamp.tz_localize(UTC) if stamp.tzinfo is None else stamp.tz_convert(UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _timestamps(index: pd.Index) -> list[str]:
+    stamps = pd.DatetimeIndex(index)
+    stamps = stamps.tz_localize(UTC) if stamps.tz is None else stamps.tz_convert(UTC)
+    return list(stamps.strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+def _numbers(values: Sequence[float] | np.ndarray) -> list[float | None]:
+    return [float(v) if math.isfinite(v) else None for v in np.asarray(values, dtype=np.float64)]
+
+
+def _number(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def quantile_key(level: float) -> str:
+    return f"{level:g}"
+
+
+def backtest_json(view: SeriesView) -> dict[str, Any]:
+    return {
+        "quantile": view.quantile,
+        "scores": {
+            model: {name: _number(value) for name, value in metrics.items()} for model, metrics in view.scores.items()
+        },
+    }
+
+
+def forecast_json(forecast: Forecast | None) -> dict[str, Any] | None:
+    if forecast is None:
+        return None
+    return {
+        "timestamps": _timestamps(forecast.timestamps),
+        "mean": _numbers(forecast.mean),
+        "quantiles": {quantile_key(level): _numbers(values) for level, values in sorted(forecast.quantiles.items())},
+    }
+
+
+def window_json(window: ScheduledWindow) -> dict[str, Any]:
+    return {
+        "namespace": window.namespace,
+        "name": window.name,
+        "start": rfc3339(window.start),
+        "end": rfc3339(window.end),
+        "gpus": window.gpus,
+        "source": window.source,
+    }
+
+
+def series_json(view: SeriesView) -> dict[str, Any]:
+    return {
+        "metric": view.info.name,
+        "labels": dict(view.labels),
+        "value": _number(view.value),
+        "explanation": view.explanation,
+        "model": view.model,
+        "stale_seconds": round(view.stale_seconds, 3),
+        "history": {"timestamps": _timestamps(view.history.index), "values": _numbers(view.history.to_numpy())},
+        "forecast": forecast_json(view.forecast),
+        "windows": [window_json(window) for window in view.windows],
+        "lead_time_seconds": view.lead_time_seconds,
+        "backtest": backtest_json(view),
+    }
+
+
+def summary_json(snapshot: Snapshot, now: datetime) -> dict[str, Any]:
+    metrics = []
+    for info in snapshot.metrics.values():
+        series = []
+        for view in views_of(snapshot, info, now, timedelta(0)):
+            series.append(
+                {
+                    "labels": dict(view.labels),
+                    "value": _number(view.value),
+                    "timestamp": rfc3339(view.series.timestamp),
+                    "stale_seconds": round(view.stale_seconds, 3),
+                    "model": view.model,
+                    "lead_time_seconds": view.lead_time_seconds,
+                    "backtest": backtest_json(view),
+                }
+            )
+        metrics.append(
+            {
+                "metric": info.name,
+                "description": info.description,
+                "unit": info.unit,
+                "fallback": info.fallback,
+                "staleness_ttl_seconds": info.staleness_ttl.total_seconds(),
+                "series": series,
+            }
+        )
+    return {
+        "snapshot": {"created_at": rfc3339(snapshot.created_at), "last_error": snapshot.last_error},
+        "metrics": metrics,
+    }
+
+
+def error_response(status: int, message: str, **fields: str) -> web.Response:
+    return web.json_response({"error": message, **fields}, status=status)
+
+
+async def list_forecasts(request: web.Request) -> web.Response:
+    snapshot = request.app[SNAPSHOTS].snapshot
+    return web.json_response(summary_json(snapshot, request.app[CLOCK]()))
+
+
+async def get_forecast(request: web.Request) -> web.Response:
+    snapshot = request.app[SNAPSHOTS].snapshot  # one read: the answer comes from one consistent snapshot
+    metric = request.match_info["metric"]
+    info = find_metric(snapshot, metric)
+    if info is None:
+        return error_response(404, f"metric {metric!r} is not served by gpu-autoscaler", metric=metric)
+    try:
+        history = parse_history(request.query.get("history"))
+        views = views_of(snapshot, info, request.app[CLOCK](), history, request.query.get("labelSelector"))
+    except InspectionError as error:
+        return error_response(400, str(error), parameter=error.parameter)
+    return web.json_response([series_json(view) for view in views])
+
+
+async def get_openapi(request: web.Request) -> web.Response:
+    return web.json_response(openapi_document())
+
+
+def add_inspection_routes(app: web.Application) -> None:
+    """The inspection API and its OpenAPI document."""
+    app.router.add_get(FORECASTS_PATH, list_forecasts)
+    app.router.add_get(FORECASTS_PATH + "/{metric}", get_forecast)
+    app.router.add_get("/openapi.json", get_openapi)

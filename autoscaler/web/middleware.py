@@ -1,0 +1,73 @@
+"""What every request passes through: Kubernetes-style errors, request metrics, authentication."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from autoscaler.web.auth import AccessDenied
+from autoscaler.web.keys import ACCESS, SELF_METRICS, USER
+from autoscaler.web.probes import PROBE_PATHS
+from autoscaler.web.responses import status_response
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def route_label(request: web.Request) -> str:
+    # Label by route template, never by raw path: metric names and namespaces are unbounded.
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else "unmatched"
+
+
+async def method_not_allowed(request: web.Request) -> web.Response:
+    response = status_response(405, f"the server does not allow this method on {request.path}")
+    response.headers["Allow"] = "GET"
+    return response
+
+
+@web.middleware
+async def errors_and_metrics(request: web.Request, handler: Handler) -> web.StreamResponse:
+    started = time.perf_counter()
+    metrics = request.app[SELF_METRICS]
+    try:
+        response = await handler(request)
+    except web.HTTPException as error:
+        # aiohttp's own 404/405 become Status objects so clients always get Kubernetes JSON.
+        if error.status == 405:
+            response = await method_not_allowed(request)
+        elif error.status == 404:
+            response = status_response(404, "the server could not find the requested resource")
+        else:
+            response = status_response(error.status, error.reason)
+    except Exception:
+        log.exception("internal error serving %s %s", request.method, request.path)
+        response = status_response(500, "Internal error occurred: the request could not be served")
+    metrics.requests.labels(route_label(request), str(response.status)).inc()
+    metrics.latency.labels(route_label(request)).observe(time.perf_counter() - started)
+    return response
+
+
+def _peer_certificate(request: web.Request) -> bytes | None:
+    ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
+    if ssl_object is None:
+        return None
+    der: bytes | None = ssl_object.getpeercert(binary_form=True)
+    return der
+
+
+@web.middleware
+async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+    access = request.app[ACCESS]
+    if request.path in PROBE_PATHS or access.authenticator is None:
+        return await handler(request)
+    try:
+        request[USER] = await access.authenticator.authenticate(_peer_certificate(request), request.headers)
+    except AccessDenied as denied:
+        request.app[SELF_METRICS].auth_failures.labels(str(denied.status)).inc()
+        return status_response(denied.status, str(denied))
+    return await handler(request)
