@@ -8,6 +8,11 @@ from datetime import datetime
 
 import pandas as pd
 
+# The Kubernetes node label Karpenter puts on every node it launches, naming its NodePool.
+KARPENTER_NODEPOOL_LABEL = "karpenter.sh/nodepool"
+# The label that names a node pool on series and windows (joined from KARPENTER_NODEPOOL_LABEL).
+NODEPOOL_LABEL = "nodepool"
+
 
 class AdapterError(Exception):
     """Base of every error an adapter raises; callers never see the HTTP library's types."""

@@ -17,13 +17,11 @@ from kubernetes_asyncio.client import ApiClient
 from adapters import cronjobs, nodeclaims, resourcelimits
 from adapters.kube_client import KubeError
 from adapters.kube_watch import WatchCache, WatchGroup, WatchSettings
-from adapters.types import ScheduledWindow
+from adapters.types import NODEPOOL_LABEL, ScheduledWindow
 from autoscaler.policy import Cap, LeadTime
 from autoscaler.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings, WindowSettings
 
 log = logging.getLogger(__name__)
-
-NODEPOOL_LABEL = "nodepool"
 
 
 def declared_windows(windows: Sequence[WindowSettings], now: datetime, horizon: timedelta) -> list[ScheduledWindow]:

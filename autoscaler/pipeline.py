@@ -26,6 +26,7 @@ from autoscaler.refresher import (
     CapsFunction,
     LeadTimeFunction,
     MetricPlan,
+    RefreshInputs,
     RefreshSettings,
     SignalSource,
     WindowsFunction,
@@ -37,14 +38,9 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Pipeline:
-    metrics: Sequence[MetricInfo]
-    plans: Sequence[MetricPlan]
-    sources: Sequence[SignalSource]
-    refresh: RefreshSettings
-    windows: WindowsFunction | None = None
-    lead_time: LeadTimeFunction | None = None
-    caps: CapsFunction | None = None
+class Pipeline(RefreshInputs):
+    """What the refresher reads, plus what the service reports about its inputs."""
+
     # Extra lines for /readyz?verbose (watch states and the like).
     health: Callable[[], dict[str, str]] | None = None
 

@@ -1,17 +1,29 @@
-"""From forecasts to served values: pure functions of (forecast, windows, now), with their reasons."""
+"""From forecasts to served values: pure functions of (forecast, windows, now), with their reasons.
+
+:func:`decide` is the one composition of them, used by the refresher and the simulator alike, so the
+simulator's figures are evidence for what the service serves.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Literal
 
 import numpy as np
 import pandas as pd
 
 from adapters.types import ScheduledWindow
 from forecast.types import Forecast
+
+# What a served metric is: a forecast peak of GPUs (plus windows), that minus GPUs requested now, a
+# forecast peak of requests per second, or replicas for that rate.
+PlanKind = Literal["demand", "headroom", "rate", "replicas"]
+# The kinds of served value that count scheduled GPU windows.
+WINDOW_KINDS = frozenset({"demand", "headroom"})
+AdjustmentKind = Literal["cap", "maximum", "minimum", "step_down"]
 
 
 @dataclass(frozen=True)
@@ -23,9 +35,27 @@ class LeadTime:
 
 
 @dataclass(frozen=True)
+class Adjustment:
+    """A limit that changed a value after the forecast: a cap, a clamp or step-down pacing."""
+
+    kind: AdjustmentKind
+    before: float
+    after: float
+    reason: str
+
+
+@dataclass(frozen=True)
 class Decision:
     value: float
     explanation: str
+    # When the forecast peak over the lead time falls (set by forecast_demand, kept by what follows).
+    peak_at: datetime | None = None
+    adjustments: tuple[Adjustment, ...] = ()
+
+    def adjusted(self, kind: AdjustmentKind, value: float, reason: str, explanation: str) -> Decision:
+        """This decision with its value changed by a limit, recorded as an :class:`Adjustment`."""
+        adjustment = Adjustment(kind, self.value, value, reason)
+        return replace(self, value=value, explanation=explanation, adjustments=(*self.adjustments, adjustment))
 
 
 def _lead_slice(forecast: Forecast, now: datetime, lead_time: timedelta) -> np.ndarray:
@@ -79,7 +109,7 @@ def forecast_demand(
     if open_windows:
         names = ", ".join(f"{w.namespace}/{w.name} ({w.gpus:g} GPUs)" for w in open_windows)
         parts.append(f"plus scheduled windows {names}")
-    return Decision(max(0.0, statistical + scheduled), "; ".join(parts))
+    return Decision(max(0.0, statistical + scheduled), "; ".join(parts), peak_at=peak_at.to_pydatetime())
 
 
 def headroom(demand: Decision, requested_now: float) -> Decision:
@@ -87,9 +117,10 @@ def headroom(demand: Decision, requested_now: float) -> Decision:
     if not math.isfinite(requested_now):
         requested_now = 0.0
     value = max(0.0, demand.value - requested_now)
-    return Decision(
-        value,
-        f"{demand.value:.2f} GPUs forecast minus {requested_now:.2f} requested now = {value:.2f} "
+    return replace(
+        demand,
+        value=value,
+        explanation=f"{demand.value:.2f} GPUs forecast minus {requested_now:.2f} requested now = {value:.2f} "
         f"placeholder GPUs ({demand.explanation})",
     )
 
@@ -113,14 +144,17 @@ def apply_caps(decision: Decision, caps: Sequence[Cap]) -> Decision:
     if binding is None or decision.value <= binding.limit:
         return decision
     limit = max(0.0, binding.limit)
-    return Decision(limit, f"{decision.explanation}; capped at {limit:g} by {binding.reason}")
+    text = f"{decision.explanation}; capped at {limit:g} by {binding.reason}"
+    return decision.adjusted("cap", limit, binding.reason, text)
 
 
 def clamp(decision: Decision, minimum: float | None, maximum: float | None) -> Decision:
     if maximum is not None and decision.value > maximum:
-        return Decision(maximum, f"{decision.explanation}; clamped to the maximum {maximum:g}")
+        text = f"{decision.explanation}; clamped to the maximum {maximum:g}"
+        return decision.adjusted("maximum", maximum, "max_value", text)
     if minimum is not None and decision.value < minimum:
-        return Decision(minimum, f"{decision.explanation}; raised to the minimum {minimum:g}")
+        text = f"{decision.explanation}; raised to the minimum {minimum:g}"
+        return decision.adjusted("minimum", minimum, "min_value", text)
     return decision
 
 
@@ -142,11 +176,11 @@ def limit_step_down(
     floor = previous_value - max_decrease_per_minute * minutes
     if decision.value >= floor:
         return decision
-    return Decision(
-        floor,
+    text = (
         f"{decision.explanation}; stepping down from {previous_value:.2f} by at most "
-        f"{max_decrease_per_minute:g} per minute (target {decision.value:.2f})",
+        f"{max_decrease_per_minute:g} per minute (target {decision.value:.2f})"
     )
+    return decision.adjusted("step_down", floor, "max_decrease_per_minute", text)
 
 
 @dataclass(frozen=True)
@@ -181,9 +215,61 @@ def replicas_for(rate: Decision, capacity: ReplicaCapacity | None, target_utiliz
     if capacity is None:
         return None
     replicas = math.ceil(rate.value / capacity.requests_per_second) if rate.value > 0 else 0
-    return Decision(
-        float(replicas),
-        f"{rate.value:.2f} requests/s / {capacity.requests_per_second:.2f} per replica at "
+    return replace(
+        rate,
+        value=float(replicas),
+        explanation=f"{rate.value:.2f} requests/s / {capacity.requests_per_second:.2f} per replica at "
         f"{target_utilization:g}% GPU utilisation (Huber fit on {capacity.samples} points) = {replicas} replicas "
         f"({rate.explanation})",
     )
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How one served metric is made from a forecast, and the limits it is served within."""
+
+    kind: PlanKind
+    quantile: float = 0.9
+    min_value: float | None = None
+    max_value: float | None = None
+    max_decrease_per_minute: float | None = None
+    target_utilization: float = 60.0
+
+
+@dataclass(frozen=True)
+class Situation:
+    """What one decision sees: the forecast and the facts of the moment."""
+
+    forecast: Forecast
+    now: datetime
+    lead_time: LeadTime
+    windows: Sequence[ScheduledWindow] = ()  # the series' own windows (its pool's)
+    requested_now: float = math.nan  # headroom: GPUs requested now (the newest complete step's peak)
+    caps: Sequence[Cap] = ()  # headroom: ResourceQuota and NodePool limits
+    previous: tuple[float, datetime] | None = None  # the value served last and when, for pacing
+    capacity: ReplicaCapacity | None = None  # replicas: one replica's learned capacity
+
+
+def decide(rule: Rule, situation: Situation) -> Decision | None:
+    """The served value and its reasons; ``None`` for replicas while no capacity can be learned.
+
+    The forecast peak over the lead time plus open windows; for headroom, minus GPUs requested now and
+    capped; then clamped to the rule's bounds and paced on the way down.
+    """
+    demand = forecast_demand(
+        situation.forecast,
+        quantile=rule.quantile,
+        now=situation.now,
+        lead_time=situation.lead_time.value,
+        windows=situation.windows if rule.kind in WINDOW_KINDS else (),
+    )
+    decision: Decision | None = demand
+    if rule.kind == "replicas":
+        decision = replicas_for(demand, situation.capacity, rule.target_utilization)
+    elif rule.kind == "headroom":
+        decision = apply_caps(headroom(demand, situation.requested_now), situation.caps)
+    if decision is None:
+        return None
+    decision = clamp(decision, rule.min_value, rule.max_value)
+    decision = limit_step_down(decision, situation.previous, situation.now, rule.max_decrease_per_minute)
+    return replace(decision, explanation=f"{decision.explanation}; lead time {situation.lead_time.source}")

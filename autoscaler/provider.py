@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
+from autoscaler.provenance import Provenance
 from autoscaler.quantity import format_quantity
 from autoscaler.selectors import Operator, Selector
 
+# Past its staleness TTL a metric serves its last value (hold), a static value, or an error (503).
 FallbackMode = Literal["hold", "static", "error"]
 
 
@@ -62,8 +64,9 @@ class ServedSeries:
     namespace: str | None = None
     window_seconds: int | None = None
     explanation: str = ""
-    # Inspection data (forecast arrays, model, windows); never read on the metrics path.
-    details: Mapping[str, Any] = field(default_factory=dict)
+    # What the value was computed from (forecast, model, windows, limits); never read on the metrics
+    # path. None for values restored after a restart.
+    provenance: Provenance | None = None
     # The ExternalMetricValue item minus metricName, made once when the series is made: the request
     # path then only copies it (formatting times and quantities per request cost a fifth of it).
     item: Mapping[str, Any] = field(init=False, repr=False, compare=False)
@@ -201,5 +204,5 @@ def apply_staleness(info: MetricInfo, series: ServedSeries, now: datetime) -> Se
         namespace=series.namespace,
         window_seconds=series.window_seconds,
         explanation=f"stale for {int(age.total_seconds())} s: static fallback {info.fallback_value}",
-        details=series.details,
+        provenance=series.provenance,
     )

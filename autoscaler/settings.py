@@ -21,6 +21,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from adapters.promql import PerStep
 from adapters.types import AdapterError
 from autoscaler.durations import parse_duration
+from autoscaler.policy import PlanKind
+from autoscaler.provider import FallbackMode
 from autoscaler.selectors import SelectorError, validate_key, validate_value
 
 ENV_PREFIX = "GPU_AUTOSCALER_"
@@ -167,9 +169,7 @@ class SignalSettings(_Strict):
     """A named series to pull: a shipped preset or a PromQL query of your own."""
 
     name: str = Field(pattern=_METRIC_NAME)
-    preset: (
-        Literal["gpus_requested", "gpus_allocatable", "gpu_utilization", "gpu_engine_active", "request_rate"] | None
-    ) = None
+    preset: SignalPreset | None = None
     query: str | None = None
     step: Duration = timedelta(minutes=5)
     # Labels that identify a series (and become the served metric's labels); presets have defaults.
@@ -201,12 +201,12 @@ class MetricSettings(_Strict):
     # headroom: demand minus what is requested now (for placeholder pods);
     # rate: upper-quantile forecast over the lead time (for inference HPAs);
     # replicas: the rate forecast divided by one replica's capacity, learned from history.
-    kind: Literal["demand", "headroom", "rate", "replicas"]
+    kind: PlanKind
     quantile: float = Field(default=0.9, gt=0.5, lt=1.0)
     description: str = ""
     # After staleness_ttl without a successful pull: keep serving the last value (hold), serve
     # fallback_value (static), or answer 503 so the HPA keeps its replicas (error).
-    fallback: Literal["hold", "static", "error"] = "hold"
+    fallback: FallbackMode = "hold"
     fallback_value: float | None = None
     staleness_ttl: Duration = timedelta(minutes=15)
     min_value: float | None = None

@@ -1,19 +1,23 @@
-"""The process pool forecasts are fitted in, and the deadline a fit runs under."""
+"""The process pools forecasts are fitted in, and the deadline a fit runs under."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import math
 import multiprocessing
 import os
 import signal
 import threading
-from collections.abc import Iterator
-from concurrent.futures import Executor, ProcessPoolExecutor
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import BrokenExecutor, Executor, ProcessPoolExecutor
 from multiprocessing import get_context
 from multiprocessing.connection import wait
 from pathlib import Path
 from types import FrameType
+from typing import TypeVar
 
 from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
@@ -22,6 +26,13 @@ from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 # holds a core until the scheduler's next tick when the server wakes; SCHED_IDLE (Linux) makes the
 # waking server preempt it at once. Elsewhere, or if refused, a plain nice value is the fallback.
 WORKER_NICENESS = 10
+# How long past its deadline the service waits for a worker that did not stop itself before it
+# declares the pool stuck and replaces it.
+STUCK_WORKER_GRACE_S = 30.0
+
+log = logging.getLogger(__name__)
+Request = TypeVar("Request")
+Result = TypeVar("Result")
 
 
 class FitTimeout(BaseException):
@@ -168,3 +179,57 @@ def terminate(pool: Executor) -> None:
     for pid in processes:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+class WorkFailed(Exception):
+    """A worker could not do one piece of work: the fit failed, ran out of time, or the pool broke."""
+
+
+class ForecastPools:
+    """Single-process pools, one per shard: a series always reaches the worker holding its models.
+
+    One piece of work runs per worker at a time, so a deadline bounds a fit's own run time, not its
+    wait in a queue behind a thousand others. A pool that breaks (a worker killed, e.g. by the OOM
+    killer) or stops answering is replaced, and the next call uses the new one.
+    """
+
+    def __init__(self, pools: Sequence[Executor], new_pool: Callable[[], Executor] | None = None) -> None:
+        if not pools:
+            raise ValueError("at least one worker pool is needed")
+        self.pools = list(pools)
+        self.new_pool = new_pool
+        self._slots = [asyncio.Semaphore(1) for _ in self.pools]
+
+    def shard_of(self, key: object) -> int:
+        return zlib.crc32(repr(key).encode()) % len(self.pools)
+
+    async def run(self, key: object, work: Callable[[Request], Result], request: Request, timeout_s: float) -> Result:
+        """``work(request)`` in the shard of ``key``; raises :class:`WorkFailed` naming the cause."""
+        shard = self.shard_of(key)
+        async with self._slots[shard]:
+            pool = self.pools[shard]
+            try:
+                call = asyncio.get_running_loop().run_in_executor(pool, work, request)
+                return await asyncio.wait_for(call, timeout_s + STUCK_WORKER_GRACE_S)
+            except (BrokenExecutor, TimeoutError) as error:
+                self._replace(shard, pool, f"{type(error).__name__}: {error}")
+                raise WorkFailed(f"{type(error).__name__}: {error}") from error
+            except (Exception, FitTimeout) as error:  # a failing fit must not take the service down
+                raise WorkFailed(f"{type(error).__name__}: {error}") from error
+
+    def _replace(self, shard: int, broken: Executor, reason: str) -> None:
+        """Swap in a fresh pool once per broken one (every call in flight on it fails the same way)."""
+        if self.pools[shard] is not broken or self.new_pool is None:
+            return
+        log.warning("forecast worker %d replaced after %s", shard, reason)
+        terminate(broken)
+        self.pools[shard] = self.new_pool()
+
+    def shutdown(self) -> None:
+        for pool in self.pools:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def process_pools(workers: int) -> ForecastPools:
+    """The service's pools: ``workers`` single-process pools, each replaced by a fresh one when broken."""
+    return ForecastPools(forecast_pools(workers), new_pool=lambda: forecast_pool(1))

@@ -34,11 +34,11 @@ from autoscaler.app.factory import build_access, client_ca_pems, create_app
 from autoscaler.app.serving import running
 from autoscaler.pipeline import Pipeline
 from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
-from autoscaler.refresher import MetricPlan, Refresher, RefreshSettings
+from autoscaler.refresher import MetricPlan, Refresher, RefreshInputs, RefreshSettings
 from autoscaler.settings import Settings
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.tls import ServerTLS, ServingFiles
-from autoscaler.workers import default_workers, forecast_pools
+from autoscaler.workers import ForecastPools, default_workers, forecast_pools
 from benchmarks.bench_api import PATH, Result, load_in_this_process
 from tests.data_helpers import DATA_DIR
 from tests.pki import make_pki
@@ -125,11 +125,13 @@ async def measure(count: int, days: int, workers: int, pki_dir: Path, rate: floa
     pools = forecast_pools(workers)
     refresher = Refresher(
         provider=provider,
-        sources=[BenchSource(series)],
-        plans=PLANS,
-        metrics=METRICS,
-        settings=RefreshSettings(timedelta(minutes=1), timedelta(minutes=10), fit_timeout=timedelta(hours=1)),
-        pools=pools,
+        inputs=RefreshInputs(
+            metrics=METRICS,
+            plans=PLANS,
+            sources=[BenchSource(series)],
+            refresh=RefreshSettings(timedelta(minutes=1), timedelta(minutes=10), fit_timeout=timedelta(hours=1)),
+        ),
+        pools=ForecastPools(pools),
     )
     result: dict[str, float] = {"series": count}
     generator = ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn"))

@@ -34,7 +34,7 @@ from autoscaler.web.page import add_page_routes
 from autoscaler.web.probes import add_metrics_route, add_probe_routes
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.self_metrics import SelfMetrics
-from autoscaler.workers import default_workers, forecast_pool, forecast_pools
+from autoscaler.workers import default_workers, process_pools
 
 log = logging.getLogger(__name__)
 
@@ -206,15 +206,8 @@ async def _refresher_ctx(
     """Start the refresher (after restoring saved values) with the app; stop it and its workers after."""
     refresher = Refresher(
         provider=provider,
-        sources=pipeline.sources,
-        plans=pipeline.plans,
-        metrics=pipeline.metrics,
-        settings=pipeline.refresh,
-        pools=forecast_pools(settings.forecast.workers or default_workers()),
-        new_pool=lambda: forecast_pool(1),
-        windows=pipeline.windows,
-        lead_time=pipeline.lead_time,
-        caps=pipeline.caps,
+        inputs=pipeline,
+        pools=process_pools(settings.forecast.workers or default_workers()),
         on_success=lambda snapshot: after_refresh(snapshot, readiness, refresher, pipeline, settings),
     )
     app[REFRESHER] = refresher
@@ -236,5 +229,4 @@ async def _refresher_ctx(
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-    for pool in refresher.pools:
-        pool.shutdown(wait=False, cancel_futures=True)
+    refresher.pools.shutdown()

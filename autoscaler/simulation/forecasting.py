@@ -18,6 +18,7 @@ are independent of each other, so they run in parallel.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Sequence
@@ -57,7 +58,7 @@ class ForecastCadence:
 
     @property
     def horizon_steps(self) -> int:
-        """What the service forecasts: the lead time plus one step (refresher._fit_in_worker)."""
+        """What the service forecasts: the lead time plus one step (fitting.work_in_worker)."""
         return self.lead_steps + 1
 
 
@@ -248,19 +249,46 @@ def forecast_block(job: BlockJob, fitted: Fitted, history: pd.Series) -> dict[st
     }
 
 
-def serve(job: BlockJob, spec: PolicySpec, forecast: Forecast, now: pd.Timestamp, last_observed: float) -> float:
-    """The headroom a policy serves at ``now`` from its latest forecast."""
+# The lead time in the simulator is a given of the run, not learned from NodeClaims.
+SIMULATED_LEAD_TIME_SOURCE = "simulated (--lead-time plus the service's margin)"
+
+
+@functools.cache
+def _headroom_rule(quantile: float) -> policy.Rule:
+    return policy.Rule(kind="headroom", quantile=quantile)
+
+
+def serve_decision(
+    job: BlockJob, spec: PolicySpec, forecast: Forecast, now: pd.Timestamp, last_observed: float
+) -> policy.Decision:
+    """What a policy serves at ``now`` from its latest forecast, and why.
+
+    ``auto:Q`` goes through ``policy.decide`` exactly as the refresher's headroom plans do.
+    """
     lead = timedelta(seconds=job.cadence.lead_s)
     if spec.name == HOLT_WINTERS:
         # PHPA predicts the replica count at now + lookAhead; less than now means no headroom.
         position = int(forecast.timestamps.searchsorted(now + lead, side="right")) - 1
         predicted = float(forecast.mean[max(position, 0)])
-        return policy.headroom(policy.Decision(predicted, HOLT_WINTERS), last_observed).value
-    # A datetime, as the service's clock gives (comparing windows' datetimes with a pandas Timestamp
-    # costs more than the rest of the policy).
-    moment = now.to_pydatetime()
-    demand = policy.forecast_demand(forecast, quantile=spec.quantile, now=moment, lead_time=lead, windows=job.windows)
-    return policy.headroom(demand, last_observed).value
+        return policy.headroom(policy.Decision(predicted, HOLT_WINTERS), last_observed)
+    situation = policy.Situation(
+        forecast=forecast,
+        # A datetime, as the service's clock gives (comparing windows' datetimes with a pandas
+        # Timestamp costs more than the rest of the policy).
+        now=now.to_pydatetime(),
+        lead_time=policy.LeadTime(lead, SIMULATED_LEAD_TIME_SOURCE),
+        windows=job.windows,
+        requested_now=last_observed,
+    )
+    decision = policy.decide(_headroom_rule(spec.quantile), situation)
+    if decision is None:  # only a replicas rule can be undecided
+        raise AssertionError("a headroom rule always decides")
+    return decision
+
+
+def serve(job: BlockJob, spec: PolicySpec, forecast: Forecast, now: pd.Timestamp, last_observed: float) -> float:
+    """The headroom a policy serves at ``now`` from its latest forecast."""
+    return serve_decision(job, spec, forecast, now, last_observed).value
 
 
 def _model_names(fitted: Fitted, spec: PolicySpec) -> str:

@@ -11,7 +11,6 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -21,7 +20,6 @@ from prometheus_client.registry import Collector
 
 from autoscaler.provider import ServedSeries, Snapshot
 from autoscaler.refresher import RefreshStats
-from forecast.types import Forecast
 
 Clock = Callable[[], datetime]
 _INVALID_LABEL_CHARACTERS = re.compile(r"[^a-zA-Z0-9_]")
@@ -32,24 +30,18 @@ def series_labels(metric: str, labels: Mapping[str, str]) -> dict[str, str]:
     return {"metric": metric, **{f"label_{_INVALID_LABEL_CHARACTERS.sub('_', k)}": v for k, v in labels.items()}}
 
 
-def _number(details: Mapping[str, Any], key: str) -> float | None:
-    value = details.get(key)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def lead_time_peaks(series: ServedSeries) -> tuple[float, float, float] | None:
     """(quantile level, max upper quantile, max mean) over ``[timestamp, timestamp + lead time]``.
 
     The same span the policy takes its peak over; ``None`` when the series carries no forecast.
     """
-    forecast = series.details.get("forecast")
-    level = _number(series.details, "quantile")
-    lead_seconds = _number(series.details, "lead_time_seconds")
-    if not isinstance(forecast, Forecast) or level is None or lead_seconds is None or not len(forecast.timestamps):
+    provenance = series.provenance
+    if provenance is None or not len(provenance.forecast.timestamps):
         return None
+    forecast, level = provenance.forecast, provenance.quantile
     if level not in forecast.quantiles:
         return None
-    horizon_end = pd.Timestamp(series.timestamp) + pd.Timedelta(seconds=lead_seconds)
+    horizon_end = pd.Timestamp(series.timestamp) + provenance.lead_time.value
     inside = np.asarray(forecast.timestamps <= horizon_end)
     if not inside.any():  # the first step is always inside, as in the policy
         inside[0] = True
@@ -122,12 +114,11 @@ class SnapshotCollector(Collector):
             level, upper_peak, mean_peak = peaks
             upper.add_sample(upper.name, {**labels, "quantile": f"{level:g}"}, upper_peak)
             mean.add_sample(mean.name, labels, mean_peak)
-        lead_seconds = _number(series.details, "lead_time_seconds")
-        if lead_seconds is not None:
-            lead_time.add_sample(lead_time.name, labels, lead_seconds)
-        fit_seconds = _number(series.details, "fit_seconds")
-        if fit_seconds is not None:
-            fit.add_sample(fit.name, labels, fit_seconds)
+        provenance = series.provenance
+        if provenance is None:  # restored after a restart: a value and its age, nothing more
+            return
+        lead_time.add_sample(lead_time.name, labels, provenance.lead_time_seconds)
+        fit.add_sample(fit.name, labels, provenance.fit_seconds)
 
     @staticmethod
     def _add_models(
@@ -137,20 +128,16 @@ class SnapshotCollector(Collector):
         pinball: GaugeMetricFamily,
         under: GaugeMetricFamily,
     ) -> None:
-        selected = series.details.get("model")
-        if isinstance(selected, str):
-            model.add_sample(model.name, {**labels, "model": selected}, 1.0)
-        scores = series.details.get("scores")
-        if not isinstance(scores, Mapping):
+        provenance = series.provenance
+        if provenance is None:
             return
-        for candidate, score in sorted(scores.items()):
-            if not isinstance(score, Mapping):
-                continue
-            loss = _number(score, "pinball")
+        model.add_sample(model.name, {**labels, "model": provenance.model}, 1.0)
+        for candidate, score in sorted(provenance.scores.items()):
+            loss = score.get("pinball")
             if loss is not None:
-                pinball.add_sample(pinball.name, {**labels, "model": str(candidate)}, loss)
-            rate = _number(score, "under_provision_rate")
-            if candidate == selected and rate is not None and math.isfinite(rate):
+                pinball.add_sample(pinball.name, {**labels, "model": candidate}, loss)
+            rate = score.get("under_provision_rate")
+            if candidate == provenance.model and rate is not None and math.isfinite(rate):
                 under.add_sample(under.name, labels, rate)
 
 

@@ -6,7 +6,6 @@ parameters, and rendered by ``inspection`` (JSON) or ``page`` (HTML).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -15,6 +14,7 @@ import pandas as pd
 
 from adapters.types import ScheduledWindow
 from autoscaler.durations import parse_duration
+from autoscaler.provenance import Provenance
 from autoscaler.provider import MetricInfo, MetricUnavailable, ServedSeries, Snapshot, apply_staleness
 from autoscaler.selectors import SelectorError, parse_selector
 from forecast.types import Forecast
@@ -32,27 +32,59 @@ class InspectionError(ValueError):
 
 @dataclass(frozen=True)
 class SeriesView:
-    """One served series as people inspect it: the value after staleness, and what it came from."""
+    """One served series as people inspect it: the value after staleness, and what it came from.
+
+    ``provenance`` is the refresher's record; a value restored after a restart has none, and then
+    every field read from it is empty.
+    """
 
     info: MetricInfo
     series: ServedSeries
     value: float
     explanation: str
     stale_seconds: float
-    model: str | None
-    history: pd.Series
-    forecast: Forecast | None
-    quantile: float | None
-    windows: tuple[ScheduledWindow, ...]
-    lead_time_seconds: int | None
-    lead_time_source: str | None
-    scores: Mapping[str, Mapping[str, float]]
-    notes: tuple[str, ...]
-    fit_seconds: float | None
+    history: pd.Series  # the tail of the history the forecast saw, as long as was asked for
+    provenance: Provenance | None
 
     @property
     def labels(self) -> Mapping[str, str]:
         return self.series.labels
+
+    @property
+    def model(self) -> str | None:
+        return self.provenance.model if self.provenance else None
+
+    @property
+    def forecast(self) -> Forecast | None:
+        return self.provenance.forecast if self.provenance else None
+
+    @property
+    def quantile(self) -> float | None:
+        return self.provenance.quantile if self.provenance else None
+
+    @property
+    def windows(self) -> tuple[ScheduledWindow, ...]:
+        return self.provenance.windows if self.provenance else ()
+
+    @property
+    def lead_time_seconds(self) -> int | None:
+        return self.provenance.lead_time_seconds if self.provenance else None
+
+    @property
+    def lead_time_source(self) -> str | None:
+        return self.provenance.lead_time.source if self.provenance else None
+
+    @property
+    def scores(self) -> Mapping[str, Mapping[str, float]]:
+        return self.provenance.scores if self.provenance else {}
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return self.provenance.notes if self.provenance else ()
+
+    @property
+    def fit_seconds(self) -> float | None:
+        return self.provenance.fit_seconds if self.provenance else None
 
 
 def find_metric(snapshot: Snapshot, name: str) -> MetricInfo | None:
@@ -89,51 +121,17 @@ def served_value(info: MetricInfo, series: ServedSeries, now: datetime) -> tuple
     return served.value, served.explanation
 
 
-def _float_or_none(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _whole_seconds(value: object) -> int | None:
-    seconds = _float_or_none(value)
-    return int(seconds) if seconds is not None and math.isfinite(seconds) else None
-
-
-def _scores(raw: object) -> dict[str, dict[str, float]]:
-    if not isinstance(raw, Mapping):
-        return {}
-    scores: dict[str, dict[str, float]] = {}
-    for model, metrics in raw.items():
-        if isinstance(metrics, Mapping):
-            scores[str(model)] = {str(k): float(v) for k, v in metrics.items() if _float_or_none(v) is not None}
-    return scores
-
-
 def series_view(info: MetricInfo, series: ServedSeries, now: datetime, history: timedelta) -> SeriesView:
-    """Read ``series.details`` (written by the refresher) defensively: any part may be missing."""
-    details = series.details
     value, explanation = served_value(info, series, now)
-    raw_history = details.get("history")
-    raw_forecast = details.get("forecast")
-    raw_windows = details.get("windows") or ()
-    model = details.get("model")
-    source = details.get("lead_time_source")
-    notes = details.get("notes") or ()
+    provenance = series.provenance
     return SeriesView(
         info=info,
         series=series,
         value=value,
         explanation=explanation,
         stale_seconds=max(0.0, (now - series.timestamp).total_seconds()),
-        model=model if isinstance(model, str) else None,
-        history=history_tail(raw_history, history) if isinstance(raw_history, pd.Series) else pd.Series(dtype=float),
-        forecast=raw_forecast if isinstance(raw_forecast, Forecast) else None,
-        quantile=_float_or_none(details.get("quantile")),
-        windows=tuple(window for window in raw_windows if isinstance(window, ScheduledWindow)),
-        lead_time_seconds=_whole_seconds(details.get("lead_time_seconds")),
-        lead_time_source=source if isinstance(source, str) else None,
-        scores=_scores(details.get("scores")),
-        notes=tuple(str(note) for note in notes),
-        fit_seconds=_float_or_none(details.get("fit_seconds")),
+        history=history_tail(provenance.history, history) if provenance else pd.Series(dtype=float),
+        provenance=provenance,
     )
 
 

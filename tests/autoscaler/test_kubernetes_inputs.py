@@ -12,9 +12,10 @@ import pytest
 from adapters.kube_watch import WatchGroup
 from autoscaler.kube_inputs import KubernetesInputs, watch_settings
 from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
-from autoscaler.refresher import MetricPlan, Refresher, RefreshSettings
+from autoscaler.refresher import MetricPlan, Refresher, RefreshInputs, RefreshSettings
 from autoscaler.selectors import parse_selector
 from autoscaler.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings
+from autoscaler.workers import ForecastPools
 from tests.adapters.test_cronjobs import make_cronjob
 from tests.adapters.test_nodeclaims import nodeclaim
 from tests.autoscaler.test_refresher import FlakySource
@@ -60,13 +61,15 @@ def build_refresher(
     provider = SnapshotProvider(empty_snapshot(METRICS), clock=lambda: now)
     refresher = Refresher(
         provider=provider,
-        sources=[PoolSource()],
-        plans=PLANS,
-        metrics=METRICS,
-        settings=RefreshSettings(interval=timedelta(minutes=1), lead_time=timedelta(minutes=5)),
-        pools=[pool],
-        windows=inputs.windows,
-        lead_time=inputs.lead_time,
+        inputs=RefreshInputs(
+            metrics=METRICS,
+            plans=PLANS,
+            sources=[PoolSource()],
+            refresh=RefreshSettings(interval=timedelta(minutes=1), lead_time=timedelta(minutes=5)),
+            windows=inputs.windows,
+            lead_time=inputs.lead_time,
+        ),
+        pools=ForecastPools([pool]),
         clock=lambda: now,
     )
     return refresher, provider
@@ -197,14 +200,18 @@ async def test_headroom_capped_by_quota_and_nodepool_limit(fake_kube, kube_api, 
             provider = SnapshotProvider(empty_snapshot(METRICS), clock=lambda: now)
             refresher = Refresher(
                 provider=provider,
-                sources=[PoolSource()],
-                plans=plans,
-                metrics=METRICS,
-                settings=RefreshSettings(interval=timedelta(minutes=1), lead_time=timedelta(minutes=10)),
-                pools=[pool],
-                windows=kube_inputs.windows,
-                lead_time=kube_inputs.lead_time,
-                caps=lambda plan, labels, requested: kube_inputs.caps(plan.placeholder_namespace, labels, requested),
+                inputs=RefreshInputs(
+                    metrics=METRICS,
+                    plans=plans,
+                    sources=[PoolSource()],
+                    refresh=RefreshSettings(interval=timedelta(minutes=1), lead_time=timedelta(minutes=10)),
+                    windows=kube_inputs.windows,
+                    lead_time=kube_inputs.lead_time,
+                    caps=lambda plan, labels, requested: kube_inputs.caps(
+                        plan.placeholder_namespace, labels, requested
+                    ),
+                ),
+                pools=ForecastPools([pool]),
                 clock=lambda: now,
             )
             await refresher.refresh_once()

@@ -18,11 +18,12 @@ from autoscaler.app.factory import build_access, client_ca_pems, create_app, upd
 from autoscaler.app.serving import running
 from autoscaler.pipeline import Pipeline, open_pipeline
 from autoscaler.provider import SnapshotProvider, empty_snapshot
-from autoscaler.refresher import Refresher
+from autoscaler.refresher import Refresher, RefreshInputs
 from autoscaler.selectors import EVERYTHING, parse_selector
 from autoscaler.settings import Settings
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.tls import ServerTLS, ensure_self_signed
+from autoscaler.workers import ForecastPools
 from tests.prometheus_fixture import ProxyMode
 
 pytestmark = pytest.mark.prometheus
@@ -115,11 +116,13 @@ async def refresher_on(tmp_path):
             provider = SnapshotProvider(empty_snapshot(pipeline.metrics))
             refresher = Refresher(
                 provider=provider,
-                sources=pipeline.sources,
-                plans=pipeline.plans,
-                metrics=pipeline.metrics,
-                settings=pipeline.refresh,
-                pools=[pool],
+                inputs=RefreshInputs(
+                    metrics=pipeline.metrics,
+                    plans=pipeline.plans,
+                    sources=pipeline.sources,
+                    refresh=pipeline.refresh,
+                ),
+                pools=ForecastPools([pool]),
             )
             return Harness(refresher, provider, pipeline)
 
@@ -188,7 +191,7 @@ async def test_incremental_pulls_read_only_new_points(fault_proxy, refresher_on)
     await refresher.refresh_once()
     # 7 days at 5 minutes fits one request; the next pull is a single small request too.
     assert fault_proxy.requests_seen - first == 1
-    history = provider.snapshot.series["gpu_demand_forecast"][0].details["history"]
+    history = provider.snapshot.series["gpu_demand_forecast"][0].provenance.history
     assert history.index[-1] - history.index[0] >= timedelta(days=6, hours=23)
     assert history.index.tz == UTC or str(history.index.tz) == "UTC"
     assert len(provider.get_metric("x", "gpu_headroom", EVERYTHING)) == 3  # a100, h100, and pending ("")

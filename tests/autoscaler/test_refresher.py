@@ -13,10 +13,11 @@ import pytest
 
 from adapters.replay import ReplaySource, read_trace
 from adapters.types import AdapterError, Signal
-from autoscaler import demo, policy, refresher
+from autoscaler import demo, fitting, policy
 from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
-from autoscaler.refresher import MetricPlan, Refresher, RefreshSettings
+from autoscaler.refresher import MetricPlan, Refresher, RefreshInputs, RefreshSettings
 from autoscaler.selectors import EVERYTHING, Selector, parse_selector
+from autoscaler.workers import ForecastPools
 
 METRICS = (MetricInfo("gpu_demand_forecast", "demand"), MetricInfo("gpu_headroom", "headroom"))
 PLANS = (MetricPlan("gpu_demand_forecast", "gpus", "demand", 0.9), MetricPlan("gpu_headroom", "gpus", "headroom", 0.9))
@@ -58,7 +59,10 @@ def parts():
         interval=timedelta(minutes=1), lead_time=timedelta(minutes=10), reselect_every=timedelta(hours=1)
     )
     instance = Refresher(
-        provider=provider, sources=[source], plans=PLANS, metrics=METRICS, settings=settings, pools=[pool], clock=clock
+        provider=provider,
+        inputs=RefreshInputs(metrics=METRICS, plans=PLANS, sources=[source], refresh=settings),
+        pools=ForecastPools([pool]),
+        clock=clock,
     )
     yield instance, source, provider, clock
     pool.shutdown()
@@ -74,7 +78,7 @@ async def test_first_refresh_serves_every_planned_metric(parts):
     # The trace is hundreds of running GPUs: a p90 forecast 10 minutes out sits near the last value.
     assert 0.8 * history.iloc[-1] < demand.value < 1.3 * history.iloc[-1]
     assert headroom.value == pytest.approx(max(0.0, demand.value - history.iloc[-1]))
-    assert "lead time" in demand.explanation and demand.details["model"]
+    assert "lead time" in demand.explanation and demand.provenance.model
     assert provider.get_metric("default", "gpu_demand_forecast", EVERYTHING)[0].value == demand.value
 
 
@@ -105,7 +109,7 @@ async def test_failed_fit_keeps_last_good_values(parts, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("worker died")
 
-    monkeypatch.setattr(refresher, "_work_in_worker", broken)
+    monkeypatch.setattr(fitting, "work_in_worker", broken)
     clock.now += timedelta(minutes=5)
     second = await instance.refresh_once()
     assert second.series == first.series
@@ -116,7 +120,7 @@ async def test_selection_runs_on_its_cadence_only(parts, monkeypatch):
     instance, _source, _provider, clock = parts
     asked: list[tuple[str, str | None]] = []
     done: list[str] = []
-    real = refresher._work_in_worker
+    real = fitting.work_in_worker
 
     def recording(request):
         asked.append((request.work, request.model))
@@ -124,9 +128,9 @@ async def test_selection_runs_on_its_cadence_only(parts, monkeypatch):
         done.append(result.work)
         return result
 
-    monkeypatch.setattr(refresher, "_work_in_worker", recording)
+    monkeypatch.setattr(fitting, "work_in_worker", recording)
     first = await instance.refresh_once()
-    chosen = first.series["gpu_demand_forecast"][0].details["model"]
+    chosen = first.series["gpu_demand_forecast"][0].provenance.model
     clock.now += timedelta(minutes=30)
     await instance.refresh_once()
     clock.now += timedelta(minutes=31)  # reselect_every is 1 h in this fixture
@@ -137,7 +141,7 @@ async def test_selection_runs_on_its_cadence_only(parts, monkeypatch):
     # With a refit cadence, the chosen models are refitted (not reselected) once it has passed.
     instance.settings = replace(instance.settings, refit_every=timedelta(minutes=20))
     asked.clear()
-    chosen = instance.provider.snapshot.series["gpu_demand_forecast"][0].details["model"]
+    chosen = instance.provider.snapshot.series["gpu_demand_forecast"][0].provenance.model
     for _ in range(3):
         clock.now += timedelta(minutes=10)
         await instance.refresh_once()
@@ -150,17 +154,17 @@ async def test_a_refresh_between_fits_forecasts_from_the_new_data_with_the_held_
     clock.now += timedelta(minutes=15)  # three new 5-minute points of the real trace
     second = await instance.refresh_once()
     served = second.series["gpu_demand_forecast"][0]
-    assert served.details["work"] == "update"
-    assert served.details["model"] == first.series["gpu_demand_forecast"][0].details["model"]
+    assert served.provenance.work == "update"
+    assert served.provenance.model == first.series["gpu_demand_forecast"][0].provenance.model
     assert (
-        served.details["forecast"].timestamps[0]
-        > first.series["gpu_demand_forecast"][0].details["forecast"].timestamps[0]
+        served.provenance.forecast.timestamps[0]
+        > first.series["gpu_demand_forecast"][0].provenance.forecast.timestamps[0]
     )
     # Exactly what the held models say for the newest history: nothing refitted, nothing stale.
-    (held,) = [held for (scope, _key), held in refresher._HELD.items() if scope == instance._scope]
-    expected = held.selection.forecast(served.details["history"], len(served.details["forecast"].mean), (0.9,))
-    np.testing.assert_allclose(served.details["forecast"].quantile(0.9), expected.quantile(0.9))
-    assert any("forecast from the newest data" in note for note in served.details["notes"])
+    (held,) = fitting.held_models(instance.scope).values()
+    expected = held.selection.forecast(served.provenance.history, len(served.provenance.forecast.mean), (0.9,))
+    np.testing.assert_allclose(served.provenance.forecast.quantile(0.9), expected.quantile(0.9))
+    assert any("forecast from the newest data" in note for note in served.provenance.notes)
 
 
 def test_staleness_fallbacks(parts):
@@ -225,11 +229,13 @@ async def test_replicas_forecast_from_learned_capacity():
     with ThreadPoolExecutor(max_workers=1) as pool:
         refresher = Refresher(
             provider=provider,
-            sources=[GenAISource()],
-            plans=plans,
-            metrics=metrics,
-            settings=RefreshSettings(interval=timedelta(minutes=1), lead_time=timedelta(minutes=5)),
-            pools=[pool],
+            inputs=RefreshInputs(
+                metrics=metrics,
+                plans=plans,
+                sources=[GenAISource()],
+                refresh=RefreshSettings(interval=timedelta(minutes=1), lead_time=timedelta(minutes=5)),
+            ),
+            pools=ForecastPools([pool]),
             clock=lambda: now,
         )
         snapshot = await refresher.refresh_once()
@@ -241,7 +247,7 @@ async def test_replicas_forecast_from_learned_capacity():
     assert replicas.value == math.ceil(rate.value / capacity.requests_per_second)
     assert f"Huber fit on {capacity.samples} points" in replicas.explanation
     # Only the served signal is forecast; utilisation and replica counts only feed the fit.
-    assert set(refresher._selected) == {("rate", (("service", "sd"),))}
+    assert set(refresher.schedule.selected) == {("rate", (("service", "sd"),))}
 
 
 async def test_step_down_is_paced_across_refreshes(parts):
@@ -312,5 +318,5 @@ async def test_held_models_that_no_longer_fit_the_signal_are_replaced_by_a_new_s
     served = second.series["gpu_demand_forecast"][0]
     assert instance.stats.last_error == {}
     assert served.timestamp == clock.now
-    assert served.details["work"] == "select"
-    assert any("held models could not forecast (ValueError" in note for note in served.details["notes"])
+    assert served.provenance.work == "select"
+    assert any("held models could not forecast (ValueError" in note for note in served.provenance.notes)

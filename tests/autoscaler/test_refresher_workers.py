@@ -12,8 +12,8 @@ import pytest
 
 from adapters.types import Signal
 from autoscaler.provider import SnapshotProvider, empty_snapshot
-from autoscaler.refresher import Refresher, RefreshSettings
-from autoscaler.workers import forecast_pool, forecast_pools
+from autoscaler.refresher import Refresher, RefreshInputs, RefreshSettings
+from autoscaler.workers import ForecastPools, forecast_pool, forecast_pools
 from tests.autoscaler.test_refresher import METRICS, PLANS, Clock, FlakySource
 
 
@@ -45,12 +45,13 @@ def make_refresher():
         provider = SnapshotProvider(empty_snapshot(METRICS), clock=clock)
         instance = Refresher(
             provider=provider,
-            sources=[source],
-            plans=PLANS,
-            metrics=METRICS,
-            settings=settings,
-            pools=forecast_pools(workers),
-            new_pool=lambda: forecast_pool(1),
+            inputs=RefreshInputs(
+                metrics=METRICS,
+                plans=PLANS,
+                sources=[source],
+                refresh=settings,
+            ),
+            pools=ForecastPools(forecast_pools(workers), new_pool=lambda: forecast_pool(1)),
             clock=clock,
         )
         made.append(instance)
@@ -58,8 +59,7 @@ def make_refresher():
 
     yield make
     for instance in made:
-        for pool in instance.pools:
-            pool.shutdown(wait=False, cancel_futures=True)
+        instance.pools.shutdown()
 
 
 SETTINGS = RefreshSettings(interval=timedelta(minutes=1), lead_time=timedelta(minutes=10))
@@ -69,7 +69,7 @@ async def test_a_killed_worker_costs_one_refresh_and_the_pool_is_replaced(make_r
     instance = make_refresher(FlakySource(), SETTINGS)
     first = await instance.refresh_once()
     served = first.series["gpu_demand_forecast"][0]
-    old_pool = instance.pools[0]
+    old_pool = instance.pools.pools[0]
     for pid in _worker_pids(old_pool):
         os.kill(pid, signal.SIGKILL)  # what the OOM killer does
     await asyncio.sleep(0.5)
@@ -78,7 +78,7 @@ async def test_a_killed_worker_costs_one_refresh_and_the_pool_is_replaced(make_r
     second = await instance.refresh_once()
     assert "BrokenProcessPool" in instance.stats.last_error["gpus"]
     assert second.series["gpu_demand_forecast"][0].value == served.value  # last good value kept
-    assert instance.pools[0] is not old_pool
+    assert instance.pools.pools[0] is not old_pool
 
     instance.clock.now += timedelta(minutes=1)
     third = await instance.refresh_once()
@@ -86,22 +86,22 @@ async def test_a_killed_worker_costs_one_refresh_and_the_pool_is_replaced(make_r
     assert instance.stats.last_success["gpus"] == instance.clock.now
     assert third.series["gpu_demand_forecast"][0].timestamp == instance.clock.now
     # The new worker holds no fitted models, so it selected again instead of forecasting from none.
-    assert third.series["gpu_demand_forecast"][0].details["work"] == "select"
+    assert third.series["gpu_demand_forecast"][0].provenance.work == "select"
 
 
 async def test_a_fit_past_its_deadline_stops_in_the_worker_which_stays(make_refresher):
     instance = make_refresher(FlakySource(), SETTINGS)
     first = await instance.refresh_once()
-    pool, pids = instance.pools[0], _worker_pids(instance.pools[0])
+    pool, pids = instance.pools.pools[0], _worker_pids(instance.pools.pools[0])
 
     instance.settings = replace(SETTINGS, fit_timeout=timedelta(milliseconds=20))
-    instance._selected.clear()  # a full selection: far longer than 20 ms
+    instance.schedule.selected.clear()  # a full selection: far longer than 20 ms
     instance.clock.now += timedelta(minutes=1)
     second = await instance.refresh_once()
     assert "FitTimeout: the fit took longer than 0.02 s" in instance.stats.last_error["gpus"]
     assert second.series["gpu_demand_forecast"][0].value == first.series["gpu_demand_forecast"][0].value
     # The worker interrupted itself: same pool, same process, ready for the next fit.
-    assert instance.pools[0] is pool
+    assert instance.pools.pools[0] is pool
     assert _worker_pids(pool) == pids
 
     instance.settings = SETTINGS
@@ -123,9 +123,9 @@ async def test_fit_timeout_bounds_each_fit_not_its_wait_in_the_queue(make_refres
 async def test_each_series_returns_to_the_worker_that_holds_its_models(make_refresher):
     instance = make_refresher(ManyPools(6), SETTINGS, workers=2)
     first = await instance.refresh_once()
-    assert {series.details["work"] for series in first.series["gpu_demand_forecast"]} == {"select"}
+    assert {series.provenance.work for series in first.series["gpu_demand_forecast"]} == {"select"}
     instance.clock.now += timedelta(minutes=5)
     second = await instance.refresh_once()
     # Two worker processes, six series: every one was routed to the process that fitted it.
-    assert [series.details["work"] for series in second.series["gpu_demand_forecast"]] == ["update"] * 6
-    assert all(len(_worker_pids(pool)) == 1 for pool in instance.pools)
+    assert [series.provenance.work for series in second.series["gpu_demand_forecast"]] == ["update"] * 6
+    assert all(len(_worker_pids(pool)) == 1 for pool in instance.pools.pools)

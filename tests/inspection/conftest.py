@@ -25,6 +25,8 @@ from aiohttp import web
 from adapters.types import ScheduledWindow
 from autoscaler import policy
 from autoscaler.app.factory import build_ops_app
+from autoscaler.policy import PlanKind
+from autoscaler.provenance import Provenance
 from autoscaler.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.self_metrics import SelfMetrics
@@ -64,20 +66,32 @@ class RealForecast:
     headroom: ServedSeries
 
 
-def _details(result: EngineResult, history: Any) -> dict[str, Any]:
-    # What the refresher writes into ServedSeries.details.
-    return {
-        "model": result.model,
-        "notes": list(result.notes),
-        "fit_seconds": result.fit_seconds,
-        "forecast": result.forecast,
-        "history": history,
-        "scores": result.scores,
-        "lead_time_seconds": int(LEAD_TIME.total_seconds()),
-        "lead_time_source": "configured",
-        "windows": [WINDOW],
-        "quantile": QUANTILE,
-    }
+def served(metric: str, kind: PlanKind, result: EngineResult, history: Any, requested_now: float) -> ServedSeries:
+    """A series as the refresher makes it: ``policy.decide`` and its provenance record."""
+    lead_time = policy.LeadTime(LEAD_TIME, "configured")
+    situation = policy.Situation(
+        forecast=result.forecast, now=NOW, lead_time=lead_time, windows=[WINDOW], requested_now=requested_now
+    )
+    decision = policy.decide(policy.Rule(kind=kind, quantile=QUANTILE), situation)
+    assert decision is not None
+    provenance = Provenance(
+        model=result.model,
+        quantile=QUANTILE,
+        forecast=result.forecast,
+        history=history,
+        scores=result.scores,
+        notes=tuple(result.notes),
+        work="select",
+        fit_seconds=result.fit_seconds,
+        lead_time=lead_time,
+        windows=(WINDOW,),
+        peak_at=decision.peak_at,
+        requested_now=requested_now if kind == "headroom" else None,
+        adjustments=decision.adjustments,
+    )
+    return ServedSeries(
+        metric, {"nodepool": "a100"}, decision.value, NOW, explanation=decision.explanation, provenance=provenance
+    )
 
 
 def build_real_forecast() -> RealForecast:
@@ -88,26 +102,10 @@ def build_real_forecast() -> RealForecast:
     )
     history = series.copy()
     history.iloc[list(GAP_POSITIONS)] = np.nan  # gaps stay gaps: the API must answer null for them
-    demand = policy.forecast_demand(result.forecast, quantile=QUANTILE, now=NOW, lead_time=LEAD_TIME, windows=[WINDOW])
-    headroom = policy.headroom(demand, policy.last_observed(series))
-    details = _details(result, history)
-    demand_series = ServedSeries(
-        "gpu_demand_forecast",
-        {"nodepool": "a100"},
-        demand.value,
-        NOW,
-        explanation=f"{demand.explanation}; lead time configured",
-        details=details,
-    )
-    headroom_series = ServedSeries(
-        "gpu_headroom",
-        {"nodepool": "a100"},
-        headroom.value,
-        NOW,
-        explanation=f"{headroom.explanation}; lead time configured",
-        details=details,
-    )
-    # A series whose first forecast has not been made: no details at all.
+    requested_now = policy.last_observed(series)
+    demand_series = served("gpu_demand_forecast", "demand", result, history, requested_now)
+    headroom_series = served("gpu_headroom", "headroom", result, history, requested_now)
+    # A series whose first forecast has not been made: no provenance at all.
     bare = ServedSeries("gpu_demand_forecast", {"nodepool": "h100"}, 3.0, NOW - timedelta(minutes=2))
     snapshot = Snapshot(
         created_at=NOW,

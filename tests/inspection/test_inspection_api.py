@@ -102,7 +102,7 @@ def test_metric_detail_exact_shape(ops_server: OpsServer):
     full, bare = body
     assert set(full) == DETAIL_KEYS and set(bare) == DETAIL_KEYS
 
-    history = forecast.demand.details["history"]
+    history = forecast.demand.provenance.history
     tail = history[history.index >= history.index[-1] - timedelta(hours=6)]  # the default
     assert len(tail) == 73
     values = [None if math.isnan(v) else v for v in tail.to_numpy()]

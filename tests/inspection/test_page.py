@@ -19,7 +19,7 @@ import pytest
 
 from autoscaler.provider import MetricInfo, ServedSeries, Snapshot
 from autoscaler.web import page as ui
-from tests.inspection.conftest import NOW, WINDOW, OpsServer, build_app, serve_in_thread
+from tests.inspection.conftest import NOW, WINDOW, OpsServer, RealForecast, build_app, serve_in_thread
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
@@ -83,7 +83,7 @@ def test_bad_history_is_a_400_page(ops_server: OpsServer):
     assert "invalid history &#x27;soon&#x27;" in html
 
 
-def test_every_text_is_escaped():
+def test_every_text_is_escaped(real_forecast: RealForecast):
     hostile = '<script>alert("x")</script>&'
     info = MetricInfo("gpu_demand_forecast", f"description {hostile}", unit=hostile)
     window = dataclasses.replace(WINDOW, namespace=hostile, name=hostile)
@@ -93,7 +93,13 @@ def test_every_text_is_escaped():
         1.0,
         NOW,
         explanation=f"because {hostile}",
-        details={"model": hostile, "notes": [hostile], "windows": [window], "scores": {hostile: {"pinball": 1.0}}},
+        provenance=dataclasses.replace(
+            real_forecast.demand.provenance,
+            model=hostile,
+            notes=(hostile,),
+            windows=(window,),
+            scores={hostile: {"pinball": 1.0}},
+        ),
     )
     snapshot = Snapshot(NOW, {info.name: info}, {info.name: (series,)}, last_error=hostile)
     app, _, _ = build_app(snapshot)

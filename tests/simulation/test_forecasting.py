@@ -2,24 +2,31 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from autoscaler import policy
+from adapters.types import Signal
+from autoscaler import fitting, policy
+from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
+from autoscaler.refresher import MetricPlan, Refresher, RefreshInputs, RefreshSettings
 from autoscaler.simulation.forecasting import (
+    SIMULATED_LEAD_TIME_SOURCE,
     BlockJob,
     ForecastCadence,
     forecast_groups,
     plan_blocks,
     run_block,
     serve,
+    serve_decision,
 )
 from autoscaler.simulation.inputs import Workload, demand_workload, parse_schedule
 from autoscaler.simulation.policies import parse_policies
+from autoscaler.workers import ForecastPools
 from forecast.engine import fit_select_predict
 from forecast.known_demand import remove_known_jobs
 from forecast.registry import make_model
@@ -108,3 +115,51 @@ def test_refits_between_selections_refit_the_selected_models(workload: Workload)
         assert len(result.fit_seconds) == 2
         assert result.models[1] == result.models[0]  # a refit keeps what selection chose
         assert not result.notes
+
+
+async def test_service_and_simulator_serve_one_policy(workload: Workload, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same forecast, moment, lead time, windows and requested-now give the same value and
+    explanation through the refresher (the service) and through the simulator's ``auto`` policy."""
+    job = _block(workload, "auto:0.9")
+    (spec,) = job.specs
+    now = job.step_times[55]  # 01:55: the 02:00 window opens within the lead time
+    assert now.hour == 1 and now.minute == 55
+    raw = job.bins[job.bins.index <= now - STEP]  # complete bins: what Prometheus would answer
+    history = _history(job, now, cleaned=True)
+    lead_steps = job.cadence.lead_steps
+    engine = fit_select_predict(
+        history, horizon_steps=lead_steps + 1, quantiles=(0.9,), policy_quantile=0.9, lead_steps=lead_steps
+    )
+    lead_time = policy.LeadTime(timedelta(seconds=job.cadence.lead_s), SIMULATED_LEAD_TIME_SOURCE)
+
+    simulated = serve_decision(job, spec, engine.forecast, now, float(raw.iloc[-1]))
+
+    class TraceSource:
+        name = "gpus"
+
+        async def pull(self, moment: datetime) -> list[Signal]:
+            return [Signal("gpus", {}, raw, STEP)]
+
+    monkeypatch.setattr(fitting, "work_in_worker", lambda request: fitting.WorkerResult(engine))
+    metrics = (MetricInfo("gpu_headroom", "headroom"),)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        refresher = Refresher(
+            provider=SnapshotProvider(empty_snapshot(metrics)),
+            inputs=RefreshInputs(
+                metrics=metrics,
+                plans=(MetricPlan("gpu_headroom", "gpus", "headroom", spec.quantile),),
+                sources=(TraceSource(),),
+                refresh=RefreshSettings(interval=timedelta(minutes=1), lead_time=lead_time.value),
+                windows=lambda start, horizon: job.windows,
+                lead_time=lambda labels: lead_time,
+            ),
+            pools=ForecastPools([pool]),
+            clock=lambda: now.to_pydatetime(),
+        )
+        (served,) = (await refresher.refresh_once()).series["gpu_headroom"]
+
+    assert served.value == simulated.value > 0
+    assert served.explanation == simulated.explanation
+    assert "plus scheduled windows" in served.explanation and SIMULATED_LEAD_TIME_SOURCE in served.explanation
+    assert served.provenance is not None and served.provenance.peak_at == simulated.peak_at
+    assert served.provenance.requested_now == float(raw.iloc[-1])
