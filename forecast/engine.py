@@ -20,12 +20,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from forecast import metrics
 from forecast.base import CalibratedModel, Holdout, model_history
-from forecast.ensemble import combine_forecasts, combine_holdouts, ensemble_members, ensemble_name
+from forecast.ensemble import combine_forecasts, combine_holdouts, confidence_set, ensemble_members, ensemble_name
 from forecast.history import History
 from forecast.registry import MODEL_NAMES, MODELS, make_model
 from forecast.types import Forecast
@@ -41,11 +40,6 @@ DEFAULT_CANDIDATES: tuple[str, ...] = (
     "gbm",
 )
 DEFAULT_TIME_BUDGET_S = 10.0
-# Models within CONFIDENCE_Z standard errors of the best calibration loss are averaged (at most
-# MAX_SET_SIZE of them); errors are compared on blocks of BLOCK_ORIGINS consecutive origins.
-CONFIDENCE_Z = 1.0
-MAX_SET_SIZE = 4
-BLOCK_ORIGINS = 12
 
 
 @dataclass(frozen=True)
@@ -104,41 +98,6 @@ def _rank_key(name: str, score: dict[str, float]) -> tuple[float, int]:
     # combinations come last.
     order = MODEL_NAMES.index(name) if name in MODEL_NAMES else len(MODEL_NAMES) + len(name)
     return (pinball if math.isfinite(pinball) else math.inf, order)
-
-
-def _per_origin_loss(holdout: Holdout, level: float) -> np.ndarray:
-    """Pinball loss per calibration origin, averaged over its steps (NaN where nothing observed)."""
-    error = holdout.actual - holdout.upper
-    loss = np.maximum(level * error, (level - 1.0) * error)
-    observed = ~np.isnan(loss)
-    counts = observed.sum(axis=1)
-    totals = np.where(observed, loss, 0.0).sum(axis=1)
-    return np.where(counts > 0, totals / np.maximum(counts, 1), np.nan)
-
-
-def _confidence_set(ranked: list[str], holdouts: dict[str, Holdout], policy_quantile: float) -> tuple[str, ...]:
-    """The best model plus those not clearly worse on the calibration window.
-
-    Consecutive origins share most of their future, so losses are compared on blocks of origins;
-    a model joins when its mean excess loss over the best is within CONFIDENCE_Z standard errors.
-    """
-    best = ranked[0]
-    rows = min(len(holdouts[name].actual) for name in ranked)
-    base = _per_origin_loss(holdouts[best], policy_quantile)[-rows:]
-    members = [best]
-    for name in ranked[1:]:
-        if len(members) == MAX_SET_SIZE:
-            break
-        excess = _per_origin_loss(holdouts[name], policy_quantile)[-rows:] - base
-        excess = excess[~np.isnan(excess)]
-        blocks = len(excess) // BLOCK_ORIGINS
-        if blocks < 2:
-            continue
-        block_means = excess[: blocks * BLOCK_ORIGINS].reshape(blocks, BLOCK_ORIGINS).mean(axis=1)
-        standard_error = float(block_means.std(ddof=1)) / math.sqrt(blocks)
-        if float(block_means.mean()) <= CONFIDENCE_Z * standard_error:
-            members.append(name)
-    return tuple(members)
 
 
 def fit_select_predict(
@@ -315,7 +274,7 @@ def _select(
     if forced_members is not None and all(member in fitted for member in forced_members):
         members = forced_members
     elif len(finite) > 1:
-        members = _confidence_set(finite, holdouts, policy_quantile)
+        members = confidence_set(finite, holdouts, policy_quantile)
     else:
         members = ()
     if len(members) > 1:
