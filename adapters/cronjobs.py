@@ -1,12 +1,9 @@
 """Known future GPU demand from CronJobs (and from windows declared in the config file).
 
 Pure functions over raw CronJob and Job JSON (as the watches keep them) and an explicit ``now``.
-
-Fire times follow the Kubernetes CronJob controller (robfig/cron), which differs from Debian cron at
-daylight-saving changes: a wall-clock time that does not exist that day (02:30 when clocks spring
-forward) is skipped, and one that exists twice (02:30 when clocks fall back) fires twice. cronsim
-(Debian semantics when given a time zone) is therefore run on naive wall-clock times, and each time
-is mapped to the instants it denotes in the CronJob's zone: none, one or two.
+Runs start at the schedule's fire times (``adapters.cron_schedule``, as the Kubernetes controller
+computes them), each asks for its pods' GPUs (``adapters.gpu_requests``) and lasts as long as the
+CronJob's recent successful Jobs did.
 
 A window's labels are the CronJob's labels plus ``gpu_resource`` (the GPU resource names requested,
 comma-joined) and ``nodepool`` when the pod template selects a Karpenter node pool.
@@ -16,47 +13,24 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from decimal import Decimal, InvalidOperation
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import numpy as np
-from cronsim import CronSim, CronSimError
 from kubernetes_asyncio.client import ApiClient, BatchV1Api
 
+from adapters.cron_schedule import CronScheduleError, fire_times
+from adapters.gpu_requests import pod_gpu_requests
 from adapters.kube_client import parse_kube_time
 from adapters.kube_watch import WatchedResource
-from adapters.types import AdapterError, ScheduledWindow
+from adapters.types import ScheduledWindow
 
 log = logging.getLogger(__name__)
 
-WHOLE_GPU = "nvidia.com/gpu"
-SHARED_GPU = "nvidia.com/gpu.shared"  # device-plugin time-slicing with renameByDefault
-MIG_PREFIX = "nvidia.com/mig-"
 NODEPOOL_LABEL = "karpenter.sh/nodepool"
-
-# The descriptors robfig/cron's ParseStandard accepts (and so does the Kubernetes API), in 5 fields.
-CRON_MACROS = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
-
-# A fixed wall-clock time can map to an instant this far from the naive reading (DST shifts are at
-# most 2 h, in Antarctica/Troll); iteration starts and stops this much beyond the wanted interval.
-_DST_MARGIN = timedelta(hours=3)
-
-
-class CronScheduleError(AdapterError):
-    """A schedule or time zone this module cannot evaluate (the CronJob is skipped)."""
 
 
 @dataclass(frozen=True)
@@ -89,89 +63,7 @@ def job_resource(api: ApiClient, namespace: str | None = None) -> WatchedResourc
     return WatchedResource(f"jobs/{namespace}", partial(batch.list_namespaced_job, namespace))
 
 
-# ----------------------------------------------------------------------------- GPU requests
-
-
-def is_gpu_resource(name: str) -> bool:
-    return name in (WHOLE_GPU, SHARED_GPU) or name.startswith(MIG_PREFIX)
-
-
-_SUFFIXES = {
-    "": Decimal(1),
-    "m": Decimal("0.001"),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-}
-
-
-def parse_quantity(value: Any) -> float:
-    """A Kubernetes quantity ("2", "500m", "1k") as a number; raises ValueError if malformed."""
-    text = str(value).strip()
-    number, suffix = text, ""
-    for candidate in sorted(_SUFFIXES, key=len, reverse=True):
-        if candidate and text.endswith(candidate):
-            number, suffix = text[: -len(candidate)], candidate
-            break
-    try:
-        return float(Decimal(number) * _SUFFIXES[suffix])
-    except InvalidOperation as exc:
-        raise ValueError(f"not a quantity: {value!r}") from exc
-
-
-def _container_gpus(container: Mapping[str, Any]) -> dict[str, float]:
-    """GPU units one container asks for: its requests, else its limits (which then act as requests)."""
-    resources = container.get("resources") or {}
-    requests = resources.get("requests") or {}
-    limits = resources.get("limits") or {}
-    wanted: dict[str, float] = {}
-    for name in set(requests) | set(limits):
-        if is_gpu_resource(name):
-            wanted[name] = parse_quantity(requests[name] if name in requests else limits[name])
-    return wanted
-
-
-def pod_gpu_requests(pod_spec: Mapping[str, Any]) -> dict[str, float]:
-    """Effective GPU requests of a pod, per resource, as the scheduler computes them.
-
-    max(sum of app containers + restartable (sidecar) init containers, the largest need while init
-    containers run), plus the pod overhead; init containers run one at a time, next to the sidecars
-    started before them.
-    """
-    names: set[str] = set()
-    app_sum: dict[str, float] = {}
-    for container in pod_spec.get("containers") or []:
-        for name, amount in _container_gpus(container).items():
-            app_sum[name] = app_sum.get(name, 0.0) + amount
-            names.add(name)
-    sidecar_sum: dict[str, float] = {}
-    init_peak: dict[str, float] = {}
-    for container in pod_spec.get("initContainers") or []:
-        gpus = _container_gpus(container)
-        names.update(gpus)
-        sidecar = container.get("restartPolicy") == "Always"
-        for name in names:
-            amount = gpus.get(name, 0.0)
-            if sidecar:
-                sidecar_sum[name] = sidecar_sum.get(name, 0.0) + amount
-                running = sidecar_sum[name]
-            else:
-                running = sidecar_sum.get(name, 0.0) + amount
-            init_peak[name] = max(init_peak.get(name, 0.0), running)
-    overhead = pod_spec.get("overhead") or {}
-    effective: dict[str, float] = {}
-    for name in names:
-        amount = max(app_sum.get(name, 0.0) + sidecar_sum.get(name, 0.0), init_peak.get(name, 0.0))
-        if name in overhead:
-            amount += parse_quantity(overhead[name])
-        if amount > 0:
-            effective[name] = amount
-    return effective
+# ----------------------------------------------------------------------------- Jobs
 
 
 def job_pods(job_spec: Mapping[str, Any]) -> int:
@@ -182,70 +74,6 @@ def job_pods(job_spec: Mapping[str, Any]) -> int:
     if completions is not None:
         pods = min(pods, int(completions))
     return max(0, pods)
-
-
-# ----------------------------------------------------------------------------- fire times
-
-
-def _split_schedule(schedule: str) -> tuple[str, str | None]:
-    """(5-field expression, time zone from a CRON_TZ=/TZ= prefix or None)."""
-    text = schedule.strip()
-    zone = None
-    if text.startswith(("CRON_TZ=", "TZ=")):
-        prefix, _, text = text.partition(" ")
-        zone = prefix.split("=", 1)[1]
-        text = text.strip()
-    if text.startswith("@"):
-        if text not in CRON_MACROS:
-            # @every <duration> fires relative to the controller's last run, which is not predictable here.
-            raise CronScheduleError(f"unsupported schedule descriptor {text!r}")
-        text = CRON_MACROS[text]
-    fields = text.split()
-    if len(fields) != 5:
-        raise CronScheduleError(f"a CronJob schedule has 5 fields, not {len(fields)}: {schedule!r}")
-    # robfig/cron accepts "?" for "no specific value" in the day fields; cronsim wants "*".
-    return " ".join("*" if f == "?" else f for f in fields), zone
-
-
-def _zone(name: str) -> ZoneInfo:
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise CronScheduleError(f"unknown time zone {name!r}") from exc
-
-
-def _instants(wall: datetime, zone: ZoneInfo) -> list[datetime]:
-    """The UTC instants a naive wall-clock time denotes in ``zone``: 0 (skipped), 1, or 2 (repeated)."""
-    found = []
-    for fold in (0, 1):
-        instant = wall.replace(tzinfo=zone, fold=fold).astimezone(UTC)
-        if instant.astimezone(zone).replace(tzinfo=None) == wall and instant not in found:
-            found.append(instant)
-    return sorted(found)
-
-
-def fire_times(schedule: str, timezone: str, start: datetime, end: datetime, *, limit: int = 10_000) -> list[datetime]:
-    """UTC instants in ``[start, end)`` at which Kubernetes would start a CronJob with this schedule.
-
-    ``timezone`` is an IANA name; a CRON_TZ=/TZ= prefix in the schedule (accepted by old clusters)
-    wins. Raises ``CronScheduleError`` for a schedule or zone that cannot be evaluated.
-    """
-    if start.tzinfo is None or end.tzinfo is None:
-        raise ValueError("start and end must be timezone-aware")
-    expression, prefix_zone = _split_schedule(schedule)
-    zone = _zone(prefix_zone or timezone)
-    wall_start = start.astimezone(zone).replace(tzinfo=None) - _DST_MARGIN
-    wall_end = end.astimezone(zone).replace(tzinfo=None) + _DST_MARGIN
-    try:
-        walls: Iterator[datetime] = CronSim(expression, wall_start)
-        found: list[datetime] = []
-        for wall in walls:
-            if wall >= wall_end or len(found) >= limit:
-                break
-            found.extend(t for t in _instants(wall, zone) if start <= t < end)
-    except CronSimError as exc:
-        raise CronScheduleError(f"invalid schedule {schedule!r}: {exc}") from exc
-    return sorted(found)[:limit]
 
 
 # ----------------------------------------------------------------------------- durations

@@ -305,42 +305,11 @@ async def watch_forever(
         events_before = cache.events
         try:
             delivered = await list_then_watch(resource, cache, settings, on_change)
-        except ResourceVersionExpired as exc:
-            cache.last_error = str(exc)
-            log.info("%s: resourceVersion expired; relisting", resource.kind)
-            if cache.events > events_before:
-                failures = 0
-                continue
-            failures += 1
-            await sleep(backoff_delay(settings, failures))
-            continue
-        except KubeNotFound as exc:
-            cache.last_error = str(exc)
-            cache.absent = True
-            if cache.objects:
-                cache.clear()
-                _notify(on_change, cache, None)
-            cache.resource_version = None
-            log.info("%s: not found (%s); looking again in %ss", resource.kind, exc, settings.absent_recheck_s)
-            failures = 0
-            await sleep(settings.absent_recheck_s)
-            continue
-        except KubeError as exc:
-            cache.last_error = str(exc)
-            cache.reconnects += 1
-            if cache.events > events_before:
-                failures = 0
-            failures += 1
-            delay = max(backoff_delay(settings, failures), exc.retry_after_s or 0.0)
-            log.warning("%s: %s; retrying in %.1fs", resource.kind, exc, delay)
-            await sleep(delay)
-            continue
         except Exception as exc:
-            # A bug or an answer we did not foresee: log it loudly, but keep this watch alive.
-            cache.last_error = f"{type(exc).__name__}: {exc}"
-            log.exception("%s: unexpected failure", resource.kind)
-            failures += 1
-            await sleep(backoff_delay(settings, failures))
+            progressed = cache.events > events_before  # the stream applied events before it failed
+            failures, delay = _after_failure(exc, resource, cache, settings, on_change, failures, progressed)
+            if delay is not None:
+                await sleep(delay)
             continue
         cache.last_error = None
         # A healthy stream either carries events (bookmarks at least) or lasts a while; one that the
@@ -350,6 +319,47 @@ async def watch_forever(
         else:
             failures += 1
             await sleep(backoff_delay(settings, failures))
+
+
+def _after_failure(
+    exc: Exception,
+    resource: WatchedResource,
+    cache: WatchCache,
+    settings: WatchSettings,
+    on_change: OnChange | None,
+    failures: int,
+    progressed: bool,
+) -> tuple[int, float | None]:
+    """Record why an attempt failed; return the new count of consecutive failures and the delay
+    before the next attempt (None: at once). Call it in the ``except`` block: it logs the traceback."""
+    if isinstance(exc, ResourceVersionExpired):
+        cache.last_error = str(exc)
+        log.info("%s: resourceVersion expired; relisting", resource.kind)
+        if progressed:
+            return 0, None
+        failures += 1
+        return failures, backoff_delay(settings, failures)
+    if isinstance(exc, KubeNotFound):
+        cache.last_error = str(exc)
+        cache.absent = True
+        if cache.objects:
+            cache.clear()
+            _notify(on_change, cache, None)
+        cache.resource_version = None
+        log.info("%s: not found (%s); looking again in %ss", resource.kind, exc, settings.absent_recheck_s)
+        return 0, settings.absent_recheck_s
+    if isinstance(exc, KubeError):
+        cache.last_error = str(exc)
+        cache.reconnects += 1
+        failures = 1 if progressed else failures + 1
+        delay = max(backoff_delay(settings, failures), exc.retry_after_s or 0.0)
+        log.warning("%s: %s; retrying in %.1fs", resource.kind, exc, delay)
+        return failures, delay
+    # A bug or an answer we did not foresee: log it loudly, but keep this watch alive.
+    cache.last_error = f"{type(exc).__name__}: {exc}"
+    log.exception("%s: unexpected failure", resource.kind)
+    failures += 1
+    return failures, backoff_delay(settings, failures)
 
 
 class WatchGroup:

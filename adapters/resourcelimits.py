@@ -11,7 +11,7 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
 
-from adapters.cronjobs import WHOLE_GPU, is_gpu_resource, parse_quantity
+from adapters.gpu_requests import WHOLE_GPU, is_gpu_resource, parse_quantity
 from adapters.kube_client import KubeError, KubeNotFound, read_json
 
 # Extended resources can only be limited by quota on requests (there is no overcommit for them).

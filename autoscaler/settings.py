@@ -263,7 +263,7 @@ class WindowSettings(_Strict):
 
     @model_validator(mode="after")
     def _schedule_is_valid(self) -> WindowSettings:
-        from adapters.cronjobs import fire_times  # the same rules as CronJobs, so a window reads the same
+        from adapters.cron_schedule import fire_times  # the same rules as CronJobs, so a window reads the same
 
         start = datetime(2026, 1, 1, tzinfo=UTC)
         try:

@@ -8,7 +8,8 @@ Modules, one concept each:
   also forecast from newer data (``forecast_from``).
 - ``baselines``, ``smoothing``, ``mstl``, ``gbm``: the models; ``registry`` names them; ``trees``
   predicts gbm's few refresh rows without sklearn's per-call cost.
-- ``ensemble``: quantile averages of the best models.
+- ``ensemble``: quantile averages of the best models, and which models are close enough to the best
+  to join them (the confidence set).
 - ``engine``: ``fit_select_predict``, the entry point for the service's process pool; its result's
   ``Selection`` forecasts from newer data; ``fit_select_many`` serves several policy quantiles.
 - ``metrics``, ``backtest``: accuracy measures and the rolling-origin backtest report.

@@ -21,6 +21,7 @@ from forecast import metrics
 from forecast.engine import DEFAULT_CANDIDATES, fit_select_predict
 from forecast.history import prepare
 from forecast.registry import MODELS, make_model
+from forecast.types import Forecast
 
 AUTO = "auto"
 REPORT_MODELS: tuple[str, ...] = DEFAULT_CANDIDATES
@@ -81,19 +82,10 @@ def run_backtest_records(
     n = len(history)
     per_day = history.steps_per_day
     max_horizon = max(horizons.values())
-    # Every origin needs two days behind it: selection calibrates on recent history.
-    origins = rolling_origins(n, max_horizon, origin_every, eval_steps, min_history=2 * per_day)
-    if not origins:
-        raise ValueError(
-            f"series too short for a backtest: {n} points, need over two days of history plus {max_horizon} steps"
-        )
+    origins = _backtest_origins(n, max_horizon, origin_every, eval_steps, per_day)
     full = pd.Series(values, index=history.index)
     names = [*models, AUTO]
-    records = {name: ModelRecord() for name in names}
-    for record in records.values():
-        for label in horizons:
-            record.actual[label], record.mean[label] = [], []
-            record.upper[label], record.scale[label] = [], []
+    records = {name: _empty_record(horizons) for name in names}
     selected: list[str] = []
     used_origins: list[pd.Timestamp] = []
     for position, origin in enumerate(origins):
@@ -108,37 +100,15 @@ def run_backtest_records(
         for name in names:
             record = records[name]
             started = time.perf_counter()
+            forecast: Forecast | None
             try:
-                if name == AUTO:
-                    result = fit_select_predict(
-                        train,
-                        horizon_steps=max_horizon,
-                        quantiles=(quantile,),
-                        policy_quantile=quantile,
-                        lead_steps=max_horizon,
-                        seed=seed,
-                    )
-                    forecast = result.forecast
-                    selected.append(result.model)
-                else:
-                    if origin + 1 < MODELS[name].min_history(per_day):
-                        raise ValueError("history too short")
-                    model = make_model(name, max_horizon=max_horizon, quantiles=(quantile,), seed=seed)
-                    forecast = model.fit(train).predict(max_horizon, (quantile,))
+                forecast = _forecast(name, train, per_day, max_horizon, quantile, seed, selected)
             except Exception:  # a failing model is counted and skipped, not fatal
                 record.failures += 1
                 forecast = None
             else:
                 record.fit_seconds.append(time.perf_counter() - started)
-            for label, h in horizons.items():
-                record.actual[label].append(targets[label])
-                record.scale[label].append(scale)
-                if forecast is None:
-                    record.mean[label].append(float("nan"))
-                    record.upper[label].append(float("nan"))
-                else:
-                    record.mean[label].append(float(forecast.mean[h - 1]))
-                    record.upper[label].append(float(forecast.quantile(quantile)[h - 1]))
+            _append_point(record, forecast, targets, scale, horizons, quantile)
     if progress is not None:
         progress(len(origins), len(origins))
     return BacktestRun(
@@ -151,6 +121,74 @@ def run_backtest_records(
         records=records,
         selected=selected,
     )
+
+
+def _backtest_origins(n: int, max_horizon: int, origin_every: int, eval_steps: int, per_day: int) -> list[int]:
+    """:func:`rolling_origins` for a backtest; raises ``ValueError`` when the series has none."""
+    # Every origin needs two days behind it: selection calibrates on recent history.
+    origins = rolling_origins(n, max_horizon, origin_every, eval_steps, min_history=2 * per_day)
+    if not origins:
+        raise ValueError(
+            f"series too short for a backtest: {n} points, need over two days of history plus {max_horizon} steps"
+        )
+    return origins
+
+
+def _empty_record(horizons: Mapping[str, int]) -> ModelRecord:
+    """A record with an empty list per horizon label for each per-origin array."""
+    record = ModelRecord()
+    for label in horizons:
+        record.actual[label], record.mean[label] = [], []
+        record.upper[label], record.scale[label] = [], []
+    return record
+
+
+def _forecast(
+    name: str,
+    train: pd.Series,
+    per_day: int,
+    max_horizon: int,
+    quantile: float,
+    seed: int,
+    selected: list[str],
+) -> Forecast:
+    """``name``'s forecast from the end of ``train``: one model, or the engine's selection (``AUTO``,
+    whose chosen model is appended to ``selected``). Raises whatever fitting raises."""
+    if name == AUTO:
+        result = fit_select_predict(
+            train,
+            horizon_steps=max_horizon,
+            quantiles=(quantile,),
+            policy_quantile=quantile,
+            lead_steps=max_horizon,
+            seed=seed,
+        )
+        selected.append(result.model)
+        return result.forecast
+    if len(train) < MODELS[name].min_history(per_day):
+        raise ValueError("history too short")
+    model = make_model(name, max_horizon=max_horizon, quantiles=(quantile,), seed=seed)
+    return model.fit(train).predict(max_horizon, (quantile,))
+
+
+def _append_point(
+    record: ModelRecord,
+    forecast: Forecast | None,
+    targets: Mapping[str, float],
+    scale: float,
+    horizons: Mapping[str, int],
+    quantile: float,
+) -> None:
+    """One origin's actuals, scale and forecasts (NaN when the model failed) at every horizon."""
+    for label, h in horizons.items():
+        record.actual[label].append(targets[label])
+        record.scale[label].append(scale)
+        if forecast is None:
+            record.mean[label].append(float("nan"))
+            record.upper[label].append(float("nan"))
+        else:
+            record.mean[label].append(float(forecast.mean[h - 1]))
+            record.upper[label].append(float(forecast.quantile(quantile)[h - 1]))
 
 
 def _target(values: np.ndarray, origin: int, h: int) -> float:

@@ -20,12 +20,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from forecast import metrics
 from forecast.base import CalibratedModel, Holdout, model_history
-from forecast.ensemble import combine_forecasts, combine_holdouts, ensemble_members, ensemble_name
+from forecast.ensemble import combine_forecasts, combine_holdouts, confidence_set, ensemble_members, ensemble_name
 from forecast.history import History
 from forecast.registry import MODEL_NAMES, MODELS, make_model
 from forecast.types import Forecast
@@ -41,11 +40,6 @@ DEFAULT_CANDIDATES: tuple[str, ...] = (
     "gbm",
 )
 DEFAULT_TIME_BUDGET_S = 10.0
-# Models within CONFIDENCE_Z standard errors of the best calibration loss are averaged (at most
-# MAX_SET_SIZE of them); errors are compared on blocks of BLOCK_ORIGINS consecutive origins.
-CONFIDENCE_Z = 1.0
-MAX_SET_SIZE = 4
-BLOCK_ORIGINS = 12
 
 
 @dataclass(frozen=True)
@@ -104,41 +98,6 @@ def _rank_key(name: str, score: dict[str, float]) -> tuple[float, int]:
     # combinations come last.
     order = MODEL_NAMES.index(name) if name in MODEL_NAMES else len(MODEL_NAMES) + len(name)
     return (pinball if math.isfinite(pinball) else math.inf, order)
-
-
-def _per_origin_loss(holdout: Holdout, level: float) -> np.ndarray:
-    """Pinball loss per calibration origin, averaged over its steps (NaN where nothing observed)."""
-    error = holdout.actual - holdout.upper
-    loss = np.maximum(level * error, (level - 1.0) * error)
-    observed = ~np.isnan(loss)
-    counts = observed.sum(axis=1)
-    totals = np.where(observed, loss, 0.0).sum(axis=1)
-    return np.where(counts > 0, totals / np.maximum(counts, 1), np.nan)
-
-
-def _confidence_set(ranked: list[str], holdouts: dict[str, Holdout], policy_quantile: float) -> tuple[str, ...]:
-    """The best model plus those not clearly worse on the calibration window.
-
-    Consecutive origins share most of their future, so losses are compared on blocks of origins;
-    a model joins when its mean excess loss over the best is within CONFIDENCE_Z standard errors.
-    """
-    best = ranked[0]
-    rows = min(len(holdouts[name].actual) for name in ranked)
-    base = _per_origin_loss(holdouts[best], policy_quantile)[-rows:]
-    members = [best]
-    for name in ranked[1:]:
-        if len(members) == MAX_SET_SIZE:
-            break
-        excess = _per_origin_loss(holdouts[name], policy_quantile)[-rows:] - base
-        excess = excess[~np.isnan(excess)]
-        blocks = len(excess) // BLOCK_ORIGINS
-        if blocks < 2:
-            continue
-        block_means = excess[: blocks * BLOCK_ORIGINS].reshape(blocks, BLOCK_ORIGINS).mean(axis=1)
-        standard_error = float(block_means.std(ddof=1)) / math.sqrt(blocks)
-        if float(block_means.mean()) <= CONFIDENCE_Z * standard_error:
-            members.append(name)
-    return tuple(members)
 
 
 def fit_select_predict(
@@ -272,6 +231,16 @@ def _fit_candidates(
     return _Fitted(history, models, seconds, notes, forced_members)
 
 
+@dataclass
+class _Scored:
+    """The candidates that scored at one policy quantile: each one's model for that quantile alone,
+    its calibration holdout and its selection metrics."""
+
+    models: dict[str, CalibratedModel]
+    holdouts: dict[str, Holdout]
+    scores: dict[str, dict[str, float]]
+
+
 def _select(
     candidates: _Fitted,
     series: pd.Series,
@@ -286,9 +255,29 @@ def _select(
     """Score the fitted candidates at ``policy_quantile``, choose, and forecast."""
     history = candidates.history
     notes = list(candidates.notes)
-    fitted: dict[str, CalibratedModel] = {}
-    holdouts: dict[str, Holdout] = {}
-    scores: dict[str, dict[str, float]] = {}
+    scored = _score_candidates(candidates, policy_quantile, lead_steps, time_budget_s, notes)
+    ranked, combinations = _rank(scored, candidates.forced_members, policy_quantile)
+    for name in ranked:
+        chosen = tuple(scored.models[member] for member in combinations.get(name, (name,)))
+        selection = Selection(model=name, members=chosen, nonnegative=history.nonnegative)
+        try:
+            forecast = selection.predict(horizon_steps, levels)
+        except Exception as error:  # fall through to the next best model
+            notes.append(f"{name} failed to predict: {type(error).__name__}: {error}")
+            continue
+        return _result(selection, forecast, scored.scores, notes, started)
+    return _fall_back(candidates, scored, series, horizon_steps, levels, lead_steps, seed, notes, started)
+
+
+def _score_candidates(
+    candidates: _Fitted, policy_quantile: float, lead_steps: int, time_budget_s: float, notes: list[str]
+) -> _Scored:
+    """Every fitted candidate's holdout and score at ``policy_quantile``.
+
+    A candidate whose scoring fails, or whose fit plus scoring overruns ``time_budget_s``, is left
+    out with the reason appended to ``notes``.
+    """
+    scored = _Scored(models={}, holdouts={}, scores={})
     for name, shared in candidates.models.items():
         scoring_started = time.perf_counter()
         # What a fit for this policy quantile alone would hold (gbm trained every policy level).
@@ -304,43 +293,53 @@ def _select(
             notes.append(f"{name} exceeded the time budget ({seconds:.2f} s > {time_budget_s:g} s)")
             continue
         score["fit_seconds"] = seconds
-        scores[name] = score
-        fitted[name] = model
-        holdouts[name] = holdout
+        scored.scores[name] = score
+        scored.models[name] = model
+        scored.holdouts[name] = holdout
+    return scored
 
+
+def _rank(
+    scored: _Scored, forced_members: tuple[str, ...] | None, policy_quantile: float
+) -> tuple[list[str], dict[str, tuple[str, ...]]]:
+    """The scored names best first, and the members of each ensemble name among them.
+
+    An ensemble of the forced members (when all of them scored), else of the confidence set, goes
+    first; its score joins ``scored.scores`` so that the result reports it beside its members'.
+    """
+    scores = scored.scores
     ranked = sorted(scores, key=lambda name: _rank_key(name, scores[name]))
     combinations: dict[str, tuple[str, ...]] = {}
     finite = [name for name in ranked if math.isfinite(scores[name]["pinball"])]
-    forced_members = candidates.forced_members
-    if forced_members is not None and all(member in fitted for member in forced_members):
+    if forced_members is not None and all(member in scored.models for member in forced_members):
         members = forced_members
     elif len(finite) > 1:
-        members = _confidence_set(finite, holdouts, policy_quantile)
+        members = confidence_set(finite, scored.holdouts, policy_quantile)
     else:
         members = ()
     if len(members) > 1:
         combined = ensemble_name(members)
         seconds = sum(scores[member]["fit_seconds"] for member in members)
-        scores[combined] = _score(combine_holdouts([holdouts[m] for m in members]), policy_quantile, seconds)
+        scores[combined] = _score(combine_holdouts([scored.holdouts[m] for m in members]), policy_quantile, seconds)
         combinations[combined] = tuple(members)
         ranked.insert(0, combined)
-    for name in ranked:
-        chosen = tuple(fitted[member] for member in combinations.get(name, (name,)))
-        selection = Selection(model=name, members=chosen, nonnegative=history.nonnegative)
-        try:
-            forecast = selection.predict(horizon_steps, levels)
-        except Exception as error:  # fall through to the next best model
-            notes.append(f"{name} failed to predict: {type(error).__name__}: {error}")
-            continue
-        return EngineResult(
-            forecast=forecast,
-            model=name,
-            scores=scores,
-            notes=tuple(notes),
-            fit_seconds=time.perf_counter() - started,
-            selection=selection,
-        )
+    return ranked, combinations
 
+
+def _fall_back(
+    candidates: _Fitted,
+    scored: _Scored,
+    series: pd.Series,
+    horizon_steps: int,
+    levels: Sequence[float],
+    lead_steps: int,
+    seed: int,
+    notes: list[str],
+    started: float,
+) -> EngineResult:
+    """The last resort when no ranked model could predict: seasonal naive (when the history is long
+    enough for it), else naive. A fallback that scored is reused; otherwise it is fitted here."""
+    history = candidates.history
     per_day = history.steps_per_day
     max_horizon = max(horizon_steps, lead_steps)
     fallbacks = ["naive"]
@@ -348,19 +347,30 @@ def _select(
         fallbacks.insert(0, "seasonal_naive")
     for fallback in fallbacks:
         try:
-            model = fitted.get(fallback) or make_model(fallback, max_horizon=max_horizon, seed=seed).fit(series)
+            model = scored.models.get(fallback) or make_model(fallback, max_horizon=max_horizon, seed=seed).fit(series)
             selection = Selection(model=fallback, members=(model,), nonnegative=history.nonnegative)
             forecast = selection.predict(horizon_steps, levels)
         except Exception as error:  # the last resort is naive; report and try it
             notes.append(f"fallback {fallback} failed: {type(error).__name__}: {error}")
             continue
         notes.append(f"no candidate produced a forecast; fell back to {fallback}")
-        return EngineResult(
-            forecast=forecast,
-            model=fallback,
-            scores=scores,
-            notes=tuple(notes),
-            fit_seconds=time.perf_counter() - started,
-            selection=selection,
-        )
+        return _result(selection, forecast, scored.scores, notes, started)
     raise RuntimeError("no model, not even naive, could forecast this series: " + "; ".join(notes))
+
+
+def _result(
+    selection: Selection,
+    forecast: Forecast,
+    scores: dict[str, dict[str, float]],
+    notes: list[str],
+    started: float,
+) -> EngineResult:
+    """The result of ``selection``'s forecast; ``fit_seconds`` counts from ``started``."""
+    return EngineResult(
+        forecast=forecast,
+        model=selection.model,
+        scores=scores,
+        notes=tuple(notes),
+        fit_seconds=time.perf_counter() - started,
+        selection=selection,
+    )

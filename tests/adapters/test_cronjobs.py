@@ -9,21 +9,19 @@ from typing import Any
 
 import pytest
 
+from adapters.cron_schedule import CronScheduleError, fire_times
 from adapters.cronjobs import (
-    CronScheduleError,
     CronWindowSettings,
     config_windows,
     cronjob_resource,
     cronjob_windows,
     expected_duration,
-    fire_times,
     job_pods,
     job_resource,
-    parse_quantity,
     past_run_durations,
-    pod_gpu_requests,
     windows_for_cronjob,
 )
+from adapters.gpu_requests import parse_quantity, pod_gpu_requests
 from adapters.kube_watch import WatchGroup, WatchSettings
 from tests import fakekube
 

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from forecast.base import Holdout
-from forecast.engine import EngineResult, _confidence_set, fit_select_predict
+from forecast.engine import EngineResult, fit_select_predict
+from forecast.ensemble import confidence_set
 from forecast.gbm import GradientBoostedQuantile
 from forecast.history import History
 from forecast.smoothing import ExponentialSmoothingModel
@@ -129,7 +130,7 @@ def test_confidence_set_keeps_close_models_and_drops_clearly_worse_ones() -> Non
         return Holdout(actual=actual, mean=upper - 1.3, upper=upper)
 
     holdouts = {"best": holdout(0.5, 0.0), "close": holdout(0.5, 0.0), "bad": holdout(0.5, 3.0)}
-    members = _confidence_set(["best", "close", "bad"], holdouts, 0.9)
+    members = confidence_set(["best", "close", "bad"], holdouts, 0.9)
     assert members == ("best", "close")
 
 
