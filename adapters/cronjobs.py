@@ -26,11 +26,9 @@ from adapters.cron_schedule import CronScheduleError, fire_times
 from adapters.gpu_requests import pod_gpu_requests
 from adapters.kube_client import parse_kube_time
 from adapters.kube_watch import WatchedResource
-from adapters.types import ScheduledWindow
+from adapters.types import KARPENTER_NODEPOOL_LABEL, NODEPOOL_LABEL, ScheduledWindow
 
 log = logging.getLogger(__name__)
-
-NODEPOOL_LABEL = "karpenter.sh/nodepool"
 
 
 @dataclass(frozen=True)
@@ -194,9 +192,9 @@ def windows_for_cronjob(
     )
     labels = dict(metadata.get("labels") or {})
     labels["gpu_resource"] = ",".join(sorted(per_pod))
-    nodepool = (pod_spec.get("nodeSelector") or {}).get(NODEPOOL_LABEL)
+    nodepool = (pod_spec.get("nodeSelector") or {}).get(KARPENTER_NODEPOOL_LABEL)
     if nodepool:
-        labels["nodepool"] = str(nodepool)
+        labels[NODEPOOL_LABEL] = str(nodepool)
     policy = str(spec.get("concurrencyPolicy") or "Allow")
     return [
         ScheduledWindow(

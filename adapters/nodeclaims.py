@@ -22,8 +22,8 @@ from kubernetes_asyncio.client import ApiClient, CustomObjectsApi
 
 from adapters.kube_client import parse_kube_time
 from adapters.kube_watch import WatchCache, WatchedResource, WatchEvent
+from adapters.types import KARPENTER_NODEPOOL_LABEL
 
-NODEPOOL_LABEL = "karpenter.sh/nodepool"
 UNKNOWN_POOL = ""  # NodeClaims without the node pool label (created outside a NodePool)
 
 
@@ -82,7 +82,7 @@ def lead_time_sample(nodeclaim: Mapping[str, Any]) -> LeadTimeSample | None:
     if created is None or ready is None or ready < created:
         return None
     return LeadTimeSample(
-        nodepool=str((metadata.get("labels") or {}).get(NODEPOOL_LABEL, UNKNOWN_POOL)),
+        nodepool=str((metadata.get("labels") or {}).get(KARPENTER_NODEPOOL_LABEL, UNKNOWN_POOL)),
         name=str(metadata.get("name", "")),
         uid=str(metadata.get("uid") or metadata.get("name", "")),
         created=created,

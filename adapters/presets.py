@@ -20,9 +20,10 @@ from datetime import timedelta
 from typing import Literal
 
 from adapters.promql import PerStep, SignalQuery, aggregate, check_duration, check_label_name, check_metric_name
+from adapters.types import NODEPOOL_LABEL
 
-NODEPOOL = "nodepool"
-KARPENTER_NODEPOOL_LABEL = "label_karpenter_sh_nodepool"
+# kube-state-metrics exports the karpenter.sh/nodepool node label under this name.
+KSM_NODEPOOL_LABEL = "label_karpenter_sh_nodepool"
 GPU_RESOURCE = "nvidia_com_gpu"
 ONE_MINUTE = timedelta(minutes=1)
 DCGM_HOST_LABELS = ("Hostname", "hostname")
@@ -35,7 +36,7 @@ def gpu_utilization(
     by: Sequence[str] = ("node",),
     aggregation: Aggregation = "avg",
     step: timedelta = ONE_MINUTE,
-    nodepool_label: str = KARPENTER_NODEPOOL_LABEL,
+    nodepool_label: str = KSM_NODEPOOL_LABEL,
     name: str = "gpu_utilization",
     per_step: PerStep = "last",
 ) -> SignalQuery:
@@ -48,7 +49,7 @@ def gpu_engine_active(
     by: Sequence[str] = ("node",),
     aggregation: Aggregation = "avg",
     step: timedelta = ONE_MINUTE,
-    nodepool_label: str = KARPENTER_NODEPOOL_LABEL,
+    nodepool_label: str = KSM_NODEPOOL_LABEL,
     name: str = "gpu_engine_active",
     per_step: PerStep = "last",
 ) -> SignalQuery:
@@ -58,10 +59,10 @@ def gpu_engine_active(
 
 def gpus_requested(
     *,
-    by: Sequence[str] = (NODEPOOL,),
+    by: Sequence[str] = (NODEPOOL_LABEL,),
     resource: str = GPU_RESOURCE,
     step: timedelta = ONE_MINUTE,
-    nodepool_label: str = KARPENTER_NODEPOOL_LABEL,
+    nodepool_label: str = KSM_NODEPOOL_LABEL,
     name: str = "gpus_requested",
     per_step: PerStep = "peak",
 ) -> SignalQuery:
@@ -70,7 +71,7 @@ def gpus_requested(
     Each point is the step's peak by default: the nodes must have covered it, and a pod that came
     and went between two samples still needed a GPU.
     """
-    _check_by(by, allowed=("namespace", "pod", "node", NODEPOOL))
+    _check_by(by, allowed=("namespace", "pod", "node", NODEPOOL_LABEL))
     # max by (...) collapses duplicates from kube-state-metrics replicas before anything is summed.
     requests = aggregate(
         "sum",
@@ -88,15 +89,15 @@ def gpus_requested(
 
 def gpus_allocatable(
     *,
-    by: Sequence[str] = (NODEPOOL,),
+    by: Sequence[str] = (NODEPOOL_LABEL,),
     resource: str = GPU_RESOURCE,
     step: timedelta = ONE_MINUTE,
-    nodepool_label: str = KARPENTER_NODEPOOL_LABEL,
+    nodepool_label: str = KSM_NODEPOOL_LABEL,
     name: str = "gpus_allocatable",
     per_step: PerStep = "last",
 ) -> SignalQuery:
     """Allocatable GPUs of the nodes; ``by`` is drawn from node and nodepool."""
-    _check_by(by, allowed=("node", NODEPOOL))
+    _check_by(by, allowed=("node", NODEPOOL_LABEL))
     capacity = aggregate("max", ("node",), f"kube_node_status_allocatable{{resource={_quote(resource)}}}")
     return _grouped("sum", capacity, by, step, nodepool_label, name, per_step)
 
@@ -129,19 +130,19 @@ PRESETS: Mapping[str, Callable[..., SignalQuery]] = {
 }
 
 
-def with_nodepool(expression: str, nodepool_label: str = KARPENTER_NODEPOOL_LABEL) -> str:
+def with_nodepool(expression: str, nodepool_label: str = KSM_NODEPOOL_LABEL) -> str:
     """Add a ``nodepool`` label to every series of ``expression`` by joining its ``node`` label.
 
     Series whose node is unknown to kube_node_labels (or that have no node) are kept, without nodepool.
     """
     nodepools = aggregate(
         "max",
-        ("node", NODEPOOL),
-        f'label_replace(kube_node_labels, "{NODEPOOL}", "$1", "{check_label_name(nodepool_label)}", "(.*)")',
+        ("node", NODEPOOL_LABEL),
+        f'label_replace(kube_node_labels, "{NODEPOOL_LABEL}", "$1", "{check_label_name(nodepool_label)}", "(.*)")',
     )
-    joined = f"({expression}) * on (node) group_left ({NODEPOOL}) {nodepools}"
+    joined = f"({expression}) * on (node) group_left ({NODEPOOL_LABEL}) {nodepools}"
     # ``or ignoring (nodepool)`` adds back the series the join found no node for.
-    return f"{joined} or ignoring ({NODEPOOL}) ({expression})"
+    return f"{joined} or ignoring ({NODEPOOL_LABEL}) ({expression})"
 
 
 def _dcgm(
@@ -169,7 +170,7 @@ def _grouped(
 ) -> SignalQuery:
     if aggregation not in ("avg", "sum", "max", "min"):
         raise ValueError(f"unknown aggregation {aggregation!r}")
-    if NODEPOOL in by:
+    if NODEPOOL_LABEL in by:
         expression = with_nodepool(expression, nodepool_label)
     promql = aggregate(aggregation, by, expression)
     return SignalQuery(name=name, promql=promql, step=step, split_by=tuple(by), per_step=per_step)

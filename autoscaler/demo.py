@@ -13,8 +13,8 @@ from pathlib import Path
 
 from adapters.replay import ReplaySource, read_trace
 from adapters.types import Signal
+from autoscaler.plans import MetricPlan
 from autoscaler.provider import MetricInfo
-from autoscaler.refresher import MetricPlan
 
 GPU_SIGNAL = "gpus_requested"
 RATE_SIGNAL = "request_rate"

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from autoscaler.policy import unservable
 from autoscaler.provider import MetricInfo, ServedSeries, Snapshot
 
 log = logging.getLogger(__name__)
@@ -60,27 +61,42 @@ def load(path: Path, metrics: Sequence[MetricInfo]) -> Snapshot | None:
         log.warning("ignoring saved values %s: unknown format", path)
         return None
     known = {info.name: info for info in metrics}
-    restored: dict[str, list[ServedSeries]] = {name: [] for name in known}
     try:
         saved_at = datetime.fromisoformat(document["created_at"])
-        for item in document["series"]:
-            if item["metric"] not in known:
-                continue
-            restored[item["metric"]].append(
-                ServedSeries(
-                    metric=item["metric"],
-                    labels={str(k): str(v) for k, v in item["labels"].items()},
-                    value=float(item["value"]),
-                    timestamp=datetime.fromisoformat(item["timestamp"]),
-                    namespace=item.get("namespace"),
-                    window_seconds=item.get("window_seconds"),
-                    explanation=f"restored after a restart (saved {saved_at:%Y-%m-%dT%H:%M:%SZ}): "
-                    + str(item.get("explanation", "")),
-                )
-            )
+        items = list(document["series"])
     except (KeyError, TypeError, ValueError) as error:
         log.warning("ignoring saved values %s: %s", path, error)
         return None
+    restored: dict[str, list[ServedSeries]] = {name: [] for name in known}
+    for position, item in enumerate(items):
+        series = _restored_series(item, known, saved_at)
+        if isinstance(series, str):  # one bad entry costs that entry only
+            log.warning("dropping saved value %d of %s: %s", position, path, series)
+        elif series is not None:
+            restored[series.metric].append(series)
     if not any(restored.values()):
         return None
     return Snapshot(created_at=saved_at, metrics=known, series={k: tuple(v) for k, v in restored.items()})
+
+
+def _restored_series(item: Any, known: Mapping[str, MetricInfo], saved_at: datetime) -> ServedSeries | str | None:
+    """The entry as a served series; None for a metric no longer configured; else why it is unusable."""
+    try:
+        if item["metric"] not in known:
+            return None
+        value = float(item["value"])
+        reason = unservable(value)
+        if reason is not None:
+            return f"{item['metric']}{dict(item['labels'])}: {reason}"
+        return ServedSeries(
+            metric=item["metric"],
+            labels={str(k): str(v) for k, v in item["labels"].items()},
+            value=value,
+            timestamp=datetime.fromisoformat(item["timestamp"]),
+            namespace=item.get("namespace"),
+            window_seconds=item.get("window_seconds"),
+            explanation=f"restored after a restart (saved {saved_at:%Y-%m-%dT%H:%M:%SZ}): "
+            + str(item.get("explanation", "")),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        return f"{type(error).__name__}: {error}"

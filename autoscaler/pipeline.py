@@ -20,9 +20,7 @@ from adapters.prometheus import PrometheusSource
 from adapters.types import ScheduledWindow
 from autoscaler import demo
 from autoscaler.kube_inputs import KubernetesInputs, declared_windows, watch_settings
-from autoscaler.policy import Cap
-from autoscaler.provider import MetricInfo
-from autoscaler.refresher import (
+from autoscaler.plans import (
     CapsFunction,
     LeadTimeFunction,
     MetricPlan,
@@ -31,6 +29,8 @@ from autoscaler.refresher import (
     SignalSource,
     WindowsFunction,
 )
+from autoscaler.policy import Cap
+from autoscaler.provider import MetricInfo
 from autoscaler.settings import Settings, WindowSettings
 from autoscaler.sources import PrometheusSignalSource, client_settings, signal_query
 

@@ -24,6 +24,9 @@ PlanKind = Literal["demand", "headroom", "rate", "replicas"]
 # The kinds of served value that count scheduled GPU windows.
 WINDOW_KINDS = frozenset({"demand", "headroom"})
 AdjustmentKind = Literal["cap", "maximum", "minimum", "step_down"]
+# More than any count of GPUs, requests per second or replicas (an HPA's are int32) a cluster has:
+# a larger value comes from a fault (a diverged forecast, a damaged file), not from demand.
+MAX_SERVED_VALUE = 1e9
 
 
 @dataclass(frozen=True)
@@ -96,12 +99,17 @@ def forecast_demand(
     """
     mask = _lead_slice(forecast, now, lead_time)
     upper = forecast.quantile(quantile)[mask]
-    peak_position = int(np.nanargmax(upper)) if np.isfinite(upper).any() else 0
-    statistical = float(upper[peak_position]) if np.isfinite(upper[peak_position]) else 0.0
+    minutes = int(lead_time.total_seconds() // 60)
+    if not np.isfinite(upper).any():
+        # A diverged or failed forecast says nothing: not 0 (that would release every node); the
+        # caller keeps its last good value (``unservable``).
+        explanation = f"p{round(quantile * 100)} forecast of model {forecast.model} has no finite value within the "
+        return Decision(math.nan, f"{explanation}{minutes} min lead time")
+    peak_position = int(np.nanargmax(upper))
+    statistical = float(upper[peak_position])
     open_windows = windows_open_within(windows, now, now + lead_time)
     scheduled = sum(window.gpus for window in open_windows)
     peak_at = forecast.timestamps[int(np.flatnonzero(mask)[peak_position])]
-    minutes = int(lead_time.total_seconds() // 60)
     parts = [
         f"p{round(quantile * 100)} forecast of model {forecast.model} peaks at {statistical:.2f} "
         f"at {peak_at:%H:%M} UTC within the {minutes} min lead time"
@@ -123,6 +131,17 @@ def headroom(demand: Decision, requested_now: float) -> Decision:
         explanation=f"{demand.value:.2f} GPUs forecast minus {requested_now:.2f} requested now = {value:.2f} "
         f"placeholder GPUs ({demand.explanation})",
     )
+
+
+def unservable(value: float) -> str | None:
+    """Why ``value`` must not be served, or None: every served value, computed or restored, is checked."""
+    if not math.isfinite(value):
+        return f"{value} is not a finite number"
+    if value < 0:
+        return f"{value:g} is negative"
+    if value > MAX_SERVED_VALUE:
+        return f"{value:g} is above {MAX_SERVED_VALUE:g}, more than any cluster has"
+    return None
 
 
 def last_observed(series: pd.Series) -> float:
@@ -264,6 +283,8 @@ def decide(rule: Rule, situation: Situation) -> Decision | None:
         windows=situation.windows if rule.kind in WINDOW_KINDS else (),
     )
     decision: Decision | None = demand
+    if not math.isfinite(demand.value):
+        return demand  # nothing to subtract from, cap or clamp: unservable as it is
     if rule.kind == "replicas":
         decision = replicas_for(demand, situation.capacity, rule.target_utilization)
     elif rule.kind == "headroom":

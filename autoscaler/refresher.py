@@ -19,68 +19,20 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
 
 import pandas as pd
 
 from adapters.types import NODEPOOL_LABEL, AdapterError, ScheduledWindow, Signal
 from autoscaler import fitting, policy
 from autoscaler.fitting import CapacityInputs, SeriesKey, WorkerResult, WorkRequest
+from autoscaler.plans import MetricPlan, RefreshInputs, RefreshSettings, SignalSource
 from autoscaler.provenance import Provenance, WorkKind
-from autoscaler.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
+from autoscaler.provider import ServedSeries, Snapshot, SnapshotProvider
 from autoscaler.workers import ForecastPools, WorkFailed
 
 log = logging.getLogger(__name__)
-
-
-class SignalSource(Protocol):
-    name: str
-
-    async def pull(self, now: datetime) -> list[Signal]: ...
-
-
-@dataclass(frozen=True)
-class MetricPlan:
-    """How one served metric is made from one signal, and the limits it is served within."""
-
-    metric: str
-    signal: str
-    kind: policy.PlanKind
-    quantile: float = 0.9
-    min_value: float | None = None
-    max_value: float | None = None
-    max_decrease_per_minute: float | None = None
-    placeholder_namespace: str | None = None
-    utilization_signal: str | None = None
-    replicas_signal: str | None = None
-    target_utilization: float = 60.0
-
-    @property
-    def rule(self) -> policy.Rule:
-        return policy.Rule(
-            kind=self.kind,
-            quantile=self.quantile,
-            min_value=self.min_value,
-            max_value=self.max_value,
-            max_decrease_per_minute=self.max_decrease_per_minute,
-            target_utilization=self.target_utilization,
-        )
-
-
-@dataclass(frozen=True)
-class RefreshSettings:
-    interval: timedelta
-    # Used for every series unless the inputs give a lead_time function.
-    lead_time: timedelta
-    fit_timeout: timedelta = timedelta(seconds=60)
-    # Model selection (a backtest of every candidate) runs this often per series; in between the
-    # fitted models forecast from the newest data, and are refitted every ``refit_every`` if set.
-    reselect_every: timedelta = timedelta(hours=6)
-    refit_every: timedelta | None = None
-    # How far ahead scheduled windows are looked up (at least the longest lead time).
-    window_horizon: timedelta = timedelta(hours=1)
 
 
 @dataclass
@@ -92,26 +44,6 @@ class RefreshStats:
     last_success: dict[str, datetime] = field(default_factory=dict)
     last_error: dict[str, str] = field(default_factory=dict)
     last_duration_s: float = 0.0
-
-
-# (start, horizon) -> windows open at start or starting within the horizon.
-WindowsFunction = Callable[[datetime, timedelta], Sequence[ScheduledWindow]]
-LeadTimeFunction = Callable[[Mapping[str, str]], policy.LeadTime]
-# (plan, series labels, GPUs requested now) -> the caps that apply (ResourceQuota, NodePool limits).
-CapsFunction = Callable[[MetricPlan, Mapping[str, str], float], Sequence[policy.Cap]]
-
-
-@dataclass(frozen=True)
-class RefreshInputs:
-    """What the refresher reads: the signals, what to serve from them, and the cluster's facts."""
-
-    metrics: Sequence[MetricInfo]
-    plans: Sequence[MetricPlan]
-    sources: Sequence[SignalSource]
-    refresh: RefreshSettings
-    windows: WindowsFunction | None = None
-    lead_time: LeadTimeFunction | None = None
-    caps: CapsFunction | None = None
 
 
 def series_key(signal: Signal) -> SeriesKey:
@@ -194,17 +126,37 @@ class Refresher:
         return policy.LeadTime(self.settings.lead_time, "configured")
 
     def restore(self, snapshot: Snapshot) -> None:
-        """Serve values saved before a restart until a fresh forecast (or its failure) replaces them."""
-        signal_of = {plan.metric: plan.signal for plan in self.plans}
+        """Serve values saved before a restart until a fresh forecast (or its failure) replaces them.
+
+        A saved value passes the checks and limits a computed one does: one that must not be served
+        (negative, not finite, absurdly large) is dropped with a warning naming it; the others are
+        capped and clamped as their plan says.
+        """
+        plan_of = {plan.metric: plan for plan in self.plans}
         grouped: dict[SeriesKey, list[ServedSeries]] = {}
         for series_list in snapshot.series.values():
             for series in series_list:
-                if series.metric in signal_of:
-                    key = (signal_of[series.metric], tuple(sorted(series.labels.items())))
-                    grouped.setdefault(key, []).append(series)
+                plan = plan_of.get(series.metric)
+                checked = self._restorable(plan, series) if plan is not None else None
+                if plan is not None and checked is not None:
+                    grouped.setdefault((plan.signal, tuple(sorted(series.labels.items()))), []).append(checked)
         for key, restored in grouped.items():
             self._served.setdefault(key, tuple(restored))
         self.provider.swap(self._build(snapshot.created_at))
+
+    def _restorable(self, plan: MetricPlan, series: ServedSeries) -> ServedSeries | None:
+        reason = policy.unservable(series.value)
+        if reason is not None:
+            log.warning("dropping the saved value of %s%s: %s", series.metric, dict(series.labels), reason)
+            return None
+        decision = policy.Decision(series.value, series.explanation)
+        if plan.kind == "headroom" and self.inputs.caps is not None:
+            # GPUs requested now are not known yet: a pool's whole limit bounds its placeholders.
+            decision = policy.apply_caps(decision, self.inputs.caps(plan, series.labels, 0.0))
+        decision = policy.clamp(decision, plan.min_value, plan.max_value)
+        if not decision.adjustments:
+            return series
+        return replace(series, value=decision.value, explanation=decision.explanation)
 
     async def refresh_once(self) -> Snapshot:
         started = time.perf_counter()
@@ -344,6 +296,10 @@ class Refresher:
         if decision is None:
             log.warning("%s%s: no replica capacity can be learned yet", plan.metric, dict(signal.labels))
             return None
+        reason = policy.unservable(decision.value)
+        if reason is not None:  # e.g. a diverged forecast: the last good value stays
+            log.warning("%s%s: not served (%s); keeping the last good value", plan.metric, dict(signal.labels), reason)
+            return next((s for s in self._served.get(fitted.key, ()) if s.metric == plan.metric), None)
         self._previous[previous_key] = (decision.value, now)
         engine = result.engine
         provenance = Provenance(

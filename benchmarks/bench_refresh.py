@@ -33,8 +33,9 @@ from adapters.types import Signal
 from autoscaler.app.factory import build_access, client_ca_pems, create_app
 from autoscaler.app.serving import running
 from autoscaler.pipeline import Pipeline
+from autoscaler.plans import MetricPlan, RefreshInputs, RefreshSettings
 from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
-from autoscaler.refresher import MetricPlan, Refresher, RefreshInputs, RefreshSettings
+from autoscaler.refresher import Refresher
 from autoscaler.settings import Settings
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.tls import ServerTLS, ServingFiles

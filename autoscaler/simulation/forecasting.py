@@ -349,5 +349,7 @@ def run_block(job: BlockJob) -> list[BlockResult]:
         if forecasts is None:
             continue
         for spec, result in zip(job.specs, results, strict=True):
-            result.values[position] = serve(job, spec, forecasts[spec.text], now, float(raw[last_bin]))
+            value = serve(job, spec, forecasts[spec.text], now, float(raw[last_bin]))
+            # As the service: a value that must not be served leaves the last good one in place.
+            result.values[position] = value if math.isfinite(value) else result.values[position - 1]
     return results

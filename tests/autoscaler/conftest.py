@@ -11,8 +11,8 @@ import pytest
 from autoscaler.app.factory import build_access, client_ca_pems, create_app
 from autoscaler.app.serving import Listening, running
 from autoscaler.pipeline import Pipeline
+from autoscaler.plans import RefreshSettings
 from autoscaler.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
-from autoscaler.refresher import RefreshSettings
 from autoscaler.settings import Settings
 from autoscaler.web.auth import AccessControl, Authorizer
 from autoscaler.web.readiness import Readiness

@@ -12,8 +12,8 @@ import pytest
 from autoscaler.app.factory import build_access, client_ca_pems, create_app
 from autoscaler.app.serving import running
 from autoscaler.pipeline import Pipeline
+from autoscaler.plans import RefreshSettings
 from autoscaler.provider import SnapshotProvider
-from autoscaler.refresher import RefreshSettings
 from autoscaler.settings import Settings
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.tls import ServerTLS, ServingFiles

@@ -11,8 +11,9 @@ import pytest
 
 from adapters.kube_watch import WatchGroup
 from autoscaler.kube_inputs import KubernetesInputs, watch_settings
+from autoscaler.plans import MetricPlan, RefreshInputs, RefreshSettings
 from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
-from autoscaler.refresher import MetricPlan, Refresher, RefreshInputs, RefreshSettings
+from autoscaler.refresher import Refresher
 from autoscaler.selectors import parse_selector
 from autoscaler.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings
 from autoscaler.workers import ForecastPools

@@ -143,3 +143,64 @@ async def test_sigterm_drains_in_flight_requests(tmp_path):
     assert completed and all(status == 200 for status in completed), statuses
     # Requests that reached the server before it stopped listening were answered, not cut off.
     assert not [s for s in statuses if isinstance(s, aiohttp.ClientPayloadError)]
+
+
+def test_one_unusable_saved_value_costs_that_entry_only(tmp_path, caplog):
+    now = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
+    good = {"metric": "gpu_headroom", "labels": {"nodepool": "a100"}, "value": 2.0, "timestamp": now.isoformat()}
+    entries = [
+        good,
+        {**good, "labels": {"nodepool": "nan"}, "value": float("nan")},
+        {**good, "labels": {"nodepool": "neg"}, "value": -5},
+        {**good, "labels": {"nodepool": "huge"}, "value": 1e308},
+        {**good, "labels": {"nodepool": "naive"}, "timestamp": "2026-11-20T09:00:00"},
+        {**good, "value": "lots"},
+        {"metric": "gpu_headroom"},
+    ]
+    path = tmp_path / persistence.FILE_NAME
+    path.write_text(json.dumps({"version": 1, "created_at": now.isoformat(), "series": entries}))
+    restored = persistence.load(path, METRICS)
+    assert restored is not None
+    assert [(dict(s.labels), s.value) for s in restored.series["gpu_headroom"]] == [({"nodepool": "a100"}, 2.0)]
+    dropped = [r.getMessage().split(": ", 1)[1] for r in caplog.records if "dropping saved value" in r.getMessage()]
+    assert dropped == [
+        "gpu_headroom{'nodepool': 'nan'}: nan is not a finite number",
+        "gpu_headroom{'nodepool': 'neg'}: -5 is negative",
+        "gpu_headroom{'nodepool': 'huge'}: 1e+308 is above 1e+09, more than any cluster has",
+        "ValueError: ServedSeries.timestamp must be timezone-aware",
+        "ValueError: could not convert string to float: 'lots'",
+        "KeyError: 'value'",
+    ]
+
+
+async def test_damaged_saved_values_are_not_served_after_a_restart(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    now = datetime.now(UTC).isoformat()
+    series = [
+        {"metric": "gpu_demand_forecast", "labels": {"pool": "demo-gpu"}, "value": 1e308, "timestamp": now},
+        {"metric": "gpu_headroom", "labels": {"pool": "demo-gpu"}, "value": -5, "timestamp": now},
+        {"metric": "request_rate_forecast", "labels": {"service": "sd-lora"}, "value": 3.5, "timestamp": now},
+    ]
+    document = {"version": 1, "created_at": now, "series": series}
+    (state / persistence.FILE_NAME).write_text(json.dumps(document))
+    demo = DemoProcess(state)
+    demo.start()
+    try:
+        assert "dropping saved value 0 of" in demo.start_log and "1e+308 is above 1e+09" in demo.start_log
+        assert "dropping saved value 1 of" in demo.start_log and "-5 is negative" in demo.start_log
+        await demo.wait_ready(timeout_s=30)
+        async with aiohttp.ClientSession() as session:
+            for metric in ("gpu_demand_forecast", "gpu_headroom"):
+                async with session.get(f"{demo.http_url}/api/v1/forecasts/{metric}") as response:
+                    assert response.status == 200
+                    # Nothing, or a fresh forecast: never the damaged value.
+                    for item in await response.json():
+                        assert not item["explanation"].startswith("restored"), item
+                        assert 0 <= item["value"] < 1e9
+            async with session.get(f"{demo.http_url}/api/v1/forecasts/request_rate_forecast") as response:
+                (rate,) = await response.json()
+        if rate["explanation"].startswith("restored"):  # the first forecast may have replaced it already
+            assert rate["value"] == 3.5
+    finally:
+        assert demo.stop() == 0

@@ -17,8 +17,9 @@ import pytest
 from autoscaler.app.factory import build_access, client_ca_pems, create_app, update_readiness
 from autoscaler.app.serving import running
 from autoscaler.pipeline import Pipeline, open_pipeline
+from autoscaler.plans import RefreshInputs
 from autoscaler.provider import SnapshotProvider, empty_snapshot
-from autoscaler.refresher import Refresher, RefreshInputs
+from autoscaler.refresher import Refresher
 from autoscaler.selectors import EVERYTHING, parse_selector
 from autoscaler.settings import Settings
 from autoscaler.web.readiness import Readiness

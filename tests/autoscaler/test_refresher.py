@@ -14,8 +14,9 @@ import pytest
 from adapters.replay import ReplaySource, read_trace
 from adapters.types import AdapterError, Signal
 from autoscaler import demo, fitting, policy
-from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
-from autoscaler.refresher import MetricPlan, Refresher, RefreshInputs, RefreshSettings
+from autoscaler.plans import MetricPlan, RefreshInputs, RefreshSettings
+from autoscaler.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider, empty_snapshot
+from autoscaler.refresher import Refresher
 from autoscaler.selectors import EVERYTHING, Selector, parse_selector
 from autoscaler.workers import ForecastPools
 
@@ -320,3 +321,54 @@ async def test_held_models_that_no_longer_fit_the_signal_are_replaced_by_a_new_s
     assert served.timestamp == clock.now
     assert served.provenance.work == "select"
     assert any("held models could not forecast (ValueError" in note for note in served.provenance.notes)
+
+
+def test_restored_values_pass_the_checks_and_limits_of_computed_ones(parts, caplog):
+    instance, _source, provider, clock = parts
+    instance.plans = [replace(plan, max_value=40.0) for plan in instance.plans]
+    instance.inputs = replace(
+        instance.inputs,
+        caps=lambda plan, labels, requested: [policy.Cap(30.0 - requested, "NodePool earth limit 30 GPUs")],
+    )
+    saved = {
+        "gpu_demand_forecast": (
+            ServedSeries("gpu_demand_forecast", {"pool": "earth"}, 55.0, clock.now, explanation="p90"),
+            ServedSeries("gpu_demand_forecast", {"pool": "broken"}, 1e308, clock.now),
+        ),
+        "gpu_headroom": (
+            ServedSeries("gpu_headroom", {"pool": "earth"}, 35.0, clock.now, explanation="p90 minus requested"),
+            ServedSeries("gpu_headroom", {"pool": "broken"}, -5.0, clock.now),
+        ),
+    }
+    instance.restore(Snapshot(clock.now, instance.metrics, saved))
+    served = provider.snapshot.series
+    assert [(dict(s.labels), s.value) for s in served["gpu_demand_forecast"]] == [({"pool": "earth"}, 40.0)]
+    assert served["gpu_demand_forecast"][0].explanation == "p90; clamped to the maximum 40"
+    # Headroom is capped first (GPUs requested now are unknown after a restart: the whole limit).
+    assert [(dict(s.labels), s.value) for s in served["gpu_headroom"]] == [({"pool": "earth"}, 30.0)]
+    assert served["gpu_headroom"][0].explanation == "p90 minus requested; capped at 30 by NodePool earth limit 30 GPUs"
+    dropped = sorted(r.getMessage() for r in caplog.records if "dropping the saved value" in r.getMessage())
+    assert dropped == [
+        "dropping the saved value of gpu_demand_forecast{'pool': 'broken'}: 1e+308 is above 1e+09, more than any "
+        "cluster has",
+        "dropping the saved value of gpu_headroom{'pool': 'broken'}: -5 is negative",
+    ]
+
+
+async def test_a_computed_value_that_must_not_be_served_keeps_the_last_good_one(parts, monkeypatch, caplog):
+    instance, _source, _provider, clock = parts
+    first = await instance.refresh_once()
+    real = fitting.work_in_worker
+
+    def diverged(request):
+        result = real(request)
+        forecast = result.engine.forecast
+        exploded = replace(forecast, quantiles={q: values + math.inf for q, values in forecast.quantiles.items()})
+        return replace(result, engine=replace(result.engine, forecast=exploded))
+
+    monkeypatch.setattr(fitting, "work_in_worker", diverged)
+    clock.now += timedelta(minutes=5)
+    second = await instance.refresh_once()
+    # A forecast with no finite value is not 0 demand: the last good values stay, with their age.
+    assert second.series == first.series
+    assert "gpu_demand_forecast{'pool': 'earth'}: not served (nan is not a finite number)" in caplog.text

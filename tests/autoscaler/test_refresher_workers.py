@@ -11,8 +11,9 @@ from datetime import timedelta
 import pytest
 
 from adapters.types import Signal
+from autoscaler.plans import RefreshInputs, RefreshSettings
 from autoscaler.provider import SnapshotProvider, empty_snapshot
-from autoscaler.refresher import Refresher, RefreshInputs, RefreshSettings
+from autoscaler.refresher import Refresher
 from autoscaler.workers import ForecastPools, forecast_pool, forecast_pools
 from tests.autoscaler.test_refresher import METRICS, PLANS, Clock, FlakySource
 

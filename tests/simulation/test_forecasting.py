@@ -12,8 +12,9 @@ import pytest
 
 from adapters.types import Signal
 from autoscaler import fitting, policy
+from autoscaler.plans import MetricPlan, RefreshInputs, RefreshSettings
 from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
-from autoscaler.refresher import MetricPlan, Refresher, RefreshInputs, RefreshSettings
+from autoscaler.refresher import Refresher
 from autoscaler.simulation.forecasting import (
     SIMULATED_LEAD_TIME_SOURCE,
     BlockJob,

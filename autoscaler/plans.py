@@ -1,0 +1,83 @@
+"""What the refresher reads: the signals, the metrics made from them, and the cluster's facts.
+
+``pipeline`` assembles these from the settings (or the demo); ``refresher`` runs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from adapters.types import ScheduledWindow, Signal
+from autoscaler import policy
+from autoscaler.provider import MetricInfo
+
+
+class SignalSource(Protocol):
+    name: str
+
+    async def pull(self, now: datetime) -> list[Signal]: ...
+
+
+@dataclass(frozen=True)
+class MetricPlan:
+    """How one served metric is made from one signal, and the limits it is served within."""
+
+    metric: str
+    signal: str
+    kind: policy.PlanKind
+    quantile: float = 0.9
+    min_value: float | None = None
+    max_value: float | None = None
+    max_decrease_per_minute: float | None = None
+    placeholder_namespace: str | None = None
+    utilization_signal: str | None = None
+    replicas_signal: str | None = None
+    target_utilization: float = 60.0
+
+    @property
+    def rule(self) -> policy.Rule:
+        return policy.Rule(
+            kind=self.kind,
+            quantile=self.quantile,
+            min_value=self.min_value,
+            max_value=self.max_value,
+            max_decrease_per_minute=self.max_decrease_per_minute,
+            target_utilization=self.target_utilization,
+        )
+
+
+@dataclass(frozen=True)
+class RefreshSettings:
+    interval: timedelta
+    # Used for every series unless the inputs give a lead_time function.
+    lead_time: timedelta
+    fit_timeout: timedelta = timedelta(seconds=60)
+    # Model selection (a backtest of every candidate) runs this often per series; in between the
+    # fitted models forecast from the newest data, and are refitted every ``refit_every`` if set.
+    reselect_every: timedelta = timedelta(hours=6)
+    refit_every: timedelta | None = None
+    # How far ahead scheduled windows are looked up (at least the longest lead time).
+    window_horizon: timedelta = timedelta(hours=1)
+
+
+# (start, horizon) -> windows open at start or starting within the horizon.
+WindowsFunction = Callable[[datetime, timedelta], Sequence[ScheduledWindow]]
+LeadTimeFunction = Callable[[Mapping[str, str]], policy.LeadTime]
+# (plan, series labels, GPUs requested now) -> the caps that apply (ResourceQuota, NodePool limits).
+CapsFunction = Callable[[MetricPlan, Mapping[str, str], float], Sequence[policy.Cap]]
+
+
+@dataclass(frozen=True)
+class RefreshInputs:
+    """What the refresher reads: the signals, what to serve from them, and the cluster's facts."""
+
+    metrics: Sequence[MetricInfo]
+    plans: Sequence[MetricPlan]
+    sources: Sequence[SignalSource]
+    refresh: RefreshSettings
+    windows: WindowsFunction | None = None
+    lead_time: LeadTimeFunction | None = None
+    caps: CapsFunction | None = None
