@@ -1,22 +1,17 @@
-"""Service settings: one YAML file, validated at start-up, with environment overrides.
+"""Service settings: what each section of the YAML file may hold, validated at start-up.
 
-Environment variables ``GPU_AUTOSCALER_<SECTION>__<FIELD>`` override the file, e.g.
-``GPU_AUTOSCALER_SERVER__SECURE_PORT=7443``. Values are parsed as YAML scalars, so lists and
-numbers work (``GPU_AUTOSCALER_AUTH__ALLOWED_NAMES='[front-proxy-client]'``).
+``settings_loader`` reads the file and the environment overrides into :class:`Settings`.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
-from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from adapters.promql import PerStep
 from adapters.types import AdapterError
@@ -25,14 +20,7 @@ from autoscaler.policy import PlanKind
 from autoscaler.provider import FallbackMode
 from autoscaler.selectors import SelectorError, validate_key, validate_value
 
-ENV_PREFIX = "GPU_AUTOSCALER_"
-ENV_NESTING = "__"
-
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
-
-
-class SettingsError(Exception):
-    """Settings that cannot be used; the message names each field path, value and expectation."""
 
 
 class _Strict(BaseModel):
@@ -330,81 +318,3 @@ class Settings(_Strict):
                 f"it is {self.server.bind_address!r}"
             )
         return self
-
-
-def _set_path(target: dict[str, Any], path: list[str], value: Any) -> None:
-    for part in path[:-1]:
-        existing = target.get(part)
-        if not isinstance(existing, dict):
-            existing = {}
-            target[part] = existing
-        target = existing
-    target[path[-1]] = value
-
-
-def apply_env_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
-    merged: dict[str, Any] = dict(raw)
-    for name, text in sorted(environ.items()):
-        if not name.startswith(ENV_PREFIX):
-            continue
-        path = [part.lower() for part in name[len(ENV_PREFIX) :].split(ENV_NESTING)]
-        if not all(path):
-            continue
-        try:
-            value = yaml.safe_load(text) if text else ""
-        except yaml.YAMLError:
-            value = text
-        _set_path(merged, path, value)
-    return merged
-
-
-def _describe(errors: ValidationError, source: str) -> str:
-    lines = [f"invalid settings in {source}:"]
-    for error in errors.errors():
-        path = ".".join(str(part) for part in error["loc"]) or "(top level)"
-        message = error["msg"]
-        if error["type"] == "extra_forbidden":
-            message = "unknown field"
-        value = error.get("input")
-        shown = repr(value) if not isinstance(value, dict) else "{...}"
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
-        lines.append(f"  {path}: {message} (got {shown})")
-    return "\n".join(lines)
-
-
-def load_settings(
-    path: Path | None,
-    *,
-    environ: Mapping[str, str] | None = None,
-    overrides: Mapping[str, Any] | None = None,
-) -> Settings:
-    """Read, merge (file < environment < command-line ``overrides``) and validate the settings."""
-    environ = os.environ if environ is None else environ
-    raw: Any = {}
-    source = "defaults"
-    if path is not None:
-        source = str(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as error:
-            raise SettingsError(f"cannot read settings file {path}: {error.strerror or error}") from None
-        try:
-            raw = yaml.safe_load(text)
-        except yaml.YAMLError as error:
-            mark = getattr(error, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-            problem = getattr(error, "problem", None) or str(error)
-            raise SettingsError(f"settings file {path} is not valid YAML{where}: {problem}") from None
-        if raw is None:
-            raw = {}
-        if not isinstance(raw, dict):
-            raise SettingsError(f"settings file {path} must hold a mapping at the top, got {type(raw).__name__}")
-    merged = apply_env_overrides(raw, environ)
-    for dotted, value in (overrides or {}).items():
-        if value is not None:
-            _set_path(merged, dotted.split("."), value)
-    try:
-        return Settings.model_validate(merged)
-    except ValidationError as errors:
-        raise SettingsError(_describe(errors, source)) from None

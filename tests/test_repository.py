@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 import subprocess
@@ -44,3 +45,38 @@ def test_clean_clone_has_what_both_commands_need(tmp_path):
     for needed in (".ci/run", "Makefile", "pyproject.toml", "scripts/install-system-deps.sh", "Dockerfile"):
         assert needed in tracked
     assert any(path.startswith("autoscaler/demo_data/") for path in tracked)
+
+
+# Modules and functions stay small enough to read in one sitting. Functions that are data literals
+# (the OpenAPI document's schemas) are exempt: splitting them would scatter one document.
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+DATA_LITERALS = {("autoscaler/web/openapi.py", "_schemas"), ("autoscaler/web/openapi.py", "openapi_document")}
+
+
+def oversized(root: Path = ROOT) -> list[str]:
+    found = []
+    for package in ("autoscaler", "forecast", "adapters"):
+        for path in sorted((root / package).rglob("*.py")):
+            relative = path.relative_to(root).as_posix()
+            source = path.read_text(encoding="utf-8")
+            if (lines := len(source.splitlines())) > MAX_MODULE_LINES:
+                found.append(f"{relative}: {lines} lines")
+            for node in ast.walk(ast.parse(source)):
+                if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) or node.end_lineno is None:
+                    continue
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES and (relative, node.name) not in DATA_LITERALS:
+                    found.append(f"{relative}: {node.name} is {length} lines")
+    return found
+
+
+def test_no_module_over_400_lines_and_no_function_over_60():
+    assert oversized() == []
+
+
+def test_the_size_check_finds_what_is_too_long(tmp_path):
+    (tmp_path / "forecast").mkdir()
+    body = "\n".join(f"    x{i} = {i}" for i in range(60))
+    (tmp_path / "forecast" / "long.py").write_text(f"def long() -> None:\n{body}\n" + "\n" * 340)
+    assert oversized(tmp_path) == ["forecast/long.py: 401 lines", "forecast/long.py: long is 61 lines"]

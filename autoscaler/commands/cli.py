@@ -11,7 +11,8 @@ from typing import Any
 import click
 
 from autoscaler import __version__
-from autoscaler.settings import Settings, SettingsError, load_settings
+from autoscaler.settings import Settings
+from autoscaler.settings_loader import SettingsError, load_settings
 
 
 class JsonFormatter(logging.Formatter):

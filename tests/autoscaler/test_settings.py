@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from autoscaler.commands.cli import main
-from autoscaler.settings import Settings, SettingsError, load_settings
+from autoscaler.settings import Settings
+from autoscaler.settings_loader import SettingsError, load_settings
 
 
 def write(tmp_path: Path, text: str) -> Path:

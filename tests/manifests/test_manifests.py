@@ -33,7 +33,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from autoscaler.settings import load_settings
+from autoscaler.settings_loader import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
