@@ -66,33 +66,79 @@ def run_policy(
     """Simulate one policy whose served metric (placeholder GPUs wanted) is ``metric[step]``."""
     started = time.perf_counter()
     syncs = sync_times(period)
-    step_s = workload.step_s
-    first_step = int(period.start // step_s)
+    first_step = int(period.start // workload.step_s)
+    replicas = _placeholder_replicas(workload, metric, syncs, first_step, hpa)
+    cluster, pool = _starting_cluster(workload, period, first_step, pool_config)
+    scheduled_times = _scheduled_times(workload, period, first_step, syncs, replicas)
+    totals, capacity_times, capacity_values = _step_through(workload, period, cluster, pool, replicas, scheduled_times)
+    pod_waits, window_pod_waits = _scored_pod_waits(workload, period, cluster.started)
+    return Outcome(
+        totals=totals,
+        pod_waits=pod_waits,
+        window_pod_waits=window_pod_waits,
+        capacity_times=np.asarray(capacity_times),
+        capacity_values=np.asarray(capacity_values, dtype=np.float64),
+        placeholders=replicas,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _placeholder_replicas(
+    workload: Workload, metric: np.ndarray, syncs: np.ndarray, first_step: int, hpa: HPASpec
+) -> np.ndarray:
+    """The placeholder Deployment's replicas after each sync, as the HPA scales it on ``metric``."""
     # The served value as the HPA reads it (a quantity in milli-units, rounded up), once per step;
     # NaN is a metric the HPA cannot read (-1).
     served = np.asarray(
         [-1 if math.isnan(value) else milli_value(max(value, 0.0)) for value in metric[first_step:].tolist()],
         dtype=np.int64,
     )
-    usage = served[np.minimum((syncs // step_s).astype(np.int64), workload.steps - 1) - first_step]
-    replicas = placeholder_replicas(syncs, usage, hpa)
+    usage = served[np.minimum((syncs // workload.step_s).astype(np.int64), workload.steps - 1) - first_step]
+    return placeholder_replicas(syncs, usage, hpa)
 
+
+def _starting_cluster(
+    workload: Workload, period: Period, first_step: int, pool_config: PoolConfig
+) -> tuple[ClusterState, NodePool]:
+    """The cluster at ``period.start``: the trace's pods and the fluid demand running on just enough
+    Ready nodes for them."""
     cluster = ClusterState(workload.pods)
     cluster.start_running(period.start)
     cluster.fluid_wanted = float(workload.base[first_step])
     cluster.fluid_running = cluster.fluid_wanted
-    gpus_per_node = pool_config.gpus_per_node
-    pool = NodePool(pool_config, ready=math.ceil(cluster.real_requested / gpus_per_node - 1e-9))
+    pool = NodePool(pool_config, ready=math.ceil(cluster.real_requested / pool_config.gpus_per_node - 1e-9))
+    return cluster, pool
 
-    # Moments known in advance: fluid demand changes and placeholder count changes.
-    base = workload.base
-    changed_steps = np.flatnonzero(np.diff(base[first_step:]) != 0) + first_step + 1
+
+def _scheduled_times(
+    workload: Workload, period: Period, first_step: int, syncs: np.ndarray, replicas: np.ndarray
+) -> list[float]:
+    """Moments known in advance, in order: fluid demand changes and placeholder count changes."""
+    changed_steps = np.flatnonzero(np.diff(workload.base[first_step:]) != 0) + first_step + 1
     changed_syncs = np.flatnonzero(np.diff(replicas, prepend=-1) != 0)
-    scheduled = np.unique(np.concatenate([changed_steps * step_s, syncs[changed_syncs]]))
-    scheduled_times = scheduled[(scheduled >= period.start) & (scheduled < period.end)].tolist()
-    base_values = base.tolist()
-    replica_values = replicas.tolist()
+    scheduled = np.unique(np.concatenate([changed_steps * workload.step_s, syncs[changed_syncs]]))
+    times: list[float] = scheduled[(scheduled >= period.start) & (scheduled < period.end)].tolist()
+    return times
 
+
+def _step_through(
+    workload: Workload,
+    period: Period,
+    cluster: ClusterState,
+    pool: NodePool,
+    replicas: np.ndarray,
+    scheduled_times: list[float],
+) -> tuple[Totals, list[float], list[int]]:
+    """Advance the cluster from one change to the next until ``period.end``: the scored totals, and
+    Ready capacity as a step function (times it changed, GPUs from then on).
+
+    The hot loop, kept whole: per step it reads only locals and plain lists (not NumPy arrays), and
+    calls only builtins and the cluster's and the pool's own methods.
+    """
+    step_s = workload.step_s
+    gpus_per_node = pool.config.gpus_per_node
+    base_values = workload.base.tolist()
+    replica_values = replicas.tolist()
     totals = Totals()
     capacity_times: list[float] = [period.start]
     capacity_values: list[int] = [pool.capacity]
@@ -126,16 +172,14 @@ def run_policy(
             totals.used += cluster.real_running * span
             totals.short += max(0.0, requested - pool.capacity) * span
         now = following
+    return totals, capacity_times, capacity_values
 
-    arrived = (workload.pods.arrival >= scored_from) & (workload.pods.arrival < end)
-    waits = cluster.started - workload.pods.arrival
-    waits[np.isnan(waits)] = end - workload.pods.arrival[np.isnan(waits)]  # still waiting at the end
-    return Outcome(
-        totals=totals,
-        pod_waits=waits[arrived & ~workload.pods.from_window],
-        window_pod_waits=waits[arrived & workload.pods.from_window],
-        capacity_times=np.asarray(capacity_times),
-        capacity_values=np.asarray(capacity_values, dtype=np.float64),
-        placeholders=replicas,
-        seconds=time.perf_counter() - started,
-    )
+
+def _scored_pod_waits(workload: Workload, period: Period, started: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds each pod arriving in the scored period waited (still waiting: until the end), for the
+    trace's pods and for the declared windows' pods."""
+    pods = workload.pods
+    arrived = (pods.arrival >= period.scored_from) & (pods.arrival < period.end)
+    waits = started - pods.arrival
+    waits[np.isnan(waits)] = period.end - pods.arrival[np.isnan(waits)]  # still waiting at the end
+    return waits[arrived & ~pods.from_window], waits[arrived & pods.from_window]

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from autoscaler.simulation.runner import PolicyRun, SimulationResult
+
+if TYPE_CHECKING:  # matplotlib is imported only when a picture is asked for
+    from matplotlib.figure import Figure
 
 PER_POLICY_KEYS = (
     "demand_gpu_hours",
@@ -171,6 +174,14 @@ def plot(result: SimulationResult, path: Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")  # no display: write files
+    _plot_capacity(result, path)
+    tradeoff = path.with_name(f"{path.stem}-tradeoff.png")
+    _plot_tradeoff(result, tradeoff)
+    return tradeoff
+
+
+def _plot_capacity(result: SimulationResult, path: Path) -> None:
+    """One panel per policy: demand, and Ready capacity, over the scored period."""
     import matplotlib.pyplot as plt
 
     workload, period = result.workload, result.period
@@ -190,14 +201,16 @@ def plot(result: SimulationResult, path: Path) -> Path:
         axis.set_ylabel("GPUs")
     axes[0, 0].legend(loc="upper right", fontsize=8)
     figure.autofmt_xdate()
-    figure.tight_layout()
-    figure.savefig(path, format="png", dpi=90)
-    plt.close(figure)
+    _save(figure, path)
 
-    tradeoff = path.with_name(f"{path.stem}-tradeoff.png")
+
+def _plot_tradeoff(result: SimulationResult, path: Path) -> None:
+    """Short GPU-minutes against provisioned GPU-hours: a point per policy, the static sweep a curve."""
+    import matplotlib.pyplot as plt
+
     figure, axis = plt.subplots(figsize=(9, 6.5))
     families: dict[str, list[tuple[float, float, str]]] = {}
-    for run in runs:
+    for run in result.runs.values():
         point = (run.outcome.totals.provisioned / 3600, run.outcome.totals.short / 60, run.spec.text)
         families.setdefault(run.spec.name, []).append(point)
     if result.static_sweep:
@@ -223,10 +236,16 @@ def plot(result: SimulationResult, path: Path) -> Path:
     axis.set_title("Short GPU-minutes against provisioned GPU-hours (lower left is better)")
     axis.grid(alpha=0.3)
     axis.legend(fontsize=8)
+    _save(figure, path)
+
+
+def _save(figure: Figure, path: Path) -> None:
+    """Write ``figure`` as a PNG and free it (pyplot keeps every open figure)."""
+    import matplotlib.pyplot as plt
+
     figure.tight_layout()
-    figure.savefig(tradeoff, format="png", dpi=90)
+    figure.savefig(path, format="png", dpi=90)
     plt.close(figure)
-    return tradeoff
 
 
 def frontier_check(

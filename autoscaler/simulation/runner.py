@@ -145,6 +145,97 @@ class _Jobs:
             self._pool.shutdown(cancel_futures=True)
 
 
+@dataclass(frozen=True)
+class _ClusterRuns:
+    """What every policy's cluster run shares: only the served metric differs from one to the next."""
+
+    workload: Workload
+    period: Period
+    pool_config: PoolConfig
+    hpa: HPASpec
+
+    def submit(self, jobs: _Jobs, tag: Tag, metric: np.ndarray) -> None:
+        jobs.submit(tag, run_policy, self.workload, metric, self.period, self.pool_config, self.hpa)
+
+
+class _PolicyJobs:
+    """The given policies' jobs, and what they produced, by policy text.
+
+    A heuristic's cluster run can start at once; a forecasting group's cluster runs start when all
+    the group's blocks have filled in its served metrics.
+    """
+
+    def __init__(
+        self, specs: Sequence[PolicySpec], cluster_runs: _ClusterRuns, planning: Planning, cadence: ForecastCadence
+    ) -> None:
+        self._specs = specs
+        self._cluster_runs = cluster_runs
+        self._planning = planning
+        workload = cluster_runs.workload
+        self._groups = {group[0].text: group for group in forecast_groups(specs)}
+        self._blocks = {
+            key: plan_blocks(group, workload, planning.first_step, cadence) for key, group in self._groups.items()
+        }
+        self.total = len(specs) + sum(len(block_jobs) for block_jobs in self._blocks.values())
+        self.done = 0
+        self.metrics: dict[str, np.ndarray] = {}
+        self.outcomes: dict[str, Outcome] = {}
+        self._block_results: dict[str, list[BlockResult]] = {
+            spec.text: [] for group in self._groups.values() for spec in group
+        }
+        self._blocks_done: Counter[str] = Counter()
+
+    def run(self, jobs: _Jobs, progress: ProgressCallback | None) -> None:
+        """Submit the jobs that can start, and take results (submitting what they make ready) until
+        every job is done."""
+        workload = self._cluster_runs.workload
+        # Heuristics' cluster runs first: they are ready now, and the forecasting policies' runs wait
+        # for all their blocks anyway.
+        for spec in self._specs:
+            if not spec.forecasting:
+                metric = self.metrics[spec.text] = heuristic_headroom(spec, workload, self._planning)
+                self._cluster_runs.submit(jobs, ("cluster", spec.text), metric)
+        for key, group in self._groups.items():
+            for spec in group:
+                self.metrics[spec.text] = np.zeros(workload.steps)
+            for job in self._blocks[key]:
+                jobs.submit(("block", key), run_block, job)
+        while jobs:
+            for (kind, key), value in jobs.next_completed():
+                self.done += 1
+                if progress is not None:
+                    progress(self.done, self.total)
+                if kind == "cluster":
+                    self.outcomes[key] = value
+                else:
+                    self._take_blocks(jobs, key, value)
+
+    def _take_blocks(self, jobs: _Jobs, key: str, results: list[BlockResult]) -> None:
+        """One block job's served values into its group's metrics; the last one starts the group's
+        cluster runs."""
+        for block in results:
+            self.metrics[block.spec_text][block.first_step : block.first_step + len(block.values)] = block.values
+            self._block_results[block.spec_text].append(block)
+        self._blocks_done[key] += 1
+        if self._blocks_done[key] == len(self._blocks[key]):  # the group's served metrics are complete
+            for spec in self._groups[key]:
+                self._cluster_runs.submit(jobs, ("cluster", spec.text), self.metrics[spec.text])
+
+    def policy_runs(self) -> dict[str, PolicyRun]:
+        """Each policy's run, with its forecasting blocks' figures added up in time order."""
+        by_text = {spec.text: spec for spec in self._specs}
+        runs = {}
+        for spec in self._specs:
+            run = PolicyRun(spec=by_text[spec.text], outcome=self.outcomes[spec.text], metric=self.metrics[spec.text])
+            for block in sorted(self._block_results.get(spec.text, []), key=lambda block: block.first_step):
+                run.models.update(block.models)
+                run.fit_seconds.extend(block.fit_seconds)
+                run.forecast_seconds += block.forecast_seconds
+                run.notes.extend(block.notes)
+            runs[spec.text] = run
+        return runs
+
+
 def simulate(
     workload: Workload,
     specs: Sequence[PolicySpec],
@@ -163,75 +254,27 @@ def simulate(
     started = time.perf_counter()
     period = simulation_period(workload, config.warmup_s)
     planning = _planning(workload, period, config)
-    pool_config = _pool_config(config)
-    first_step = planning.first_step
-    groups = {group[0].text: group for group in forecast_groups(specs)}
-    blocks = {key: plan_blocks(group, workload, first_step, config.cadence) for key, group in groups.items()}
-    total = len(specs) + sum(len(jobs) for jobs in blocks.values())
-    metrics: dict[str, np.ndarray] = {}
-    block_results: dict[str, list[BlockResult]] = {spec.text: [] for group in groups.values() for spec in group}
-    blocks_done: Counter[str] = Counter()
-    outcomes: dict[str, Outcome] = {}
-    by_text = {spec.text: spec for spec in specs}
+    cluster_runs = _ClusterRuns(workload, period, _pool_config(config), config.hpa)
+    policy_jobs = _PolicyJobs(specs, cluster_runs, planning, config.cadence)
     jobs = _Jobs(workers)
     try:
-        # Heuristics' cluster runs first: they are ready now, and the forecasting policies' runs wait
-        # for all their blocks anyway.
-        for spec in specs:
-            if not spec.forecasting:
-                metric = metrics[spec.text] = heuristic_headroom(spec, workload, planning)
-                jobs.submit(("cluster", spec.text), run_policy, workload, metric, period, pool_config, config.hpa)
-        for key, group in groups.items():
-            for spec in group:
-                metrics[spec.text] = np.zeros(workload.steps)
-            for job in blocks[key]:
-                jobs.submit(("block", key), run_block, job)
-        done = 0
-        while jobs:
-            for (kind, key), value in jobs.next_completed():
-                done += 1
-                if progress is not None:
-                    progress(done, total)
-                if kind == "cluster":
-                    outcomes[key] = value
-                    continue
-                results: list[BlockResult] = value
-                for block in results:
-                    metrics[block.spec_text][block.first_step : block.first_step + len(block.values)] = block.values
-                    block_results[block.spec_text].append(block)
-                blocks_done[key] += 1
-                if blocks_done[key] == len(blocks[key]):  # the group's served metrics are complete
-                    for spec in groups[key]:
-                        metric = metrics[spec.text]
-                        cluster_args = (workload, metric, period, pool_config, config.hpa)
-                        jobs.submit(("cluster", spec.text), run_policy, *cluster_args)
-        autos = [outcomes[spec.text].totals.provisioned for spec in specs if spec.name == "auto"]
+        policy_jobs.run(jobs, progress)
+        autos = [policy_jobs.outcomes[spec.text].totals.provisioned for spec in specs if spec.name == "auto"]
         sweep: dict[str, Outcome] = {}
         if sweep_static and autos:
-            limit = max(autos)
             # The bar goes on from the policies' jobs.
+            done, total = policy_jobs.done, policy_jobs.total
             sweep_progress = None if progress is None else lambda d, t: progress(done + d, total + t)
-            sweep = _sweep_static(jobs, workload, period, pool_config, config, planning, limit, workers, sweep_progress)
+            sweep = _sweep_static(jobs, cluster_runs, planning, max(autos), workers, sweep_progress)
     finally:
         jobs.close()
-    runs = {}
-    for spec in specs:
-        run = PolicyRun(spec=by_text[spec.text], outcome=outcomes[spec.text], metric=metrics[spec.text])
-        for block in sorted(block_results.get(spec.text, []), key=lambda block: block.first_step):
-            run.models.update(block.models)
-            run.fit_seconds.extend(block.fit_seconds)
-            run.forecast_seconds += block.forecast_seconds
-            run.notes.extend(block.notes)
-        runs[spec.text] = run
+    runs = policy_jobs.policy_runs()
     return SimulationResult(workload, period, config, runs, time.perf_counter() - started, static_sweep=sweep)
 
 
 def _sweep_static(
     jobs: _Jobs,
-    workload: Workload,
-    period: Period,
-    pool_config: PoolConfig,
-    config: SimulationConfig,
+    cluster_runs: _ClusterRuns,
     planning: Planning,
     provisioned_limit: float,
     workers: int,
@@ -244,16 +287,17 @@ def _sweep_static(
     ``provisioned_limit / scored seconds`` plus a node: the sweep ends even if a buffer's GPU-hours
     were not to grow with N.
     """
+    period = cluster_runs.period
     scored_s = period.end - period.scored_from
-    ceiling = math.ceil(provisioned_limit / scored_s) + config.gpus_per_node
+    ceiling = math.ceil(provisioned_limit / scored_s) + cluster_runs.pool_config.gpus_per_node
     outcomes: dict[int, Outcome] = {}
     buffer_gpus = 0
     while buffer_gpus <= ceiling:
         batch = range(buffer_gpus, min(buffer_gpus + workers, ceiling + 1))
         for gpus in batch:
             spec = parse_policy(f"static_buffer:{gpus}")
-            metric = heuristic_headroom(spec, workload, planning)
-            jobs.submit(("sweep", str(gpus)), run_policy, workload, metric, period, pool_config, config.hpa)
+            metric = heuristic_headroom(spec, cluster_runs.workload, planning)
+            cluster_runs.submit(jobs, ("sweep", str(gpus)), metric)
         while jobs:
             for (_, key), value in jobs.next_completed():
                 outcomes[int(key)] = value
