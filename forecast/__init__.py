@@ -2,7 +2,7 @@
 
 Modules, one concept each:
 
-- ``types``: the ``Forecast`` every model returns.
+- ``types``: the ``Forecast`` every model returns; ``ProgressCallback`` for long runs.
 - ``history``: validation of an input series into a regular ``History`` (gaps kept as NaN).
 - ``base``: the estimator contract and conformal calibration shared by every model; fitted models
   also forecast from newer data (``forecast_from``).
