@@ -13,5 +13,6 @@ Modules, one concept each:
   ``Selection`` forecasts from newer data; ``fit_select_many`` serves several policy quantiles.
 - ``metrics``, ``backtest``: accuracy measures and the rolling-origin backtest report.
 - ``known_demand``: scheduled windows on top of a forecast; known jobs out of history.
-- ``io``, ``durations``: CSV input for the backtest command, and ``5m``-style durations.
+- ``io``: CSV input for the backtest command; ``durations``: ``5m``-style durations, one meaning
+  for the whole project (settings, the inspection API, every command).
 """

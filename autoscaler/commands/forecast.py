@@ -17,7 +17,7 @@ from rich.table import Table
 
 from adapters.prometheus import PrometheusClientSettings, PrometheusError, PrometheusSource
 from adapters.promql import SignalQuery
-from autoscaler.durations import parse_duration
+from forecast.durations import parse_positive_duration
 
 
 def parse_moment(text: str | None) -> datetime:
@@ -39,12 +39,9 @@ def parse_moment(text: str | None) -> datetime:
 
 def _duration(ctx: click.Context, param: click.Parameter, value: str) -> timedelta:
     try:
-        duration = parse_duration(value)
+        return parse_positive_duration(value)
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
-    if duration <= timedelta(0):
-        raise click.BadParameter("must be positive")
-    return duration
 
 
 def _finite(values: np.ndarray) -> list[float | None]:

@@ -19,7 +19,7 @@ from autoscaler.simulation.lead_times import parse_lead_time_distribution
 from autoscaler.simulation.policies import parse_policies
 from autoscaler.simulation.report import build_report, plot, render_table
 from autoscaler.simulation.runner import SimulationConfig, simulate
-from forecast.durations import parse_duration
+from forecast.durations import parse_duration, parse_positive_duration
 
 EXIT_BAD_INPUT = 2
 DEFAULT_POLICIES = "reactive,static_buffer:16,reactive_max:60m,scheduled,holt_winters,auto:0.9,auto:0.99,oracle"
@@ -32,10 +32,9 @@ def _fail(message: str) -> None:
 
 
 def _seconds(flag: str, text: str, *, allow_zero: bool = False) -> float:
-    if allow_zero and text.strip() in ("0", "0s"):
-        return 0.0
+    parse = parse_duration if allow_zero else parse_positive_duration
     try:
-        return float(parse_duration(text).total_seconds())
+        return float(parse(text).total_seconds())
     except ValueError as error:
         raise ValueError(f"{flag}: {error}") from None
 

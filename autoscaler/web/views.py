@@ -14,9 +14,9 @@ from datetime import datetime, timedelta
 import pandas as pd
 
 from adapters.types import ScheduledWindow
-from autoscaler.durations import parse_duration
 from autoscaler.provider import MetricInfo, MetricUnavailable, ServedSeries, Snapshot, apply_staleness
 from autoscaler.selectors import SelectorError, parse_selector
+from forecast.durations import parse_duration
 from forecast.types import Forecast
 
 DEFAULT_HISTORY = timedelta(hours=6)
