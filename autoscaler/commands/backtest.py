@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,18 +10,11 @@ import click
 import numpy as np
 import pandas as pd
 
+from autoscaler.commands.errors import writing
 from autoscaler.commands.progress import progress_bar
 from forecast.backtest import AUTO, METRICS, BacktestRun, run_backtest_records, summarize
 from forecast.durations import parse_positive_duration, steps_in
 from forecast.io import SeriesFileError, aggregate, read_series_csv
-
-EXIT_BAD_INPUT = 2
-
-
-def _fail(message: str) -> None:
-    """One line on stderr and exit code 2: what a script or a person needs to fix the input."""
-    click.echo(f"error: {' '.join(message.split())}", err=True)
-    sys.exit(EXIT_BAD_INPUT)
 
 
 def _table(report: dict[str, Any]) -> None:
@@ -126,12 +118,13 @@ def backtest(
                 progress=progress,
             )
     except (SeriesFileError, ValueError, TypeError) as error:
-        _fail(str(error))
-        return
+        # Flags, the file and a series too short for these flags: all the input's fault.
+        raise click.UsageError(str(error)) from None
     report = summarize(run)
     if output_format == "json":
         click.echo(json.dumps(report, indent=2))
     else:
         _table(report)
     if plot_path is not None:
-        _plot(run, plot_path)
+        with writing(plot_path):
+            _plot(run, plot_path)
