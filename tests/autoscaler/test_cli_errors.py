@@ -88,27 +88,21 @@ def test_backtest_bad_duration_is_a_usage_error(demand_csv: Path) -> None:
     assert_usage_error(invoke("backtest", "--input", str(demand_csv), "--step", "5x"), "invalid duration '5x'")
 
 
-@needs_full_disk
-def test_backtest_plot_on_a_full_disk_is_a_runtime_failure(demand_csv: Path) -> None:
-    result = invoke(
-        "backtest",
-        *("--input", str(demand_csv), "--eval-days", "12h", "--origin-every", "12h", "--horizons", "15m"),
-        *("--plot", str(FULL_DISK)),
-    )
-    assert_runtime_failure(result, f"cannot write {FULL_DISK}: No space left on device")
-    assert result.stdout.startswith("{")  # the report was written before the plot failed
-
-
 def test_simulate_bad_duration_is_a_usage_error(demand_csv: Path) -> None:
     assert_usage_error(invoke("simulate", "--input", str(demand_csv), "--step", "fast"), "--step: invalid duration")
 
 
 @needs_full_disk
-def test_simulate_plot_on_a_full_disk_is_a_runtime_failure(demand_csv: Path) -> None:
-    result = invoke(
-        "simulate",
-        *("--input", str(demand_csv), "--step", "5m", "--warmup", "0s", "--policies", "reactive"),
-        *("--plot", str(FULL_DISK)),
-    )
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ("backtest", "--eval-days", "12h", "--origin-every", "12h", "--horizons", "15m"),
+        ("simulate", "--step", "5m", "--warmup", "0s", "--policies", "reactive"),
+    ],
+    ids=["backtest", "simulate"],
+)
+def test_plot_on_a_full_disk_is_a_runtime_failure(demand_csv: Path, arguments: tuple[str, ...]) -> None:
+    command, *options = arguments
+    result = invoke(command, "--input", str(demand_csv), *options, "--plot", str(FULL_DISK))
     assert_runtime_failure(result, f"cannot write {FULL_DISK}: No space left on device")
-    assert result.stdout.startswith("{")
+    assert result.stdout.startswith("{")  # the report was written before the plot failed
