@@ -13,7 +13,8 @@ The package in layers, outermost first (``lint-imports`` holds them; nothing imp
   ``kube_inputs`` (CronJob windows, NodeClaim lead times, GPU limits) or the ``demo``; the
   ``refresher`` pulls, has ``workers`` fit and forecast, applies the ``policy`` and swaps a new
   snapshot into the ``provider``; ``persistence`` keeps the last served values across restarts.
-  ``selectors``, ``quantity`` and ``durations`` are the Kubernetes-syntax building blocks.
+  ``selectors`` and ``quantity`` are the Kubernetes-syntax building blocks (durations are
+  ``forecast.durations``).
 
 ``forecast`` (pure numerics) and ``adapters`` (I/O) sit below all of it.
 """

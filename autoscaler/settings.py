@@ -15,12 +15,23 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 
 from adapters.promql import PerStep
 from adapters.types import AdapterError
-from autoscaler.durations import parse_duration
 from autoscaler.policy import PlanKind
 from autoscaler.provider import FallbackMode
 from autoscaler.selectors import SelectorError, validate_key, validate_value
+from forecast.durations import parse_duration
 
-Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+def _duration_setting(value: object) -> timedelta:
+    """A duration field: text or a number of seconds from YAML or the environment is parsed (zero
+    allowed); a ``timedelta`` given in Python passes as it is."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, str | int | float):
+        return parse_duration(value)
+    raise ValueError(f"expected a duration such as '5m' or '1h30m', got {value!r}")
+
+
+Duration = Annotated[timedelta, BeforeValidator(_duration_setting)]
 
 
 class _Strict(BaseModel):

@@ -33,7 +33,7 @@ from autoscaler.simulation.inputs import demand_workload, parse_schedule
 from autoscaler.simulation.lead_times import parse_lead_time_distribution
 from autoscaler.simulation.policies import parse_policies
 from autoscaler.simulation.runner import SimulationConfig, simulate
-from forecast.durations import parse_duration
+from forecast.durations import parse_positive_duration
 
 GOAL_S = 60.0
 
@@ -58,8 +58,8 @@ def main() -> None:
         read_s = time.perf_counter() - started
     refit_every = args.refit_every or args.reselect_every
     cadence = ForecastCadence(
-        refit_every_s=parse_duration(refit_every).total_seconds(),
-        reselect_every_s=parse_duration(args.reselect_every).total_seconds(),
+        refit_every_s=parse_positive_duration(refit_every).total_seconds(),
+        reselect_every_s=parse_positive_duration(args.reselect_every).total_seconds(),
     )
     config = SimulationConfig(
         gpus_per_node=8,

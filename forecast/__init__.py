@@ -2,7 +2,7 @@
 
 Modules, one concept each:
 
-- ``types``: the ``Forecast`` every model returns.
+- ``types``: the ``Forecast`` every model returns; ``ProgressCallback`` for long runs.
 - ``history``: validation of an input series into a regular ``History`` (gaps kept as NaN).
 - ``base``: the estimator contract and conformal calibration shared by every model; fitted models
   also forecast from newer data (``forecast_from``).
@@ -14,5 +14,6 @@ Modules, one concept each:
   ``Selection`` forecasts from newer data; ``fit_select_many`` serves several policy quantiles.
 - ``metrics``, ``backtest``: accuracy measures and the rolling-origin backtest report.
 - ``known_demand``: scheduled windows on top of a forecast; known jobs out of history.
-- ``io``, ``durations``: CSV input for the backtest command, and ``5m``-style durations.
+- ``io``: CSV input for the backtest command; ``durations``: ``5m``-style durations, one meaning
+  for the whole project (settings, the inspection API, every command).
 """

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,13 +21,11 @@ from forecast import metrics
 from forecast.engine import DEFAULT_CANDIDATES, fit_select_predict
 from forecast.history import prepare
 from forecast.registry import MODELS, make_model
-from forecast.types import Forecast
+from forecast.types import Forecast, ProgressCallback
 
 AUTO = "auto"
 REPORT_MODELS: tuple[str, ...] = DEFAULT_CANDIDATES
 METRICS = ("mae", "mase", "pinball", "coverage", "under_provision_rate")
-
-ProgressCallback = Callable[[int, int], None]
 
 
 @dataclass

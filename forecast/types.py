@@ -1,12 +1,16 @@
-"""The typed result every forecasting model returns."""
+"""The types shared across forecasting: the ``Forecast`` every model returns, and the
+``ProgressCallback`` that long runs (backtests, simulations) report through."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+
+ProgressCallback = Callable[[int, int], None]
+"""``(done, total)`` progress reports of long runs: ``done`` of ``total`` units of work (origins, jobs)."""
 
 
 @dataclass(frozen=True)

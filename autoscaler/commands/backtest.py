@@ -3,25 +3,18 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 import numpy as np
+import pandas as pd
 
+from autoscaler.commands.errors import writing
 from autoscaler.commands.progress import progress_bar
 from forecast.backtest import AUTO, METRICS, BacktestRun, run_backtest_records, summarize
-from forecast.durations import parse_duration, steps_in
+from forecast.durations import parse_positive_duration, steps_in
 from forecast.io import SeriesFileError, aggregate, read_series_csv
-
-EXIT_BAD_INPUT = 2
-
-
-def _fail(message: str) -> None:
-    """One line on stderr and exit code 2: what a script or a person needs to fix the input."""
-    click.echo(f"error: {' '.join(message.split())}", err=True)
-    sys.exit(EXIT_BAD_INPUT)
 
 
 def _table(report: dict[str, Any]) -> None:
@@ -103,12 +96,14 @@ def backtest(
 ) -> None:
     """Rolling-origin backtest of every model and of automatic selection."""
     try:
-        step_delta = parse_duration(step)
-        horizon_steps = {label.strip(): steps_in(parse_duration(label), step_delta) for label in horizons.split(",")}
-        every = steps_in(parse_duration(origin_every), step_delta)
+        step_delta = pd.Timedelta(parse_positive_duration(step))
+        horizon_steps = {
+            label.strip(): steps_in(parse_positive_duration(label), step_delta) for label in horizons.split(",")
+        }
+        every = steps_in(parse_positive_duration(origin_every), step_delta)
         # A bare number of days is accepted too (``--eval-days 7``).
         eval_text = eval_days if not eval_days.strip().isdigit() else f"{eval_days.strip()}d"
-        eval_steps = steps_in(parse_duration(eval_text), step_delta)
+        eval_steps = steps_in(parse_positive_duration(eval_text), step_delta)
         if not 0.0 < quantile < 1.0:
             raise ValueError(f"--quantile must be between 0 and 1, got {quantile}")
         series = aggregate(read_series_csv(input_path), step_delta)
@@ -123,12 +118,13 @@ def backtest(
                 progress=progress,
             )
     except (SeriesFileError, ValueError, TypeError) as error:
-        _fail(str(error))
-        return
+        # Flags, the file and a series too short for these flags: all the input's fault.
+        raise click.UsageError(str(error)) from None
     report = summarize(run)
     if output_format == "json":
         click.echo(json.dumps(report, indent=2))
     else:
         _table(report)
     if plot_path is not None:
-        _plot(run, plot_path)
+        with writing(plot_path):
+            _plot(run, plot_path)

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from autoscaler import __version__
+from autoscaler.commands.errors import CommandFailed
 from autoscaler.settings import Settings
 from autoscaler.settings_loader import SettingsError, load_settings
 
@@ -62,7 +63,10 @@ def configure_logging(level: str, fmt: str = "text") -> None:
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="gpu-autoscaler")
 def main() -> None:
-    """Predictive GPU autoscaler: forecasts GPU demand and serves it to HPAs on the external metrics API."""
+    """Predictive GPU autoscaler: forecasts GPU demand and serves it to HPAs on the external metrics API.
+
+    Exit codes: 0 done, 2 usage error (Error: ...), 1 runtime failure (error: ...).
+    """
 
 
 @main.command()
@@ -96,7 +100,7 @@ def serve(
         overrides.setdefault("server.bind_address", None)
         if bind_address is None:
             overrides["server.bind_address"] = "127.0.0.1"
-    settings = _load_or_exit(config_file, overrides)
+    settings = _load_settings(config_file, overrides)
     if settings.demo.enabled and not settings.server.is_loopback:
         raise click.UsageError("the demo binds to a loopback address only (it trusts its own local CA)")
     configure_logging(settings.log_level, settings.log_format)
@@ -110,24 +114,23 @@ def serve(
         uvloop.run(run_server(settings))
     except (OSError, AdapterError) as error:
         # A port in use, unreadable certificates, or a Kubernetes API that cannot be reached.
-        click.echo(f"gpu-autoscaler: cannot serve: {error}", err=True)
-        sys.exit(1)
+        raise CommandFailed(f"cannot serve: {error}") from None
 
 
 @main.command("check-config")
 @click.argument("config_file", type=click.Path(path_type=Path, dir_okay=False))
 def check_config(config_file: Path) -> None:
-    """Validate a settings file without starting anything (exit 0 valid, 1 invalid)."""
-    _load_or_exit(config_file, {})
+    """Validate a settings file without starting anything (exit 0 valid, 2 invalid)."""
+    _load_settings(config_file, {})
     click.echo(f"{config_file}: valid")
 
 
-def _load_or_exit(config_file: Path | None, overrides: dict[str, Any]) -> Settings:
+def _load_settings(config_file: Path | None, overrides: dict[str, Any]) -> Settings:
+    """Settings that cannot be used (unreadable, not YAML, invalid) are a usage error."""
     try:
         return load_settings(config_file, overrides=overrides)
     except SettingsError as error:
-        click.echo(f"gpu-autoscaler: {error}", err=True)
-        sys.exit(1)
+        raise click.UsageError(str(error)) from None
 
 
 def _register_commands() -> None:

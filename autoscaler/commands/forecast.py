@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,7 +16,9 @@ from rich.table import Table
 
 from adapters.prometheus import PrometheusClientSettings, PrometheusError, PrometheusSource
 from adapters.promql import SignalQuery
-from autoscaler.durations import parse_duration
+from autoscaler.commands.errors import CommandFailed
+from forecast.durations import parse_positive_duration
+from forecast.engine import EngineResult, fit_select_predict
 
 
 def parse_moment(text: str | None) -> datetime:
@@ -39,12 +40,9 @@ def parse_moment(text: str | None) -> datetime:
 
 def _duration(ctx: click.Context, param: click.Parameter, value: str) -> timedelta:
     try:
-        duration = parse_duration(value)
+        return parse_positive_duration(value)
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
-    if duration <= timedelta(0):
-        raise click.BadParameter("must be positive")
-    return duration
 
 
 def _finite(values: np.ndarray) -> list[float | None]:
@@ -70,6 +68,20 @@ async def _pull(settings: PrometheusClientSettings, query: SignalQuery, start: d
         return await prometheus.backfill(query, start, end)
 
 
+def _moment(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime:
+    return parse_moment(value)
+
+
+def _headers(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for header in values:
+        name, separator, value = header.partition("=")
+        if not separator or not name:
+            raise click.BadParameter(f"{header!r} is not NAME=VALUE")
+        headers[name] = value
+    return headers
+
+
 @click.command("forecast")
 @click.option("--prometheus-url", required=True, help="Base URL of Prometheus, e.g. http://prometheus:9090.")
 @click.option("--query", "promql", required=True, help="PromQL returning one series (aggregate it if needed).")
@@ -79,11 +91,15 @@ async def _pull(settings: PrometheusClientSettings, query: SignalQuery, start: d
 @click.option(
     "--quantile", default=0.9, show_default=True, type=click.FloatRange(0.5, 1.0, min_open=True, max_open=True)
 )
-@click.option("--at", "at_text", help="Forecast as of this moment (RFC 3339 or Unix seconds) [default: now].")
+@click.option(
+    "--at", "at", callback=_moment, help="Forecast as of this moment (RFC 3339 or Unix seconds) [default: now]."
+)
 @click.option("--format", "output", type=click.Choice(["json", "table"]), default="table", show_default=True)
 @click.option("--bearer-token-file", type=click.Path(exists=True, dir_okay=False), help="Token sent as Bearer.")
 @click.option("--ca-file", type=click.Path(exists=True, dir_okay=False), help="CA bundle for https Prometheus.")
-@click.option("--header", "headers", multiple=True, help="Extra request header NAME=VALUE (repeatable).")
+@click.option(
+    "--header", "headers", multiple=True, callback=_headers, help="Extra request header NAME=VALUE (repeatable)."
+)
 @click.option("--timeout", default="30s", show_default=True, callback=_duration, help="Per request.")
 def forecast_command(
     prometheus_url: str,
@@ -92,54 +108,58 @@ def forecast_command(
     step: timedelta,
     horizon: timedelta,
     quantile: float,
-    at_text: str | None,
+    at: datetime,
     output: str,
     bearer_token_file: str | None,
     ca_file: str | None,
-    headers: tuple[str, ...],
+    headers: dict[str, str],
     timeout: timedelta,
 ) -> None:
     """Pull one query's history from Prometheus and print the forecast the service would make."""
-    from forecast.engine import fit_select_predict
-
-    at = parse_moment(at_text)
-    parsed_headers: dict[str, str] = {}
-    for header in headers:
-        name, separator, value = header.partition("=")
-        if not separator or not name:
-            raise click.BadParameter(f"{header!r} is not NAME=VALUE", param_hint="--header")
-        parsed_headers[name] = value
     try:
         settings = PrometheusClientSettings(
             url=prometheus_url,
             timeout_s=timeout.total_seconds(),
             bearer_token_file=bearer_token_file,
             ca_file=ca_file,
-            headers=parsed_headers,
+            headers=headers,
         )
         query = SignalQuery(name="query", promql=promql, step=step)
     except ValueError as error:
         raise click.UsageError(str(error)) from None
+    series = _pull_one_series(settings, query, at - lookback, at)
+    result = _fit_select_predict(series, max(1, int(horizon / step)), quantile)
+    document = _document(promql, at, step, quantile, series, result)
+    if output == "json":
+        click.echo(json.dumps(document, indent=2))
+    else:
+        _print_table(document, result, quantile)
+
+
+def _pull_one_series(
+    settings: PrometheusClientSettings, query: SignalQuery, start: datetime, end: datetime
+) -> pd.Series:
+    """The query's one series over ``start``-``end``; Prometheus failing or answering nothing is a
+    runtime failure, several series a usage error (the query must aggregate them)."""
     try:
-        signals = asyncio.run(_pull(settings, query, at - lookback, at))
+        signals = asyncio.run(_pull(settings, query, start, end))
     except PrometheusError as error:
-        click.echo(f"gpu-autoscaler forecast: {type(error).__name__}: {error}", err=True)
-        sys.exit(1)
+        raise CommandFailed(f"{type(error).__name__}: {error}") from None
     if not signals:
-        click.echo("gpu-autoscaler forecast: the query returned no data in the lookback", err=True)
-        sys.exit(1)
+        raise CommandFailed("the query returned no data in the lookback")
     if len(signals) > 1:
         shown = ", ".join(str(dict(s.labels)) for s in signals[:3])
-        click.echo(
-            f"gpu-autoscaler forecast: the query returned {len(signals)} series ({shown}, ...); "
-            "aggregate it to one, e.g. sum(...) or sum by () (...)",
-            err=True,
+        raise click.UsageError(
+            f"the query returned {len(signals)} series ({shown}, ...); "
+            "aggregate it to one, e.g. sum(...) or sum by () (...)"
         )
-        sys.exit(2)
-    series = signals[0].series
-    horizon_steps = max(1, int(horizon / step))
+    series: pd.Series = signals[0].series
+    return series
+
+
+def _fit_select_predict(series: pd.Series, horizon_steps: int, quantile: float) -> EngineResult:
     try:
-        result = fit_select_predict(
+        return fit_select_predict(
             series,
             horizon_steps=horizon_steps,
             quantiles=(quantile,),
@@ -147,15 +167,18 @@ def forecast_command(
             lead_steps=horizon_steps,
         )
     except ValueError as error:
-        click.echo(f"gpu-autoscaler forecast: cannot forecast this history: {error}", err=True)
-        sys.exit(1)
+        raise CommandFailed(f"cannot forecast this history: {error}") from None
+
+
+def _document(
+    promql: str, at: datetime, step: timedelta, quantile: float, series: pd.Series, result: EngineResult
+) -> dict[str, Any]:
     forecast = result.forecast
-    summary = history_summary(series)
-    document: dict[str, Any] = {
+    return {
         "query": promql,
         "at": at.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "step_seconds": int(step.total_seconds()),
-        "history": summary,
+        "history": history_summary(series),
         "forecast": {
             "model": result.model,
             "timestamps": [stamp.isoformat() for stamp in forecast.timestamps],
@@ -164,12 +187,13 @@ def forecast_command(
             "notes": list(result.notes),
         },
     }
-    if output == "json":
-        click.echo(json.dumps(document, indent=2))
-        return
+
+
+def _print_table(document: dict[str, Any], result: EngineResult, quantile: float) -> None:
+    summary, forecast = document["history"], result.forecast
     console = Console()
     console.print(
-        f"[bold]{promql}[/bold] as of {document['at']}: {summary['points']} points "
+        f"[bold]{document['query']}[/bold] as of {document['at']}: {summary['points']} points "
         f"({summary['gaps']} gaps), last {summary['last']}, mean {summary['mean']}, max {summary['max']}"
     )
     table = Table(title=f"forecast by {result.model}")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
-ProgressCallback = Callable[[int, int], None]
+from forecast.types import ProgressCallback
 
 
 @contextmanager

@@ -4,38 +4,30 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
 import pandas as pd
 
+from autoscaler.commands.errors import writing
 from autoscaler.commands.progress import progress_bar
 from autoscaler.settings import ForecastSettings
 from autoscaler.simulation.forecasting import ForecastCadence
 from autoscaler.simulation.hpa import DEFAULT_SCALE_DOWN, HPASpec, ScalingRules
 from autoscaler.simulation.inputs import InputError, WindowSchedule, demand_workload, parse_schedule, pod_workload
 from autoscaler.simulation.lead_times import parse_lead_time_distribution
-from autoscaler.simulation.policies import parse_policies
+from autoscaler.simulation.policies import PolicySpec, parse_policies
 from autoscaler.simulation.report import build_report, plot, render_table
-from autoscaler.simulation.runner import SimulationConfig, simulate
-from forecast.durations import parse_duration
+from autoscaler.simulation.runner import SimulationConfig, SimulationResult, simulate
+from forecast.durations import parse_duration, parse_positive_duration
 
-EXIT_BAD_INPUT = 2
 DEFAULT_POLICIES = "reactive,static_buffer:16,reactive_max:60m,scheduled,holt_winters,auto:0.9,auto:0.99,oracle"
 
 
-def _fail(message: str) -> None:
-    """One line on stderr and exit code 2: what a script or a person needs to fix the input."""
-    click.echo(f"error: {' '.join(message.split())}", err=True)
-    sys.exit(EXIT_BAD_INPUT)
-
-
 def _seconds(flag: str, text: str, *, allow_zero: bool = False) -> float:
-    if allow_zero and text.strip() in ("0", "0s"):
-        return 0.0
+    parse = parse_duration if allow_zero else parse_positive_duration
     try:
-        return float(parse_duration(text).total_seconds())
+        return float(parse(text).total_seconds())
     except ValueError as error:
         raise ValueError(f"{flag}: {error}") from None
 
@@ -116,35 +108,16 @@ def simulate_command(
 ) -> None:
     """Simulate placeholder-based GPU provisioning under several policies and compare them."""
     try:
-        source = pods_path or input_path
-        if source is None or (input_path is not None and pods_path is not None):
-            raise ValueError("give --input (a demand CSV) or --pods (a pod trace), exactly one of them")
-        if gpus_per_node < 1:
-            raise ValueError(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
-        if plot_path is not None and not plot_path.parent.is_dir():
-            raise ValueError(f"--plot {plot_path}: directory {plot_path.parent} does not exist")
-        if gpu_hour_price is not None and not gpu_hour_price >= 0:
-            raise ValueError(f"--gpu-hour-price must be a number >= 0, got {gpu_hour_price}")
-        step_s = _seconds("--step", step)
-        lead_s = _seconds("--lead-time", lead_time)
-        specs = parse_policies(policies)
-        if sweep_static and not any(spec.name == "auto" for spec in specs):
-            raise ValueError("--sweep-static compares auto:Q policies with static buffers: give at least one auto:Q")
+        source = _source(input_path, pods_path)
+        _check_nodes_price_and_plot(gpus_per_node, gpu_hour_price, plot_path)
+        step_s, lead_s = _seconds("--step", step), _seconds("--lead-time", lead_time)
+        specs = _policies(policies, sweep_static)
         windows: tuple[WindowSchedule, ...] = tuple(parse_schedule(text) for text in schedules)
         distribution = parse_lead_time_distribution(lead_time_distribution or f"fixed:{lead_time}")
         stabilization = _seconds("--scale-down-stabilization", scale_down_stabilization, allow_zero=True)
-        cadence = ForecastCadence(
-            step_s=_seconds("--forecast-step", forecast_step),
-            reselect_every_s=_seconds("--reselect-every", reselect_every),
-            refit_every_s=_seconds("--refit-every", refit_every or reselect_every),
-            lookback_s=_seconds("--lookback", lookback),
-            lead_s=lead_s + _seconds("--lead-time-margin", lead_time_margin, allow_zero=True),
-            seed=seed,
-        )
-        if cadence.step_s < step_s or cadence.step_s % step_s:
-            raise ValueError(f"--forecast-step ({forecast_step}) must be a whole multiple of --step ({step})")
-        if cadence.refit_every_s > cadence.reselect_every_s:
-            raise ValueError("--refit-every must not exceed --reselect-every")
+        margin_s = _seconds("--lead-time-margin", lead_time_margin, allow_zero=True)
+        cadence = _cadence(forecast_step, reselect_every, refit_every, lookback, lead_s=lead_s + margin_s, seed=seed)
+        _check_forecast_step(cadence, step_s, step_text=step, forecast_step_text=forecast_step)
         config = SimulationConfig(
             gpus_per_node=gpus_per_node,
             lead_time_s=lead_s,
@@ -156,18 +129,74 @@ def simulate_command(
             hpa=HPASpec(scale_down=ScalingRules(int(stabilization), DEFAULT_SCALE_DOWN.policies)),
             seed=seed,
         )
-        step_delta = pd.Timedelta(seconds=step_s)
         read = pod_workload if pods_path is not None else demand_workload
-        workload = read(source, step_delta, windows, gpus_per_node)
+        workload = read(source, pd.Timedelta(seconds=step_s), windows, gpus_per_node)
         with progress_bar("simulating") as progress:
             result = simulate(workload, specs, config, workers=workers, progress=progress, sweep_static=sweep_static)
     except (InputError, ValueError) as error:
-        _fail(str(error))
-        return
-    report = build_report(result, input_name=str(source), pods=pods_path is not None, gpu_hour_price=gpu_hour_price)
+        raise click.UsageError(str(error)) from None
+    _output(result, str(source), pods_path is not None, gpu_hour_price, output_format, plot_path)
+
+
+def _source(input_path: Path | None, pods_path: Path | None) -> Path:
+    source = pods_path or input_path
+    if source is None or (input_path is not None and pods_path is not None):
+        raise ValueError("give --input (a demand CSV) or --pods (a pod trace), exactly one of them")
+    return source
+
+
+def _check_nodes_price_and_plot(gpus_per_node: int, gpu_hour_price: float | None, plot_path: Path | None) -> None:
+    if gpus_per_node < 1:
+        raise ValueError(f"--gpus-per-node must be at least 1, got {gpus_per_node}")
+    if plot_path is not None and not plot_path.parent.is_dir():
+        raise ValueError(f"--plot {plot_path}: directory {plot_path.parent} does not exist")
+    if gpu_hour_price is not None and not gpu_hour_price >= 0:
+        raise ValueError(f"--gpu-hour-price must be a number >= 0, got {gpu_hour_price}")
+
+
+def _policies(text: str, sweep_static: bool) -> tuple[PolicySpec, ...]:
+    specs = parse_policies(text)
+    if sweep_static and not any(spec.name == "auto" for spec in specs):
+        raise ValueError("--sweep-static compares auto:Q policies with static buffers: give at least one auto:Q")
+    return specs
+
+
+def _cadence(
+    forecast_step: str, reselect_every: str, refit_every: str | None, lookback: str, *, lead_s: float, seed: int
+) -> ForecastCadence:
+    """The forecasters' cadence; ``lead_s`` is what they plan for (the lead time plus the margin)."""
+    cadence = ForecastCadence(
+        step_s=_seconds("--forecast-step", forecast_step),
+        reselect_every_s=_seconds("--reselect-every", reselect_every),
+        refit_every_s=_seconds("--refit-every", refit_every or reselect_every),
+        lookback_s=_seconds("--lookback", lookback),
+        lead_s=lead_s,
+        seed=seed,
+    )
+    if cadence.refit_every_s > cadence.reselect_every_s:
+        raise ValueError("--refit-every must not exceed --reselect-every")
+    return cadence
+
+
+def _check_forecast_step(cadence: ForecastCadence, step_s: float, *, step_text: str, forecast_step_text: str) -> None:
+    if cadence.step_s < step_s or cadence.step_s % step_s:
+        raise ValueError(f"--forecast-step ({forecast_step_text}) must be a whole multiple of --step ({step_text})")
+
+
+def _output(
+    result: SimulationResult,
+    input_name: str,
+    pods: bool,
+    gpu_hour_price: float | None,
+    output_format: str,
+    plot_path: Path | None,
+) -> None:
+    """The report on stdout (JSON or a table), and the pictures when asked for."""
+    report = build_report(result, input_name=input_name, pods=pods, gpu_hour_price=gpu_hour_price)
     if output_format == "json":
         click.echo(json.dumps(report, indent=2))
     else:
         render_table(report)
     if plot_path is not None:
-        plot(result, plot_path)
+        with writing(plot_path):
+            plot(result, plot_path)

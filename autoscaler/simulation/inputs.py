@@ -19,7 +19,7 @@ import pandas as pd
 
 from adapters.cron_schedule import CronScheduleError, fire_times
 from adapters.types import ScheduledWindow
-from forecast.durations import parse_duration
+from forecast.durations import parse_duration, parse_positive_duration
 from forecast.io import SeriesFileError, aggregate, read_series_csv
 
 # Anonymised trace seconds (the Alibaba pod lists) are counted from this instant: an arbitrary,
@@ -123,7 +123,7 @@ def parse_schedule(text: str) -> WindowSchedule:
     if not math.isfinite(gpus) or gpus < 1 or gpus != int(gpus):
         raise InputError(f"--schedule {text!r}: GPUS must be a whole number of GPUs, at least 1")
     try:
-        duration = parse_duration(duration_text)
+        duration = parse_positive_duration(duration_text)
     except ValueError as error:
         raise InputError(f"--schedule {text!r}: {error}") from None
     try:  # validate the expression now, so a typo fails before any work is done

@@ -10,7 +10,7 @@ from typing import Literal
 
 import numpy as np
 
-from forecast.durations import parse_duration
+from forecast.durations import parse_positive_duration
 
 Kind = Literal["fixed", "lognormal", "uniform"]
 _Z95 = NormalDist().inv_cdf(0.95)
@@ -45,7 +45,7 @@ class LeadTimeDistribution:
 
 def _seconds(text: str, what: str) -> float:
     try:
-        return float(parse_duration(text).total_seconds())
+        return float(parse_positive_duration(text).total_seconds())
     except ValueError as error:
         raise ValueError(f"lead-time distribution: {what}: {error}") from None
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 from autoscaler.simulation.hpa import SYNC_PERIOD_S
 from autoscaler.simulation.inputs import Workload
-from forecast.durations import parse_duration
+from forecast.durations import parse_positive_duration
 
 PolicyName = Literal["reactive", "static_buffer", "reactive_max", "scheduled", "holt_winters", "auto", "oracle"]
 POLICY_NAMES: tuple[PolicyName, ...] = (
@@ -67,7 +67,7 @@ def parse_policy(text: str) -> PolicySpec:
         return PolicySpec(text, "static_buffer", buffer_gpus=gpus)
     if name == "reactive_max":
         try:
-            window = parse_duration(parameter)
+            window = parse_positive_duration(parameter)
         except ValueError as error:
             raise ValueError(f"policy {text!r}: {error}") from None
         return PolicySpec(text, "reactive_max", window_s=float(window.total_seconds()))

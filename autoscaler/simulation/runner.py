@@ -37,12 +37,11 @@ from autoscaler.simulation.policies import (
 )
 from autoscaler.simulation.provisioner import BATCH_MAX_S, PoolConfig
 from autoscaler.workers import start_simulation_worker
+from forecast.types import ProgressCallback
 
 # The cluster runs this long before scoring starts, so that every policy enters the scored period
 # in its own steady state (placeholders ramped up, nodes launched) rather than in a shared cold start.
 SETTLE_S = 3600.0
-
-ProgressCallback = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ from datetime import datetime, timedelta
 import pandas as pd
 
 from adapters.types import ScheduledWindow
-from autoscaler.durations import parse_duration
 from autoscaler.provenance import Provenance
 from autoscaler.provider import MetricInfo, MetricUnavailable, ServedSeries, Snapshot, apply_staleness
 from autoscaler.selectors import SelectorError, parse_selector
+from forecast.durations import parse_duration
 from forecast.types import Forecast
 
 DEFAULT_HISTORY = timedelta(hours=6)

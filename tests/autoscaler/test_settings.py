@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from autoscaler.commands.cli import main
 from autoscaler.settings import Settings
 from autoscaler.settings_loader import SettingsError, load_settings
+from tests.cli_helpers import assert_usage_error
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -142,8 +143,7 @@ def test_check_config_exit_codes(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("server:\n  secure_port: abc\n")
     result = runner.invoke(main, ["check-config", str(bad)])
-    assert result.exit_code == 1
-    assert "server.secure_port" in result.output
+    assert_usage_error(result, "server.secure_port")
 
 
 def test_console_script_help_and_version():
@@ -171,8 +171,7 @@ def test_loader_never_crashes_on_random_documents(document):
 def test_serve_refuses_a_bad_config_naming_the_field(tmp_path):
     bad = write(tmp_path, "server:\n  http_port: -1\n")
     result = CliRunner().invoke(main, ["serve", "--config", str(bad)])
-    assert result.exit_code == 1
-    assert "server.http_port: Input should be greater than or equal to 0 (got -1)" in result.output
+    assert_usage_error(result, "server.http_port: Input should be greater than or equal to 0 (got -1)")
 
 
 def test_shipped_example_is_valid():

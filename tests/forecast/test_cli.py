@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from autoscaler.commands.backtest import backtest
+from tests.cli_helpers import assert_usage_error
 from tests.data_helpers import write_csv
 
 FAST = ["--eval-days", "1d", "--origin-every", "12h", "--horizons", "15m,60m"]
@@ -52,19 +53,13 @@ def test_table_and_plot(trace_csv: Path, tmp_path: Path) -> None:
     ],
     ids=["bad-timestamp", "bad-value", "missing-column", "too-short", "bad-step", "bad-horizon"],
 )
-def test_bad_input_exits_2_with_one_line(tmp_path: Path, content: str, arguments: list[str], expected: str) -> None:
+def test_bad_input_is_a_usage_error(tmp_path: Path, content: str, arguments: list[str], expected: str) -> None:
     path = tmp_path / "bad.csv"
     path.write_text(content)
     result = CliRunner().invoke(backtest, ["--input", str(path), *arguments])
-    assert result.exit_code == 2
-    assert result.stdout == ""
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1
-    assert expected in lines[0]
-    assert lines[0].startswith("error: ")
+    assert_usage_error(result, expected)
 
 
-def test_missing_file_exits_2(tmp_path: Path) -> None:
+def test_missing_file_is_a_usage_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(backtest, ["--input", str(tmp_path / "absent.csv")])
-    assert result.exit_code == 2
-    assert "not found" in result.stderr
+    assert_usage_error(result, "not found")

@@ -1,4 +1,4 @@
-"""CSV input and durations: good files parse, bad ones name the line and column."""
+"""CSV input: good files parse, bad ones name the line and column."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from forecast.durations import parse_duration, steps_in
 from forecast.io import SeriesFileError, aggregate, read_series_csv
 
 
@@ -79,15 +78,3 @@ def test_aggregate_rejects_coarser_input() -> None:
     index = pd.date_range("2024-01-01", periods=5, freq="1h", tz="UTC")
     with pytest.raises(ValueError, match="coarser"):
         aggregate(pd.Series(np.ones(5), index=index), pd.Timedelta(minutes=5))
-
-
-def test_parse_duration() -> None:
-    assert parse_duration("5m") == pd.Timedelta(minutes=5)
-    assert parse_duration("1h30m") == pd.Timedelta(minutes=90)
-    assert parse_duration("7d") == pd.Timedelta(days=7)
-    assert steps_in(parse_duration("60m"), parse_duration("5m")) == 12
-    for bad in ("", "5", "m", "5x", "-5m", "0s"):
-        with pytest.raises(ValueError, match="invalid duration"):
-            parse_duration(bad)
-    with pytest.raises(ValueError, match="multiple"):
-        steps_in(parse_duration("7m"), parse_duration("5m"))

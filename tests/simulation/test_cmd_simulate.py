@@ -1,4 +1,4 @@
-"""The ``simulate`` command: JSON shape, table, pictures, and bad input (exit code 2)."""
+"""The ``simulate`` command: JSON shape, table, pictures, and bad input (a usage error, exit code 2)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from autoscaler.commands.simulate import simulate_command
+from tests.cli_helpers import assert_usage_error
 
 BASE_KEYS = {"demand_gpu_hours", "provisioned_gpu_hours", "idle_gpu_hours", "short_gpu_minutes", "node_launches"}
 HEURISTICS = "reactive,static_buffer:8,reactive_max:30m,scheduled,oracle"
@@ -43,8 +44,12 @@ def pods_csv(tmp_path_factory) -> Path:
 
 
 def _invoke(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(simulate_command, list(args))
+    result = _run(*args)
     return result.exit_code, result.stdout, result.stderr
+
+
+def _run(*args: str) -> Result:
+    return CliRunner().invoke(simulate_command, list(args))
 
 
 def test_json_has_exactly_the_documented_keys(demand_csv):
@@ -122,17 +127,13 @@ def test_table_and_pictures(demand_csv, tmp_path):
         (["--policies", "reactive,static_buffer:8", "--sweep-static"], "give at least one auto:Q"),
     ],
 )
-def test_bad_input_exits_2_with_one_line(demand_csv, args, message):
+def test_bad_input_is_a_usage_error(demand_csv, args, message):
     if "--input" not in args and args != []:
         args = ["--input", str(demand_csv), "--warmup", "1d", *args]
-    code, out, err = _invoke(*args)
-    assert code == 2
-    assert out == ""
-    assert err.count("\n") == 1 and err.startswith("error: ")
-    assert message in err
+    assert_usage_error(_run(*args), message)
 
 
-def test_bad_files_exit_2(tmp_path, demand_csv, pods_csv):
+def test_bad_files_are_usage_errors(tmp_path, demand_csv, pods_csv):
     negative = tmp_path / "negative.csv"
     negative.write_text("timestamp,value\n2024-03-01T00:00:00Z,5\n2024-03-01T00:01:00Z,-3\n")
     malformed = tmp_path / "malformed.csv"
@@ -149,6 +150,4 @@ def test_bad_files_exit_2(tmp_path, demand_csv, pods_csv):
         (["--input", str(demand_csv), "--pods", str(pods_csv)], "exactly one of them"),
     ]
     for args, message in cases:
-        code, _, err = _invoke(*args, "--warmup", "0s", "--policies", "reactive")
-        assert code == 2, args
-        assert message in err and err.count("\n") == 1
+        assert_usage_error(_run(*args, "--warmup", "0s", "--policies", "reactive"), message)
