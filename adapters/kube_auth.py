@@ -1,4 +1,5 @@
-"""Delegated authentication and authorisation, as aggregated API servers do it (DESIGN.md section 4).
+"""Delegated authentication and authorisation, as aggregated API servers do it (docs/kubernetes.md,
+"Authentication and authorisation").
 
 TokenReview (authentication.k8s.io/v1) checks bearer tokens, SubjectAccessReview
 (authorization.k8s.io/v1) checks permissions, and the ConfigMap

@@ -80,7 +80,7 @@ class ServerSettings(_Strict):
 
 
 class AuthSettings(_Strict):
-    """How callers are authenticated and authorised (DESIGN.md section 4)."""
+    """How callers are authenticated and authorised (docs/kubernetes.md, "Authentication and authorisation")."""
 
     # kubernetes: request-header config from the extension-apiserver-authentication ConfigMap,
     #   TokenReview for bearer tokens, SubjectAccessReview for authorisation.

@@ -439,7 +439,7 @@ class FakeKube:
             if fault.matches(request.method, plural, watch):
                 fault.hits += 1
                 if fault.delay_s:
-                    await asyncio.sleep(fault.delay_s)
+                    await asyncio.sleep(fault.delay_s)  # a slow API server is the fault under test
                 if fault.disconnect:
                     self._drop(request)
                     return None
@@ -616,7 +616,7 @@ class FakeKube:
         if mode == "forbidden":
             return True, status_response(403, "forbidden: the service account may not create reviews")
         if mode == "timeout":
-            await asyncio.sleep(3600)
+            await asyncio.sleep(3600)  # a review that never answers: the caller's timeout is under test
             return True, status_response(504, "review timed out")
         raise ValueError(f"unknown fail_mode {mode!r}")
 

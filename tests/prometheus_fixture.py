@@ -32,7 +32,6 @@ import signal
 import socket
 import subprocess
 import threading
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
@@ -46,6 +45,7 @@ import pytest
 from aiohttp import ClientSession, ClientTimeout, web
 
 from tests.data_helpers import DATA_DIR  # one definition of where the traces are
+from tests.eventually import eventually_sync
 
 TRACE_DAYS = 14
 STARTUP_TIMEOUT_S = 15.0
@@ -317,23 +317,30 @@ class PrometheusServer:
             process.wait(timeout=10)
 
     def _wait_until_ready(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
+        process = self._process
+        assert process is not None
         # Readiness alone is not enough: the backfilled blocks must be queryable too.
         probe = "/api/v1/query?" + urllib.parse.urlencode(
             {"query": "count(kube_node_labels)", "time": self.trace.end.timestamp()}
         )
-        while time.monotonic() < deadline:
-            assert self._process is not None
-            if self._process.poll() is not None:
+
+        def answers_over_the_backfill() -> bool:
+            if process.poll() is not None:
                 raise RuntimeError(f"prometheus exited at startup:\n{self._log_tail()}")
-            try:
-                with urllib.request.urlopen(self.url + probe, timeout=1) as answer:  # noqa: S310 (loopback)
-                    if json.load(answer)["data"]["result"]:
-                        return
-            except (OSError, ValueError, KeyError):
-                pass
-            time.sleep(0.05)
-        raise RuntimeError(f"prometheus not ready after {timeout_s}s:\n{self._log_tail()}")
+            with urllib.request.urlopen(self.url + probe, timeout=1) as answer:  # noqa: S310 (loopback)
+                return bool(json.load(answer)["data"]["result"])
+
+        try:
+            eventually_sync(
+                answers_over_the_backfill,
+                message="prometheus to answer a query over the backfilled blocks",
+                timeout=timeout_s,
+                interval=0.05,
+                # Not listening yet, or answering before its blocks are loaded.
+                retrying_on=(OSError, ValueError, KeyError),
+            )
+        except AssertionError as error:
+            raise RuntimeError(f"{error}\n{self._log_tail()}") from None
 
     def _log_tail(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")[-3000:]
@@ -467,7 +474,7 @@ class FaultProxy:
         if mode is ProxyMode.INVALID_JSON:
             return web.Response(status=200, text="<html>not JSON</html>", content_type="application/json")
         if mode is ProxyMode.DELAY:
-            await asyncio.sleep(self.delay_s)
+            await asyncio.sleep(self.delay_s)  # the slow Prometheus is the fault under test
         status, body, content_type = await self._forward(request)
         if mode is ProxyMode.TRUNCATED:
             return web.Response(status=status, body=body[: len(body) // 2], content_type=content_type)

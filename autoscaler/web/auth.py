@@ -1,4 +1,6 @@
-"""Authentication and authorisation of an aggregated API server (DESIGN.md section 4).
+"""Authentication and authorisation of an aggregated API server.
+
+The Kubernetes facts it honours are in docs/kubernetes.md, "Authentication and authorisation".
 
 Order, as kube-apiserver's delegated authenticators do it:
 1. a client certificate issued by the request-header CA whose CN is allowed: the user comes from the

@@ -24,6 +24,7 @@ from adapters.cronjobs import (
 from adapters.gpu_requests import parse_quantity, pod_gpu_requests
 from adapters.kube_watch import WatchGroup, WatchSettings
 from tests import fakekube
+from tests.eventually import eventually
 
 fake_kube = fakekube.fake_kube
 kube_api = fakekube.kube_api
@@ -460,9 +461,6 @@ async def test_windows_from_cronjobs_and_jobs_served_by_the_api(fake_kube, kube_
 
         # A longer run arrives through the watch and moves the estimate.
         fake_kube.add("jobs", make_job(utc(2025, 6, 1, 2), 200, owner_uid=uid))
-        for _ in range(200):
-            if len(jobs.objects) == 5:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: len(jobs.objects) == 5, message="the fifth Job in the watch cache")
         windows = cronjob_windows(cronjobs.snapshot().values(), jobs.snapshot().values(), NOW, SETTINGS)
         assert windows[0].end - windows[0].start == timedelta(minutes=152)  # p90 of 50, 60, 70, 80, 200

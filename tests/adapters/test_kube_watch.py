@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 from itertools import pairwise
 
 import pytest
@@ -28,6 +27,7 @@ from adapters.kube_watch import (
 )
 from adapters.nodeclaims import nodeclaim_resource
 from tests import fakekube
+from tests.eventually import eventually
 
 fake_kube = fakekube.fake_kube
 kube_api = fakekube.kube_api
@@ -44,16 +44,6 @@ SETTINGS = WatchSettings(
 
 def cronjob(name: str, namespace: str = "ml", schedule: str = "0 * * * *") -> dict:
     return {"metadata": {"name": name, "namespace": namespace}, "spec": {"schedule": schedule}}
-
-
-async def eventually(predicate: Callable[[], bool], seconds: float = 5.0) -> None:
-    """Wait (in loop time) until ``predicate()`` holds, checking 500 times over ``seconds``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(seconds / 500)
 
 
 class Recorder:
@@ -82,7 +72,7 @@ async def test_list_then_watch_follows_added_modified_deleted(fake_kube, kube_ap
         fake_kube.add("cronjobs", cronjob("b", namespace="other"))
         fake_kube.modify("cronjobs", cronjob("a", schedule="30 * * * *"))
         fake_kube.delete("cronjobs", "b", "other")
-        await eventually(lambda: len(recorder.calls) == 4)
+        await eventually(lambda: len(recorder.calls) == 4, message="the list and three events to reach the callback")
 
     assert recorder.calls == [("LIST", None), ("ADDED", "b"), ("MODIFIED", "a"), ("DELETED", "b")]
     assert list(cache.objects) == ["ml/a"]
@@ -106,13 +96,17 @@ async def test_bookmark_moves_the_resource_version_without_touching_objects(fake
         listed_rv = cache.resource_version
         fake_kube.add("configmaps", {"metadata": {"name": "unrelated", "namespace": "x"}})  # RV moves on
         fake_kube.bookmark("cronjobs")
-        await eventually(lambda: cache.resource_version != listed_rv)
+        await eventually(
+            lambda: cache.resource_version != listed_rv, message="the bookmark to move the resource version"
+        )
         assert cache.resource_version == str(fake_kube.resource_version)
         assert recorder.calls == [("LIST", None)]  # bookmarks are not changes
 
         # The next watch resumes from the bookmark, not from the list.
         fake_kube.end_watches("cronjobs")
-        await eventually(lambda: len(fake_kube.requests_for("cronjobs", watch=True)) == 2)
+        await eventually(
+            lambda: len(fake_kube.requests_for("cronjobs", watch=True)) == 2, message="a second watch request"
+        )
     resumed = fake_kube.requests_for("cronjobs", watch=True)[1]
     assert resumed.query["resourceVersion"] == str(fake_kube.resource_version)
     assert cache.relists == 1
@@ -125,13 +119,13 @@ async def test_cut_stream_resumes_from_the_last_resource_version(fake_kube, kube
         cache = group.start(cronjob_resource(kube_api))
         await asyncio.wait_for(fake_kube.wait_for_watchers("cronjobs"), 5)
         fake_kube.add("cronjobs", cronjob("b"))
-        await eventually(lambda: "ml/b" in cache.objects)
+        await eventually(lambda: "ml/b" in cache.objects, message="ml/b in the cache")
         rv_before_cut = cache.resource_version
 
         cut_at = asyncio.get_running_loop().time()
         fake_kube.cut_watches("cronjobs")
         fake_kube.add("cronjobs", cronjob("c"))  # happens while nobody watches
-        await eventually(lambda: "ml/c" in cache.objects)
+        await eventually(lambda: "ml/c" in cache.objects, message="ml/c in the cache")
 
     assert sorted(cache.objects) == ["ml/a", "ml/b", "ml/c"]
     assert cache.relists == 1  # no relist: the watch resumed
@@ -158,7 +152,7 @@ async def test_expired_resource_version_on_reconnect_relists_to_the_true_state(f
         fake_kube.modify("cronjobs", cronjob("b", schedule="5 5 * * *"))
         fake_kube.add("cronjobs", cronjob("d"))
         fake_kube.compact()
-        await eventually(lambda: cache.relists == 2)
+        await eventually(lambda: cache.relists == 2, message="a second list")
         await asyncio.wait_for(fake_kube.wait_for_watchers("cronjobs"), 5)
 
     assert sorted(cache.objects) == ["ml/b", "ml/c", "ml/d"]
@@ -175,10 +169,10 @@ async def test_410_error_event_on_an_open_watch_relists_at_once(fake_kube, kube_
         cache = group.start(cronjob_resource(kube_api))
         await asyncio.wait_for(fake_kube.wait_for_watchers("cronjobs"), 5)
         fake_kube.add("cronjobs", cronjob("b"))
-        await eventually(lambda: "ml/b" in cache.objects)
+        await eventually(lambda: "ml/b" in cache.objects, message="ml/b in the cache")
         expired_at = loop.time()
         fake_kube.expire_watches("cronjobs")
-        await eventually(lambda: cache.relists == 2)
+        await eventually(lambda: cache.relists == 2, message="a second list")
         relisted_at = loop.time()
     assert relisted_at - expired_at < SETTINGS.backoff_initial_s
     assert sorted(cache.objects) == ["ml/a", "ml/b"]
@@ -228,10 +222,12 @@ async def test_events_reset_the_backoff(fake_kube, kube_api):
         cache = group.start(cronjob_resource(kube_api))
         await asyncio.wait_for(fake_kube.wait_for_watchers("cronjobs"), 60)
         fake_kube.add("cronjobs", cronjob("a"))
-        await eventually(lambda: "ml/a" in cache.objects)
+        await eventually(lambda: "ml/a" in cache.objects, message="ml/a in the cache")
         fake_kube.fail(status=500, plural="cronjobs", watch=True, times=1)
         fake_kube.cut_watches("cronjobs")
-        await eventually(lambda: len(fake_kube.requests_for("cronjobs", watch=True)) == 6)
+        await eventually(
+            lambda: len(fake_kube.requests_for("cronjobs", watch=True)) == 6, message="a sixth watch request"
+        )
         await asyncio.wait_for(fake_kube.wait_for_watchers("cronjobs"), 60)
     watches = fake_kube.requests_for("cronjobs", watch=True)
     gaps = [round(b.at - a.at, 3) for a, b in pairwise(watches)]
@@ -251,7 +247,7 @@ async def test_a_broken_or_slow_watch_does_not_block_the_others(fake_kube, kube_
         nodeclaims = group.start(nodeclaim_resource(kube_api))
         await asyncio.wait_for(fake_kube.wait_for_watchers("nodeclaims"), 5)
         fake_kube.add("nodeclaims", {"metadata": {"name": "gpu-1"}})
-        await eventually(lambda: "gpu-1" in nodeclaims.objects)
+        await eventually(lambda: "gpu-1" in nodeclaims.objects, message="gpu-1 in the NodeClaim cache")
     assert not cronjobs.synced
     assert "HTTP 500" in (cronjobs.last_error or "")
     assert not jobs.synced
@@ -262,11 +258,13 @@ async def test_missing_crd_is_reported_absent_and_looked_for_again(fake_kube, ku
     fake_kube.installed.discard("nodeclaims")
     async with WatchGroup(SETTINGS) as group:
         cache = group.start(nodeclaim_resource(kube_api))
-        await eventually(lambda: cache.absent)
+        await eventually(lambda: cache.absent, message="the resource to be reported absent")
         assert not cache.synced
         fake_kube.installed.add("nodeclaims")
         fake_kube.add("nodeclaims", {"metadata": {"name": "n1"}})
-        await eventually(lambda: cache.synced, seconds=SETTINGS.absent_recheck_s + 5)
+        await eventually(
+            lambda: cache.synced, message="the cache to sync once the CRD exists", timeout=SETTINGS.absent_recheck_s + 5
+        )
     assert not cache.absent
     assert list(cache.objects) == ["n1"]
     lists = fake_kube.requests_for("nodeclaims", watch=False)
@@ -282,7 +280,7 @@ async def test_a_crd_removed_while_watched_empties_the_cache(fake_kube, kube_api
         await asyncio.wait_for(fake_kube.wait_for_watchers("nodeclaims"), 5)
         fake_kube.installed.discard("nodeclaims")
         fake_kube.cut_watches("nodeclaims")
-        await eventually(lambda: cache.absent)
+        await eventually(lambda: cache.absent, message="the resource to be reported absent")
     assert dict(cache.objects) == {}
     assert recorder.calls == [("LIST", None), ("LIST", None)]
 
@@ -293,10 +291,10 @@ async def test_a_garbled_stream_reconnects(fake_kube, kube_api):
         cache = group.start(cronjob_resource(kube_api))
         await asyncio.wait_for(fake_kube.wait_for_watchers("cronjobs"), 5)
         fake_kube.send_raw("cronjobs", b'{"type": "ADDED", "object": "not an object"}\n')
-        await eventually(lambda: cache.reconnects == 1)
+        await eventually(lambda: cache.reconnects == 1, message="a reconnect after the garbled event")
         assert "garbled event" in (cache.last_error or "")
         fake_kube.add("cronjobs", cronjob("a"))
-        await eventually(lambda: "ml/a" in cache.objects)
+        await eventually(lambda: "ml/a" in cache.objects, message="ml/a in the cache")
     assert cache.relists == 1
 
 
@@ -319,7 +317,11 @@ async def test_server_side_timeout_rewatches_without_relisting(fake_kube, kube_a
     settings = WatchSettings(backoff_jitter=0.0, watch_timeout_s=60.0, backoff_max_s=30.0)
     async with WatchGroup(settings) as group:
         cache = group.start(cronjob_resource(kube_api))
-        await eventually(lambda: len(fake_kube.requests_for("cronjobs", watch=True)) == 4, seconds=400)
+        await eventually(
+            lambda: len(fake_kube.requests_for("cronjobs", watch=True)) == 4,
+            message="four watch requests (three server-side timeouts)",
+            timeout=400,
+        )
     watches = fake_kube.requests_for("cronjobs", watch=True)
     assert [round(b.at - a.at, 3) for a, b in pairwise(watches)] == [60.0, 60.0, 60.0]
     assert cache.relists == 1
@@ -334,7 +336,7 @@ async def test_a_failing_callback_does_not_stop_the_watch(fake_kube, kube_api):
         cache = group.start(cronjob_resource(kube_api), explode)
         await asyncio.wait_for(fake_kube.wait_for_watchers("cronjobs"), 5)
         fake_kube.add("cronjobs", cronjob("a"))
-        await eventually(lambda: "ml/a" in cache.objects)
+        await eventually(lambda: "ml/a" in cache.objects, message="ml/a in the cache")
 
 
 @pytest.mark.looptime
@@ -342,7 +344,11 @@ async def test_rejected_credentials_are_retried_with_backoff(fake_kube, kube_api
     fake_kube.bearer_token = "rotated"  # our token is no longer accepted
     async with WatchGroup(SETTINGS) as group:
         cache = group.start(cronjob_resource(kube_api))
-        await eventually(lambda: len(fake_kube.requests_for("cronjobs")) >= 3, seconds=20)
+        await eventually(
+            lambda: len(fake_kube.requests_for("cronjobs")) >= 3,
+            message="three attempts with rejected credentials",
+            timeout=20,
+        )
         assert "HTTP 401" in (cache.last_error or "")
         fake_kube.bearer_token = fakekube.FAKE_ADMIN_TOKEN
         await asyncio.wait_for(fake_kube.wait_for_watchers("cronjobs"), 30)

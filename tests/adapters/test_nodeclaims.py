@@ -10,6 +10,7 @@ import pytest
 from adapters.kube_watch import WatchGroup, WatchSettings
 from adapters.nodeclaims import LeadTimeHistory, lead_time_sample, nodeclaim_resource
 from tests import fakekube
+from tests.eventually import eventually
 
 fake_kube = fakekube.fake_kube
 kube_api = fakekube.kube_api
@@ -120,10 +121,9 @@ async def test_lead_times_learned_from_the_nodeclaim_watch(fake_kube, kube_api):
         # The second claim becomes ready, then Karpenter consolidates the first one away.
         fake_kube.modify("nodeclaims", nodeclaim("a100-2", 300, pool="a100"))
         fake_kube.delete("nodeclaims", "a100-1")
-        for _ in range(200):
-            if history.estimate("a100", 0.9).samples == 2:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(
+            lambda: history.estimate("a100", 0.9).samples == 2, message="both ready a100 claims to be sampled"
+        )
 
     a100 = history.estimate("a100", 1.0)
     assert (a100.status, a100.samples, a100.seconds) == ("learned", 2, 300.0)
@@ -136,9 +136,6 @@ async def test_karpenter_absent_is_reported(fake_kube, kube_api):
     history = LeadTimeHistory()
     async with WatchGroup(WatchSettings(backoff_jitter=0.0)) as group:
         cache = group.start(nodeclaim_resource(kube_api), history.on_change)
-        for _ in range(200):
-            if cache.absent:
-                break
-            await asyncio.sleep(0.01)
+        await eventually(lambda: cache.absent, message="the NodeClaim API to be reported absent")
     assert cache.absent
     assert history.estimate("gpu", 0.9, absent=cache.absent).status == "absent"

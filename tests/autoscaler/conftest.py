@@ -48,6 +48,16 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> PKI:
 
 
 @dataclass
+class SettableClock:
+    """What the server's provider reads as now; a test moves it (past a staleness TTL, say)."""
+
+    now: datetime
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+@dataclass
 class RunningServer:
     listening: Listening
     provider: SnapshotProvider
@@ -56,6 +66,7 @@ class RunningServer:
     tls: ServerTLS
     settings: Settings
     access: AccessControl
+    clock: SettableClock
     kubeconfigs: dict[str, Path] = field(default_factory=dict)
 
     @property
@@ -113,7 +124,8 @@ async def api_server(pki: PKI, tmp_path: Path, authorizer_override: Authorizer |
     access = await build_access(settings)
     if authorizer_override is not None:
         access = AccessControl(authenticator=access.authenticator, authorizer=authorizer_override)
-    provider = SnapshotProvider(fixed_snapshot(), clock=lambda: NOW + timedelta(seconds=30))
+    clock = SettableClock(NOW + timedelta(seconds=30))
+    provider = SnapshotProvider(fixed_snapshot(), clock=clock)
     readiness = Readiness(ready=True, reason="test snapshot")
     pipeline = Pipeline(
         metrics=METRICS, plans=(), sources=(), refresh=RefreshSettings(timedelta(minutes=1), timedelta(minutes=5))
@@ -121,4 +133,4 @@ async def api_server(pki: PKI, tmp_path: Path, authorizer_override: Authorizer |
     api_app, ops_app = create_app(settings, pipeline=pipeline, access=access, provider=provider, readiness=readiness)
     tls = ServerTLS(ServingFiles(pki.serving_cert, pki.serving_key), client_ca_pems(access))
     async with running(settings, api_app=api_app, ops_app=ops_app, tls=tls) as listening:
-        yield RunningServer(listening, provider, readiness, pki, tls, settings, access)
+        yield RunningServer(listening, provider, readiness, pki, tls, settings, access, clock)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 import signal
 import subprocess
@@ -11,6 +10,9 @@ import time
 from pathlib import Path
 
 import aiohttp
+import pytest
+
+from tests.eventually import eventually
 
 
 class DemoProcess:
@@ -65,13 +67,15 @@ class DemoProcess:
 
     async def wait_ready(self, timeout_s: float = 180) -> str:
         """The /readyz?verbose text once it answers 200; until then it must say it is warming up."""
-        deadline = time.monotonic() + timeout_s
         async with aiohttp.ClientSession() as session:
-            while time.monotonic() < deadline:
+
+            async def ready_text() -> str | None:
                 async with session.get(f"{self.http_url}/readyz?verbose") as response:
                     text = await response.text()
-                    if response.status == 200:
-                        return text
-                    assert response.status == 503 and "warming up" in text, text
-                await asyncio.sleep(0.2)
-        raise AssertionError("not ready in time")
+                if response.status == 200:
+                    return text
+                if response.status == 503 and "warming up" in text:
+                    return None
+                pytest.fail(f"/readyz answered {response.status} before it was ready: {text}")
+
+            return await eventually(ready_text, message="/readyz to answer 200", timeout=timeout_s, interval=0.2)

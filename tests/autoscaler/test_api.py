@@ -210,7 +210,7 @@ async def test_stale_metric_with_error_fallback_is_503(api_server):
     snapshot = api_server.provider.snapshot
     info = replace(snapshot.metrics["gpu_headroom"], fallback="error")
     api_server.provider.swap(replace(snapshot, metrics={**snapshot.metrics, "gpu_headroom": info}))
-    api_server.provider._clock = lambda: snapshot.created_at + info.staleness_ttl * 2  # type: ignore[attr-defined]
+    api_server.clock.now = snapshot.created_at + info.staleness_ttl * 2
     code, _, body = await get(api_server, f"{PREFIX}/namespaces/default/gpu_headroom")
     assert code == 503
     assert body["reason"] == "ServiceUnavailable" and "stale" in body["message"]

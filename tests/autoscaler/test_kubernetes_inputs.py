@@ -12,6 +12,7 @@ import pytest
 from adapters.kube_watch import WatchGroup
 from autoscaler.kube_inputs import KubernetesInputs, watch_settings
 from autoscaler.plans import MetricPlan, RefreshInputs, RefreshSettings
+from autoscaler.policy import LeadTime
 from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
 from autoscaler.refresher import Refresher
 from autoscaler.selectors import parse_selector
@@ -20,6 +21,7 @@ from autoscaler.workers import ForecastPools
 from tests.adapters.test_cronjobs import make_cronjob
 from tests.adapters.test_nodeclaims import nodeclaim
 from tests.autoscaler.test_refresher import FlakySource
+from tests.eventually import eventually
 
 METRICS = (MetricInfo("gpu_demand_forecast", ""), MetricInfo("gpu_headroom", ""))
 PLANS = (MetricPlan("gpu_demand_forecast", "gpus", "demand"), MetricPlan("gpu_headroom", "gpus", "headroom"))
@@ -49,11 +51,12 @@ async def inputs(fake_kube, kube_api):
 
 
 async def wait_synced(group: WatchGroup) -> None:
-    for _ in range(200):
-        if all(cache.synced or cache.absent for cache in group.caches.values()):
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError({name: cache.last_error for name, cache in group.caches.items()})
+    def synced() -> bool:
+        waiting = {name: cache.last_error for name, cache in group.caches.items() if not (cache.synced or cache.absent)}
+        assert not waiting, f"not synced yet (last errors): {waiting}"
+        return True
+
+    await eventually(synced, message="every watch to sync or find its resource absent")
 
 
 def build_refresher(
@@ -128,12 +131,13 @@ async def test_lead_time_learned_from_nodeclaims(fake_kube, inputs):
             "nodeclaims", nodeclaim(f"gpu-{index}", seconds, pool="a100", created=created + timedelta(hours=index))
         )
     await wait_synced(group)
-    for _ in range(100):
+
+    def learned_from_all_ten() -> LeadTime:
         lead = kube_inputs.lead_time({"nodepool": "a100"})
-        if lead.source.startswith("p90"):
-            break
-        await asyncio.sleep(0.02)
-    assert lead.source == "p90 of 10 NodeClaim launches of pool a100 plus margin"
+        assert lead.source == "p90 of 10 NodeClaim launches of pool a100 plus margin", lead
+        return lead
+
+    lead = await eventually(learned_from_all_ten, message="the a100 lead time learned from all ten NodeClaims")
     # p90 of the ten launch times (linear interpolation) plus the 30 s margin
     assert 280 + 30 <= lead.value.total_seconds() <= 400 + 30
     other = kube_inputs.lead_time({"nodepool": "h100"})
@@ -179,10 +183,10 @@ async def test_headroom_capped_by_quota_and_nodepool_limit(fake_kube, kube_api, 
     )
     poller = asyncio.create_task(kube_inputs.poll_limits(kube_api, ["gpu-placeholders"], timedelta(seconds=30)))
     try:
-        for _ in range(100):
-            if kube_inputs.caps("gpu-placeholders", {"nodepool": "a100"}, 0.0):
-                break
-            await asyncio.sleep(0.02)
+        await eventually(
+            lambda: len(kube_inputs.caps("gpu-placeholders", {"nodepool": "a100"}, 0.0)) == 2,
+            message="the placeholder quota and the a100 NodePool limit to be read",
+        )
         big_window = make_cronjob(
             "big",
             schedule="5 9 * * *",
@@ -192,7 +196,10 @@ async def test_headroom_capped_by_quota_and_nodepool_limit(fake_kube, kube_api, 
         )
         fake_kube.add("cronjobs", big_window)
         await wait_synced(group)
-        await asyncio.sleep(0.1)
+        await eventually(
+            lambda: [w for w in kube_inputs.windows(now, timedelta(hours=1)) if w.name == "big"],
+            message="the window of CronJob big, from the watch",
+        )
         plans = (
             MetricPlan("gpu_headroom", "gpus", "headroom", placeholder_namespace="gpu-placeholders"),
             MetricPlan("gpu_demand_forecast", "gpus", "demand"),

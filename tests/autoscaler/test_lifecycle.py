@@ -15,6 +15,7 @@ import pytest
 from autoscaler import persistence
 from autoscaler.provider import MetricInfo, ServedSeries, Snapshot
 from tests.autoscaler.demo_process import DemoProcess
+from tests.eventually import eventually
 
 METRICS = (MetricInfo("gpu_demand_forecast", ""), MetricInfo("gpu_headroom", ""))
 
@@ -87,10 +88,8 @@ async def test_sigkill_then_restart_serves_saved_values_at_once(tmp_path):
     demo.start()
     try:
         await demo.wait_ready()
-        for _ in range(100):  # the first save follows the first refresh
-            if (demo.state / persistence.FILE_NAME).exists():
-                break
-            await asyncio.sleep(0.1)
+        saved_values = demo.state / persistence.FILE_NAME
+        await eventually(saved_values.exists, message=f"{saved_values} (written after the first refresh)")
         before = await served_demand(demo)
         assert demo.process is not None
         workers = child_processes(demo.process.pid)
@@ -98,11 +97,9 @@ async def test_sigkill_then_restart_serves_saved_values_at_once(tmp_path):
     finally:
         demo.stop(signal.SIGKILL)
     # Its workers follow it rather than live on as orphans holding their memory.
-    for _ in range(100):
-        if not any(alive(pid) for pid in workers):
-            break
-        await asyncio.sleep(0.1)
-    assert not [pid for pid in workers if alive(pid)]
+    await eventually(
+        lambda: not any(alive(pid) for pid in workers), message=f"worker processes {sorted(workers)} to exit"
+    )
     restart = DemoProcess(demo.state)
     started = restart.start()
     try:
@@ -126,7 +123,14 @@ async def test_sigterm_drains_in_flight_requests(tmp_path):
     demo = DemoProcess(tmp_path / "state")
     demo.start()
     await demo.wait_ready()
-    async with aiohttp.ClientSession() as session:
+    sent: list[aiohttp.TraceRequestHeadersSentParams] = []
+
+    async def headers_sent(session: object, context: object, params: aiohttp.TraceRequestHeadersSentParams) -> None:
+        sent.append(params)
+
+    tracing = aiohttp.TraceConfig()
+    tracing.on_request_headers_sent.append(headers_sent)
+    async with aiohttp.ClientSession(trace_configs=[tracing]) as session:
 
         async def page() -> int:
             # The page renders charts in a thread: slow enough to be in flight when SIGTERM lands.
@@ -135,7 +139,7 @@ async def test_sigterm_drains_in_flight_requests(tmp_path):
                 return response.status
 
         requests = [asyncio.create_task(page()) for _ in range(20)]
-        await asyncio.sleep(0.05)
+        await eventually(lambda: len(sent) == len(requests), message="every page request to be sent")
         exit_code = await asyncio.to_thread(demo.stop, signal.SIGTERM)
         statuses = await asyncio.gather(*requests, return_exceptions=True)
     assert exit_code == 0

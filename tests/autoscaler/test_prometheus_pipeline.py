@@ -3,7 +3,6 @@ within seconds of start; kills, restarts, slow and garbage answers never blank a
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +24,7 @@ from autoscaler.settings import Settings
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.tls import ServerTLS, ensure_self_signed
 from autoscaler.workers import ForecastPools
+from tests.eventually import eventually
 from tests.prometheus_fixture import ProxyMode
 
 pytestmark = pytest.mark.prometheus
@@ -70,9 +70,17 @@ async def test_serves_per_pool_metrics_within_seconds_of_start(prometheus, tmp_p
         async with running(settings, api_app=api_app, ops_app=ops_app, tls=tls) as listening:
             base = f"https://127.0.0.1:{listening.secure_port}/apis/external.metrics.k8s.io/v1beta1/namespaces/default"
             async with aiohttp.ClientSession() as session:
-                while not readiness.ready:
-                    assert time.perf_counter() - started < 60, readiness
-                    await asyncio.sleep(0.2)
+
+                def ready() -> bool:
+                    assert readiness.ready, readiness
+                    return True
+
+                await eventually(
+                    ready,
+                    message="the first forecast to make the service ready",
+                    timeout=60 - (time.perf_counter() - started),
+                    interval=0.2,
+                )
                 elapsed = time.perf_counter() - started
                 async with session.get(
                     f"{base}/gpu_demand_forecast", ssl=False, params={"labelSelector": "nodepool in (a100,h100)"}

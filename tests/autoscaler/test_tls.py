@@ -10,6 +10,7 @@ from cryptography import x509
 
 from autoscaler.web.certificates import issue_certificate
 from autoscaler.web.tls import ServerTLS, ensure_self_signed
+from tests.eventually import eventually
 
 
 async def served_certificate(port: int, ca_file) -> x509.Certificate:
@@ -26,12 +27,15 @@ async def test_rotated_certificate_is_served_without_restart(api_server, tmp_pat
     before = await served_certificate(api_server.listening.secure_port, pki.client_ca)
     rotated = issue_certificate(pki.serving_ca_pair, "gpu-autoscaler-rotated", hosts=("127.0.0.1",), server=True)
     rotated.write(pki.serving_cert, pki.serving_key)
-    for _ in range(100):  # reload_interval is 100 ms in the fixture
-        await asyncio.sleep(0.05)
-        after = await served_certificate(api_server.listening.secure_port, pki.client_ca)
-        if after.serial_number != before.serial_number:
-            break
-    assert after.serial_number == rotated.certificate.serial_number
+
+    async def rotated_certificate_served() -> bool:
+        served = await served_certificate(api_server.listening.secure_port, pki.client_ca)
+        assert served.serial_number != before.serial_number, "still serving the certificate from before"
+        assert served.serial_number == rotated.certificate.serial_number, f"serving serial {served.serial_number}"
+        return True
+
+    # reload_interval is 100 ms in the fixture; a handshake per check
+    await eventually(rotated_certificate_served, message="the rotated certificate to be served", interval=0.05)
     assert api_server.tls.reloads == 1
 
 
@@ -91,14 +95,20 @@ async def test_rotation_under_load_fails_no_request(api_server):
             except (OSError, ssl.SSLError) as error:
                 outcomes.append(type(error).__name__)
 
+    async def more_requests(count: int, when: str) -> None:
+        target = len(outcomes) + count
+        await eventually(lambda: len(outcomes) >= target, message=f"{count} more requests {when}")
+
     clients = [asyncio.create_task(client()) for _ in range(4)]
     rotated = []
     for name in ("rotated-1", "rotated-2"):
-        await asyncio.sleep(0.4)
+        await more_requests(20, f"before {name}")  # the rotation lands under load
         pair = issue_certificate(pki.serving_ca_pair, name, hosts=("127.0.0.1",), server=True)
         pair.write(pki.serving_cert, pki.serving_key)
-        rotated.append(pair.certificate.serial_number)
-    await asyncio.sleep(0.6)
+        serial = pair.certificate.serial_number
+        rotated.append(serial)
+        await eventually(lambda serial=serial: serial in serials, message=f"certificate {name} to be served")
+    await more_requests(20, "after the last rotation")
     stop.set()
     await asyncio.gather(*clients)
     failures = [outcome for outcome in outcomes if outcome != "HTTP/1.1 200 OK"]

@@ -19,6 +19,7 @@ import pytest
 
 from autoscaler.provider import MetricInfo, ServedSeries, Snapshot
 from autoscaler.web import page as ui
+from tests.eventually import eventually_sync
 from tests.inspection.conftest import NOW, WINDOW, OpsServer, RealForecast, build_app, serve_in_thread
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -118,7 +119,7 @@ async def test_chart_cache_renders_once_per_snapshot_off_the_event_loop():
 
     def render() -> str:
         threads.append(threading.get_ident())
-        time.sleep(0.05)
+        time.sleep(0.05)  # a rendering long enough for the five requests to overlap it
         return f"<svg>{len(threads)}</svg>"
 
     first = Snapshot(NOW, {}, {})
@@ -165,14 +166,17 @@ def test_page_reuses_charts_until_the_snapshot_changes(ops_server: OpsServer, mo
 
 
 def test_a_slow_chart_does_not_block_the_other_endpoints(ops_server: OpsServer, monkeypatch: pytest.MonkeyPatch):
+    rendering = threading.Event()
+
     def slow(view):
-        time.sleep(2.5)
+        rendering.set()
+        time.sleep(2.5)  # the slow chart is what the other endpoints must not wait for
         return "<svg></svg>"
 
     monkeypatch.setattr(ui, "render_chart", slow)
     with ThreadPoolExecutor(1) as pool:
         page = pool.submit(html_of, ops_server, "/ui/gpu_headroom")
-        time.sleep(0.2)  # the rendering is under way
+        eventually_sync(rendering.is_set, message="the slow chart's rendering to start")
         started = time.perf_counter()
         assert ops_server.get("/healthz")[0] == 200
         assert ops_server.get("/api/v1/forecasts")[0] == 200
