@@ -154,8 +154,7 @@ def render_chart(view: SeriesView) -> str:
             fontsize=8,
             clip_on=True,
         )
-    served = view.series.value  # the snapshot's value: the chart is cached per snapshot, not per clock
-    axes.axhline(served, color=SERVED, linewidth=1.6, label=f"served {number(served)}")
+    _draw_served(axes, view)
     axes.axvline(0.0, color=MARKER, linestyle=":", linewidth=1.2, label="forecast made")
     if view.lead_time_seconds:
         axes.axvline(view.lead_time_seconds / 3600, color=MARKER, linestyle="-.", linewidth=1.0, label="+ lead time")
@@ -164,10 +163,41 @@ def render_chart(view: SeriesView) -> str:
     axes.set_ylabel(view.info.unit or view.info.name)
     axes.grid(alpha=0.3)
     axes.margins(y=0.08)
-    figure.legend(loc="outside upper center", fontsize=8, ncols=7, frameon=False)
+    figure.legend(loc="outside upper center", fontsize=8, ncols=5, frameon=False)
     buffer = io.StringIO()
     figure.savefig(buffer, format="svg", metadata={"Date": None})
     return inline_svg(buffer.getvalue(), title=f"{view.info.name} {format_labels(view.labels)}")
+
+
+def _draw_served(axes: Axes, view: SeriesView) -> None:
+    """The served value where it belongs: a level on the demand axis, or for headroom, the gap.
+
+    Headroom is GPUs on top of those requested now, so it is drawn as the band between requested-now
+    and the demand it provisions for; a line at its own value would sit far below the demand curve.
+    """
+    served = view.series.value  # the snapshot's value: the chart is cached per snapshot, not per clock
+    requested_now = view.provenance.requested_now if view.provenance else None
+    if requested_now is None or not math.isfinite(requested_now):
+        axes.axhline(served, color=SERVED, linewidth=1.6, label=f"served {number(served)}")
+        return
+    label = f"requested now {number(requested_now)}"
+    axes.axhline(requested_now, color=OBSERVED, linestyle="--", linewidth=1.0, label=label)
+    provisioned = requested_now + served
+    axes.axhline(provisioned, color=SERVED, linewidth=1.2, label=f"provisioned for {number(provisioned)}")
+    # The headroom is what is held from now until a node launched now would be ready.
+    end = view.lead_time_seconds / 3600 if view.lead_time_seconds else 0.25
+    axes.fill_between(
+        [0.0, end], requested_now, provisioned, color=SERVED, alpha=0.35, label=f"headroom served {number(served)}"
+    )
+    axes.annotate(
+        f"headroom {number(served)}",
+        xy=(0.0, provisioned),
+        xytext=(-6, 4),
+        textcoords="offset points",
+        ha="right",
+        color=SERVED,
+        fontsize=8,
+    )
 
 
 def inline_svg(document: str, *, title: str) -> str:
@@ -180,5 +210,3 @@ def inline_svg(document: str, *, title: str) -> str:
 
 def format_labels(labels: Mapping[str, str]) -> str:
     return ", ".join(f"{key}={value}" for key, value in sorted(labels.items())) or "(no labels)"
-
-

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from html import escape
@@ -171,7 +172,12 @@ def _in_words(view: SeriesView) -> str:
         parts.append(
             f"It comes from the p{level * 100:g} forecast peak over the next {_duration(view.lead_time_seconds)} "
             f"(the lead time a node needs to be ready{source})"
-            + (", plus the GPUs of the scheduled windows open then." if view.windows else ".")
+            + (", plus the GPUs of the scheduled windows open then" if view.windows else "")
+            + (
+                f", minus the {number(requested_now)} GPUs requested now (the headroom is the gap)."
+                if (requested_now := view.provenance.requested_now if view.provenance else None) is not None
+                else "."
+            )
         )
     return " ".join(parts)
 
@@ -179,11 +185,31 @@ def _in_words(view: SeriesView) -> str:
 SHOWN_NOTES = 3
 
 
+# Times in notes ("window 2026-11-20T02:00:00+00:00 ... not identifiable") differ where the note does not.
+_NOTE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2})?(?:\.\d+)?(?:[+-]\d{2}:\d{2}|Z)?")
+
+
+def collapse_notes(notes: Sequence[str]) -> list[str]:
+    """Notes that differ only in their times become one line with a count and the first and last time."""
+    groups: dict[str, list[str]] = {}
+    for note in notes:
+        groups.setdefault(_NOTE_TIME.sub("…", note), []).append(note)
+    lines = []
+    for shape, members in groups.items():
+        if len(members) == 1:
+            lines.append(members[0])
+            continue
+        times = [time for note in members for time in _NOTE_TIME.findall(note)]
+        span = f", {times[0]} to {times[-1]}" if times else ""
+        lines.append(f"{shape} ({len(members)} times{span})")
+    return lines
+
+
 def _notes(notes: Sequence[str]) -> str:
-    """The forecast's notes; past a few, the rest fold away (``<details>`` needs no script)."""
+    """The forecast's notes, repeats collapsed; past a few, the rest fold away (``<details>`` needs no script)."""
     if not notes:
         return ""
-    items = [f"<li>{escape(note)}</li>" for note in notes]
+    items = [f"<li>{escape(note)}</li>" for note in collapse_notes(notes)]
     shown = f'<ul class="notes">{"".join(items[:SHOWN_NOTES])}</ul>'
     if len(items) <= SHOWN_NOTES:
         return shown
@@ -205,7 +231,8 @@ def series_section(view: SeriesView, chart: str | None) -> str:
     caption = (
         "Observed history, forecast mean"
         + (f" and p{level * 100:g} band" if level is not None else "")
-        + ", scheduled windows (shaded) and the served value (red line)."
+        + ", scheduled windows (shaded) and the served value: a red line, or for headroom the red band "
+        "above the GPUs requested now."
     )
     figure = (
         f'<figure class="chart">{chart}<figcaption>{escape(caption)}</figcaption></figure>'
@@ -238,9 +265,7 @@ async def charts_for(
     return list(await asyncio.gather(*(one(view) for view in views)))
 
 
-def metric_body(
-    snapshot: Snapshot, info: MetricInfo, views: Sequence[SeriesView], charts: Sequence[str | None]
-) -> str:
+def metric_body(snapshot: Snapshot, info: MetricInfo, views: Sequence[SeriesView], charts: Sequence[str | None]) -> str:
     unit = f" ({escape(info.unit)})" if info.unit else ""
     header = (
         f'<header class="page"><h1>{escape(info.name)}</h1><p>{escape(info.description)}{unit}</p>'
@@ -269,9 +294,7 @@ async def metric_page(request: web.Request) -> web.Response:
         return page(request, "not found", _error_body("Metric not found", message), status=404)
     try:
         history = parse_history(request.query.get("history"))
-        views = views_of(
-            snapshot, info, request.app[CLOCK](), history, request.query.get("labelSelector")
-        )
+        views = views_of(snapshot, info, request.app[CLOCK](), history, request.query.get("labelSelector"))
     except InspectionError as error:
         return page(request, "bad request", _error_body("Bad request", str(error)), status=400)
     charts = await charts_for(request, snapshot, views, history)

@@ -243,3 +243,36 @@ def test_page_in_headless_chromium(ops_server: OpsServer, tmp_path: Path):
     assert re.search(r'<tr class="selected"><td>' + re.escape(ops_server.forecast.result.model), dom)
     assert png_size(screenshot) == (1280, 900)
     assert screenshot.stat().st_size > 20_000  # a blank page compresses to a few kB
+
+
+def test_headroom_is_drawn_as_the_gap_above_the_gpus_requested_now(ops_server: OpsServer):
+    headroom = ops_server.forecast.headroom
+    assert headroom.provenance is not None and headroom.provenance.requested_now is not None
+    requested_now = headroom.provenance.requested_now
+    html = html_of(ops_server, "/ui/gpu_headroom")
+    svg = html[html.index("<svg") : html.index("</svg>")]
+    # matplotlib writes legend texts as comments in its SVG.
+    assert f"requested now {requested_now:.2f}" in svg
+    assert f"provisioned for {requested_now + headroom.value:.2f}" in svg
+    assert f"headroom served {headroom.value:.2f}" in svg
+    assert f"minus the {requested_now:.2f} GPUs requested now (the headroom is the gap)" in html
+    # A demand metric is a level on the same axis as demand: a line, no requested-now.
+    demand_html = html_of(ops_server, "/ui/gpu_demand_forecast")
+    demand_svg = demand_html[demand_html.index("<svg") : demand_html.index("</svg>")]
+    assert "requested now" not in demand_svg and f"served {ops_server.forecast.demand.value:.2f}" in demand_svg
+
+
+def test_notes_that_differ_only_in_their_times_collapse_into_one_line():
+    notes = [
+        "window 2026-11-10T02:00:00+00:00 (64 GPUs) not identifiable in history; kept",
+        "removed 64 GPUs of a known job from 2026-11-16T02:00:00+00:00 to 2026-11-16T04:00:00+00:00",
+        "window 2026-11-11T02:00:00+00:00 (64 GPUs) not identifiable in history; kept",
+        "window 2026-11-12T02:00:00+00:00 (64 GPUs) not identifiable in history; kept",
+        "window 2026-11-12T02:00:00+00:00 (32 GPUs) not identifiable in history; kept",
+    ]
+    assert ui.collapse_notes(notes) == [
+        "window … (64 GPUs) not identifiable in history; kept (3 times, 2026-11-10T02:00:00+00:00 to "
+        "2026-11-12T02:00:00+00:00)",
+        "removed 64 GPUs of a known job from 2026-11-16T02:00:00+00:00 to 2026-11-16T04:00:00+00:00",
+        "window 2026-11-12T02:00:00+00:00 (32 GPUs) not identifiable in history; kept",
+    ]
