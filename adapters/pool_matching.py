@@ -239,6 +239,14 @@ def _describe(pool: NodePool) -> str:
     return f"{pool_name(pool)} (weight {pool_weight(pool)})"
 
 
+def selected_pool(pod_spec: Mapping[str, Any]) -> PoolChoice:
+    """The pool a pod names with a ``karpenter.sh/nodepool`` selector, for when NodePools are unknown."""
+    pool = (pod_spec.get("nodeSelector") or {}).get(KARPENTER_NODEPOOL_LABEL)
+    if pool:
+        return PoolChoice(str(pool), (str(pool),), f"NodePool {pool} (its nodeSelector; NodePools not known)")
+    return PoolChoice(None, (), "NodePools not known and no karpenter.sh/nodepool selector")
+
+
 def choose_pool(
     pod_spec: Mapping[str, Any], nodepools: Sequence[NodePool], gpus: float, *, count_in_use: bool
 ) -> PoolChoice:
