@@ -10,6 +10,7 @@ import pytest
 from adapters.kube_watch import WatchGroup, WatchSettings
 from adapters.nodeclaims import LeadTimeHistory, lead_time_sample, nodeclaim_resource
 from tests import fakekube
+from tests.kube_objects import nodeclaim_spec
 
 fake_kube = fakekube.fake_kube
 kube_api = fakekube.kube_api
@@ -44,6 +45,7 @@ def nodeclaim(
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodeClaim",
         "metadata": metadata,
+        "spec": nodeclaim_spec(pool),
         "status": {"conditions": conditions},
     }
 

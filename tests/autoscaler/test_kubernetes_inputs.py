@@ -20,6 +20,7 @@ from autoscaler.workers import ForecastPools
 from tests.adapters.test_cronjobs import make_cronjob
 from tests.adapters.test_nodeclaims import nodeclaim
 from tests.autoscaler.test_refresher import FlakySource
+from tests.kube_objects import nodepool
 
 METRICS = (MetricInfo("gpu_demand_forecast", ""), MetricInfo("gpu_headroom", ""))
 PLANS = (MetricPlan("gpu_demand_forecast", "gpus", "demand"), MetricPlan("gpu_headroom", "gpus", "headroom"))
@@ -168,15 +169,7 @@ async def test_headroom_capped_by_quota_and_nodepool_limit(fake_kube, kube_api, 
             "status": {"hard": {"requests.nvidia.com/gpu": "3"}, "used": {"requests.nvidia.com/gpu": "1"}},
         },
     )
-    fake_kube.add(
-        "nodepools",
-        {
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodePool",
-            "metadata": {"name": "a100"},
-            "spec": {"limits": {"nvidia.com/gpu": str(int(requested_now) + 2)}},
-        },
-    )
+    fake_kube.add("nodepools", nodepool("a100", limits={"nvidia.com/gpu": str(int(requested_now) + 2)}))
     poller = asyncio.create_task(kube_inputs.poll_limits(kube_api, ["gpu-placeholders"], timedelta(seconds=30)))
     try:
         for _ in range(100):
