@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from kubernetes_asyncio.client import ApiClient
 
 from adapters.kube_watch import WatchGroup
+from adapters.pool_matching import UnplacedDemand
 from adapters.prometheus import PrometheusSource
 from adapters.types import ScheduledWindow
 from autoscaler import demo
@@ -24,6 +25,7 @@ from autoscaler.plans import (
     CapsFunction,
     LeadTimeFunction,
     MetricPlan,
+    PendingGpusFunction,
     RefreshInputs,
     RefreshSettings,
     SignalSource,
@@ -43,6 +45,8 @@ class Pipeline(RefreshInputs):
 
     # Extra lines for /readyz?verbose (watch states and the like).
     health: Callable[[], dict[str, str]] | None = None
+    # GPU demand that fits no NodePool, for /metrics and the page.
+    unplaced: Callable[[], Sequence[UnplacedDemand]] | None = None
 
 
 def metric_infos(settings: Settings) -> tuple[MetricInfo, ...]:
@@ -125,11 +129,15 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
         lead_time: LeadTimeFunction | None = None
         caps: CapsFunction | None = None
         health: Callable[[], dict[str, str]] | None = None
+        pending_gpus: PendingGpusFunction | None = None
+        unplaced: Callable[[], Sequence[UnplacedDemand]] | None = None
         if settings.inputs is not None and kube is not None:
             inputs = KubernetesInputs(inputs=settings.inputs, forecast=settings.forecast, declared=settings.windows)
             group = await stack.enter_async_context(WatchGroup(watch_settings(settings.kubernetes)))
             inputs.start(group, kube)
             windows, lead_time, health = inputs.windows, inputs.lead_time, inputs.health
+            pending_gpus = inputs.pending_gpus if settings.inputs.pending_pods else None
+            unplaced = inputs.unplaced
             plans = metric_plans(settings)
             namespaces = sorted({p.placeholder_namespace for p in plans if p.placeholder_namespace})
             limits_task = asyncio.create_task(
@@ -154,6 +162,8 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
             lead_time=lead_time,
             caps=caps,
             health=health,
+            pending_gpus=pending_gpus,
+            unplaced=unplaced,
         )
 
 

@@ -268,6 +268,7 @@ class Situation:
     lead_time: LeadTime
     windows: Sequence[ScheduledWindow] = ()  # the series' own windows (its pool's)
     requested_now: float = math.nan  # headroom: GPUs requested now (the newest complete step's peak)
+    requested_now_source: str = ""  # headroom: what requested-now holds besides the signal (Pending pods)
     caps: Sequence[Cap] = ()  # headroom: ResourceQuota and NodePool limits
     previous: tuple[float, datetime] | None = None  # the value served last and when, for pacing
     capacity: ReplicaCapacity | None = None  # replicas: one replica's learned capacity
@@ -292,7 +293,7 @@ def decide(rule: Rule, situation: Situation) -> Decision | None:
     if rule.kind == "replicas":
         decision = replicas_for(demand, situation.capacity, rule.target_utilization)
     elif rule.kind == "headroom":
-        decision = apply_caps(headroom(demand, situation.requested_now), situation.caps)
+        decision = apply_caps(headroom(demand, situation.requested_now, situation.requested_now_source), situation.caps)
     if decision is None:
         return None
     decision = clamp(decision, rule.min_value, rule.max_value)

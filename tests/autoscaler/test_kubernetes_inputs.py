@@ -89,7 +89,12 @@ async def test_cronjob_window_raises_headroom_one_lead_time_ahead(fake_kube, inp
         node_selector={"karpenter.sh/nodepool": "a100"},
     )
     fake_kube.add("cronjobs", cronjob)
+    fake_kube.add("nodepools", nodepool("a100"))  # the pool the selector names must exist
     await wait_synced(group)
+    for _ in range(200):
+        if [pool["metadata"]["name"] for pool in kube_inputs.nodepools() or []] == ["a100"]:
+            break
+        await asyncio.sleep(0.02)
     fire = datetime(2026, 11, 20, 1, 0, tzinfo=UTC)  # 02:00 CET
     with ThreadPoolExecutor(max_workers=2) as pool:
         values = {}
