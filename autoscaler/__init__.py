@@ -12,8 +12,9 @@ The package in layers, outermost first (``lint-imports`` holds them; nothing imp
 - The core, flat: ``pipeline`` assembles, from ``settings``, the ``sources`` (Prometheus signals),
   ``kube_inputs`` (CronJob windows, NodeClaim lead times, GPU limits, the NodePool each pod lands
   in, Pending pods' GPUs) or the ``demo``; the ``refresher`` pulls, has ``workers`` fit and
-  forecast, applies the ``policy`` and swaps a new snapshot into the ``provider``; ``persistence`` keeps the last served values across restarts.
-  ``selectors``, ``quantity`` and ``durations`` are the Kubernetes-syntax building blocks.
+  forecast, applies the ``policy`` and swaps a new snapshot into the ``provider``; ``persistence``
+  keeps the last served values across restarts. ``selectors``, ``quantity`` and ``durations`` are the
+  Kubernetes-syntax building blocks.
 
 ``forecast`` (pure numerics) and ``adapters`` (I/O) sit below all of it.
 """
