@@ -134,6 +134,12 @@ class KubernetesInputs:
             return sum(pod.gpus for pod in waiting)
         return sum(pod.gpus for pod in waiting if (pod.choice.pool or "") == pool)
 
+    def pending_placement(self, pool: str) -> str:
+        """Which of the pods counted in ``pool`` had a choice (several pools fit) and why this one."""
+        chosen = [pod for pod in self._pending_resolved() if pod.choice.pool == pool and len(pod.choice.fits) > 1]
+        listed = "; ".join(f"{pod.namespace}/{pod.name}: {pod.choice.reason}" for pod in chosen[:SHOWN_UNPLACED])
+        return listed + (f"; and {len(chosen) - SHOWN_UNPLACED} more" if len(chosen) > SHOWN_UNPLACED else "")
+
     def unplaced(self) -> list[UnplacedDemand]:
         """GPU demand that fits no NodePool: waiting pods and CronJob templates (only known once the
         NodePools are)."""

@@ -26,6 +26,7 @@ from autoscaler.plans import (
     LeadTimeFunction,
     MetricPlan,
     PendingGpusFunction,
+    PendingPlacementFunction,
     RefreshInputs,
     RefreshSettings,
     SignalSource,
@@ -130,13 +131,15 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
         caps: CapsFunction | None = None
         health: Callable[[], dict[str, str]] | None = None
         pending_gpus: PendingGpusFunction | None = None
+        pending_placement: PendingPlacementFunction | None = None
         unplaced: Callable[[], Sequence[UnplacedDemand]] | None = None
         if settings.inputs is not None and kube is not None:
             inputs = KubernetesInputs(inputs=settings.inputs, forecast=settings.forecast, declared=settings.windows)
             group = await stack.enter_async_context(WatchGroup(watch_settings(settings.kubernetes)))
             inputs.start(group, kube)
             windows, lead_time, health = inputs.windows, inputs.lead_time, inputs.health
-            pending_gpus = inputs.pending_gpus if settings.inputs.pending_pods else None
+            if settings.inputs.pending_pods:
+                pending_gpus, pending_placement = inputs.pending_gpus, inputs.pending_placement
             unplaced = inputs.unplaced
             plans = metric_plans(settings)
             namespaces = sorted({p.placeholder_namespace for p in plans if p.placeholder_namespace})
@@ -163,6 +166,7 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
             caps=caps,
             health=health,
             pending_gpus=pending_gpus,
+            pending_placement=pending_placement,
             unplaced=unplaced,
         )
 

@@ -71,6 +71,8 @@ CapsFunction = Callable[[MetricPlan, Mapping[str, str], float], Sequence[policy.
 # (NodePool) -> GPUs of pods waiting for a node that Karpenter would place in it; "" for those that fit
 # no pool, None for all of them (``KubernetesInputs.pending_gpus``).
 PendingGpusFunction = Callable[[str | None], float]
+# (NodePool) -> how the pods counted in it were placed when several pools fit them ("" if none did).
+PendingPlacementFunction = Callable[[str], str]
 
 
 @dataclass(frozen=True)
@@ -85,3 +87,4 @@ class RefreshInputs:
     lead_time: LeadTimeFunction | None = None
     caps: CapsFunction | None = None
     pending_gpus: PendingGpusFunction | None = None
+    pending_placement: PendingPlacementFunction | None = None

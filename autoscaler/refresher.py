@@ -341,8 +341,9 @@ class Refresher:
         pool = signal.labels[NODEPOOL_LABEL]
         if pool:
             waiting = pending(pool)
+            placement = self.inputs.pending_placement(pool) if self.inputs.pending_placement is not None else ""
             source = f"{waiting:g} of them Pending pods waiting for NodePool {pool}" if waiting else ""
-            return observed + waiting, source
+            return observed + waiting, source + (f"; {placement}" if source and placement else "")
         moved = pending(None) - pending("")
         source = f"less {moved:g} of Pending pods counted in their NodePools" if moved else ""
         return max(0.0, observed - moved), source

@@ -182,3 +182,32 @@ async def test_without_unplaced_demand_the_metric_is_zero_and_nothing_is_said(in
     assert "unplaced gpu demand" not in inputs.health()
     assert inputs.health()["watch nodepools"] == "synced"
     assert inputs.health()["watch pending pods"] == "synced"
+
+
+async def test_a_pending_pod_several_pools_fit_counts_in_karpenters_first_and_the_choice_is_explained(
+    fake_kube, inputs
+):
+    # No affinity and a toleration of the GPU taint: both pools fit; equal weights go by name, descending.
+    fake_kube.add("pods", pending_pod("anywhere", gpu_pod_spec(2, tolerations=TOLERATE_GPUS)))
+    await eventually(lambda: inputs.pending_gpus("h100") == 2)
+    choice = "ml/anywhere: NodePools h100 (weight 0), a100 (weight 0) fit; Karpenter tries h100 first"
+    assert (inputs.pending_placement("h100"), inputs.pending_placement("a100")) == (choice, "")
+    provider = SnapshotProvider(empty_snapshot(METRICS), clock=lambda: NOW)
+    refresh = RefreshSettings(interval=timedelta(minutes=1), lead_time=timedelta(minutes=5))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        refresher = Refresher(
+            provider=provider,
+            inputs=RefreshInputs(
+                METRICS,
+                (MetricPlan("gpu_headroom", "gpus", "headroom"),),
+                [PoolsSource()],
+                refresh,
+                pending_gpus=inputs.pending_gpus,
+                pending_placement=inputs.pending_placement,
+            ),
+            pools=ForecastPools([pool]),
+            clock=lambda: NOW,
+        )
+        await refresher.refresh_once()
+    (headroom,) = provider.get_metric("default", "gpu_headroom", parse_selector("nodepool=h100"))
+    assert f"requested now (2 of them Pending pods waiting for NodePool h100; {choice})" in headroom.explanation
