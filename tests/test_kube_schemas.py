@@ -14,6 +14,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from adapters.kube_watch import WatchGroup, WatchSettings
 from adapters.pending_pods import pending_pod_resource
 from tests import fakekube
+from tests.adapters.test_kube_watch import eventually
 from tests.kube_objects import expression, gpu_pod_spec, nodepool, pending_pod
 from tests.kube_schemas import CEL_RULES, CRDS, TRANSITION_RULES, Refused, cel_rules, crd_schema, validate
 
@@ -236,11 +237,3 @@ async def test_a_field_selector_watch_sees_objects_enter_and_leave(fake_kube, ku
         await eventually(lambda: "ml/waiting" not in cache.objects)
     assert "ml/running" not in cache.objects
     assert fake_kube.requests_for("pods", watch=True)[0].query["fieldSelector"] == "status.phase=Pending"
-
-
-async def eventually(predicate: Any, seconds: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    while not predicate():
-        assert loop.time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)

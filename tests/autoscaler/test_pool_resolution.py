@@ -3,8 +3,6 @@ kubernetes-asyncio, decide which pool's headroom counts which GPUs; what fits no
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
@@ -26,6 +24,7 @@ from autoscaler.web.readiness import Readiness
 from autoscaler.web.self_metrics import SelfMetrics
 from autoscaler.workers import ForecastPools
 from tests.adapters.test_cronjobs import make_cronjob
+from tests.adapters.test_kube_watch import eventually
 from tests.autoscaler.test_refresher import FlakySource
 from tests.kube_objects import expression, gpu_pod_spec, nodepool, pending_pod, taint
 
@@ -61,14 +60,6 @@ def affine_to(instance_type: str) -> dict:
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
 
 
-async def eventually(predicate: Callable[[], bool], seconds: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    while not predicate():
-        assert loop.time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
-
-
 @pytest.fixture
 async def inputs(fake_kube, kube_api):
     fake_kube.add("nodepools", A100)
@@ -80,8 +71,23 @@ async def inputs(fake_kube, kube_api):
     )
     async with WatchGroup(watch_settings(KubernetesSettings())) as group:
         kube_inputs.start(group, kube_api)
-        await eventually(lambda: all(cache.synced for cache in group.caches.values()))
+        await eventually(lambda: all(cache.synced for cache in group.caches.values()), seconds=10)
         yield kube_inputs
+
+
+def pool_refresher(
+    pool: ThreadPoolExecutor, plans: tuple[MetricPlan, ...], **facts
+) -> tuple[Refresher, SnapshotProvider]:
+    """A refresher over the three pool series, at NOW, reading the cluster's ``facts`` (RefreshInputs fields)."""
+    provider = SnapshotProvider(empty_snapshot(METRICS), clock=lambda: NOW)
+    refresh = RefreshSettings(interval=timedelta(minutes=1), lead_time=timedelta(minutes=5))
+    refresher = Refresher(
+        provider=provider,
+        inputs=RefreshInputs(METRICS, plans, [PoolsSource()], refresh, **facts),
+        pools=ForecastPools([pool]),
+        clock=lambda: NOW,
+    )
+    return refresher, provider
 
 
 def served(provider: SnapshotProvider) -> dict[str, tuple[ServedSeries, ServedSeries]]:
@@ -95,17 +101,8 @@ def served(provider: SnapshotProvider) -> dict[str, tuple[ServedSeries, ServedSe
 
 
 async def test_pending_pods_count_in_the_requested_now_of_the_pool_karpenter_would_place_them_in(fake_kube, inputs):
-    provider = SnapshotProvider(empty_snapshot(METRICS), clock=lambda: NOW)
-    refresh = RefreshSettings(interval=timedelta(minutes=1), lead_time=timedelta(minutes=5))
     with ThreadPoolExecutor(max_workers=2) as pool:
-        refresher = Refresher(
-            provider=provider,
-            inputs=RefreshInputs(
-                METRICS, PLANS, [PoolsSource()], refresh, windows=inputs.windows, pending_gpus=inputs.pending_gpus
-            ),
-            pools=ForecastPools([pool]),
-            clock=lambda: NOW,
-        )
+        refresher, provider = pool_refresher(pool, PLANS, windows=inputs.windows, pending_gpus=inputs.pending_gpus)
         await refresher.refresh_once()
         before = served(provider)
         # Two pods of 4 GPUs choose A100 instances by affinity and tolerate the pool's taint.
@@ -192,22 +189,10 @@ async def test_a_pending_pod_several_pools_fit_counts_in_karpenters_first_and_th
     await eventually(lambda: inputs.pending_gpus("h100") == 2)
     choice = "ml/anywhere: NodePools h100 (weight 0), a100 (weight 0) fit; Karpenter tries h100 first"
     assert (inputs.pending_placement("h100"), inputs.pending_placement("a100")) == (choice, "")
-    provider = SnapshotProvider(empty_snapshot(METRICS), clock=lambda: NOW)
-    refresh = RefreshSettings(interval=timedelta(minutes=1), lead_time=timedelta(minutes=5))
     with ThreadPoolExecutor(max_workers=1) as pool:
-        refresher = Refresher(
-            provider=provider,
-            inputs=RefreshInputs(
-                METRICS,
-                (MetricPlan("gpu_headroom", "gpus", "headroom"),),
-                [PoolsSource()],
-                refresh,
-                pending_gpus=inputs.pending_gpus,
-                pending_placement=inputs.pending_placement,
-            ),
-            pools=ForecastPools([pool]),
-            clock=lambda: NOW,
-        )
+        headroom_only = (MetricPlan("gpu_headroom", "gpus", "headroom"),)
+        facts = {"pending_gpus": inputs.pending_gpus, "pending_placement": inputs.pending_placement}
+        refresher, provider = pool_refresher(pool, headroom_only, **facts)
         await refresher.refresh_once()
     (headroom,) = provider.get_metric("default", "gpu_headroom", parse_selector("nodepool=h100"))
     assert f"requested now (2 of them Pending pods waiting for NodePool h100; {choice})" in headroom.explanation
