@@ -6,14 +6,16 @@ computes them), each asks for its pods' GPUs (``adapters.gpu_requests``) and las
 CronJob's recent successful Jobs did.
 
 A window's labels are the CronJob's labels plus ``gpu_resource`` (the GPU resource names requested,
-comma-joined) and ``nodepool`` when the pod template selects a Karpenter node pool.
+comma-joined) and ``nodepool``: the NodePool Karpenter would launch the template's pods in
+(``adapters.pool_matching``, by selector, affinity, tolerations and the pool's whole limit), or,
+while the NodePools are not known, the one a ``karpenter.sh/nodepool`` selector names.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
@@ -23,10 +25,11 @@ import numpy as np
 from kubernetes_asyncio.client import ApiClient, BatchV1Api
 
 from adapters.cron_schedule import CronScheduleError, fire_times
-from adapters.gpu_requests import pod_gpu_requests
+from adapters.gpu_requests import WHOLE_GPU, pod_gpu_requests
 from adapters.kube_client import parse_kube_time
 from adapters.kube_watch import WatchedResource
-from adapters.types import KARPENTER_NODEPOOL_LABEL, NODEPOOL_LABEL, ScheduledWindow
+from adapters.pool_matching import NodePool, PoolChoice, UnplacedDemand, choose_pool, selected_pool
+from adapters.types import NODEPOOL_LABEL, ScheduledWindow
 
 log = logging.getLogger(__name__)
 
@@ -157,21 +160,30 @@ def _apply_concurrency_policy(
     return windows
 
 
-def windows_for_cronjob(
-    cronjob: Mapping[str, Any],
-    jobs: Iterable[Mapping[str, Any]],
-    now: datetime,
-    settings: CronWindowSettings,
-) -> list[ScheduledWindow]:
-    """Windows open at ``now`` or starting before ``now + horizon`` for one CronJob.
+@dataclass(frozen=True)
+class GpuTemplate:
+    """What one run of a GPU CronJob asks for."""
 
-    Empty when the CronJob is suspended, not selected, or requests no GPU. Raises
-    ``CronScheduleError`` for a schedule or time zone it cannot evaluate.
-    """
-    metadata = cronjob.get("metadata") or {}
+    pod_spec: Mapping[str, Any]
+    per_pod: Mapping[str, float]  # GPUs of one pod, per resource
+    gpus: float  # of the whole run: pods at once x GPUs per pod
+
+    def pool(self, nodepools: Sequence[NodePool] | None) -> PoolChoice:
+        """The pool the run's pods land in; the pool's whole limit counts (the run is in the future)."""
+        if nodepools is None:
+            return selected_pool(self.pod_spec)
+        try:
+            return choose_pool(self.pod_spec, nodepools, self.per_pod.get(WHOLE_GPU, 0.0), count_in_use=False)
+        except ValueError as exc:
+            return PoolChoice(None, (), f"unreadable node affinity: {exc}")
+
+
+def gpu_template(cronjob: Mapping[str, Any], settings: CronWindowSettings) -> GpuTemplate | None:
+    """The GPUs a CronJob's runs ask for; None when it is suspended, not selected, or asks for none.
+    Raises ``CronScheduleError`` for a GPU request it cannot read."""
     spec = cronjob.get("spec") or {}
     if spec.get("suspend") or not _selected(cronjob, settings.match_labels):
-        return []
+        return None
     job_spec = (spec.get("jobTemplate") or {}).get("spec") or {}
     pod_spec = (job_spec.get("template") or {}).get("spec") or {}
     try:
@@ -179,7 +191,26 @@ def windows_for_cronjob(
     except ValueError as exc:
         raise CronScheduleError(f"unreadable GPU request: {exc}") from exc
     gpus = job_pods(job_spec) * sum(per_pod.values())
-    if gpus <= 0:
+    return GpuTemplate(pod_spec, per_pod, gpus) if gpus > 0 else None
+
+
+def windows_for_cronjob(
+    cronjob: Mapping[str, Any],
+    jobs: Iterable[Mapping[str, Any]],
+    now: datetime,
+    settings: CronWindowSettings,
+    nodepools: Sequence[NodePool] | None = None,
+) -> list[ScheduledWindow]:
+    """Windows open at ``now`` or starting before ``now + horizon`` for one CronJob.
+
+    Empty when the CronJob is suspended, not selected, or requests no GPU. Raises
+    ``CronScheduleError`` for a schedule or time zone it cannot evaluate. ``nodepools``: the
+    cluster's NodePools (None while unknown), which decide the window's pool.
+    """
+    metadata = cronjob.get("metadata") or {}
+    spec = cronjob.get("spec") or {}
+    template = gpu_template(cronjob, settings)
+    if template is None:
         return []
     duration, duration_source = expected_duration(cronjob, jobs, settings)
     # A run that started up to one duration ago is still open now.
@@ -191,10 +222,10 @@ def windows_for_cronjob(
         limit=settings.max_windows_per_cronjob,
     )
     labels = dict(metadata.get("labels") or {})
-    labels["gpu_resource"] = ",".join(sorted(per_pod))
-    nodepool = (pod_spec.get("nodeSelector") or {}).get(KARPENTER_NODEPOOL_LABEL)
-    if nodepool:
-        labels[NODEPOOL_LABEL] = str(nodepool)
+    labels["gpu_resource"] = ",".join(sorted(template.per_pod))
+    choice = template.pool(nodepools)
+    if choice.pool is not None:
+        labels[NODEPOOL_LABEL] = choice.pool
     policy = str(spec.get("concurrencyPolicy") or "Allow")
     return [
         ScheduledWindow(
@@ -203,9 +234,11 @@ def windows_for_cronjob(
             name=str(metadata.get("name", "")),
             start=start,
             end=end,
-            gpus=float(gpus),
+            gpus=float(template.gpus),
             labels=labels,
             duration_source=duration_source,
+            # Said only when it was a choice: several pools fit, or none did.
+            placement=choice.reason if nodepools is not None and len(choice.fits) != 1 else "",
         )
         for start, end in _apply_concurrency_policy(starts, duration, policy)
         if end > now
@@ -217,6 +250,7 @@ def cronjob_windows(
     jobs: Iterable[Mapping[str, Any]],
     now: datetime,
     settings: CronWindowSettings,
+    nodepools: Sequence[NodePool] | None = None,
 ) -> list[ScheduledWindow]:
     """Windows of every GPU CronJob, ordered by start; a CronJob that cannot be evaluated is logged
     and skipped so that it does not hide the others."""
@@ -236,11 +270,29 @@ def cronjob_windows(
             (namespace, str(metadata.get("name", ""))), []
         )
         try:
-            windows.extend(windows_for_cronjob(cronjob, owned, now, settings))
+            windows.extend(windows_for_cronjob(cronjob, owned, now, settings, nodepools))
         except CronScheduleError as exc:
             log.warning("CronJob %s/%s skipped: %s", metadata.get("namespace"), metadata.get("name"), exc)
     windows.sort(key=lambda w: (w.start, w.namespace, w.name))
     return windows
+
+
+def unplaced_cronjobs(
+    cronjobs: Iterable[Mapping[str, Any]], nodepools: Sequence[NodePool], settings: CronWindowSettings
+) -> list[UnplacedDemand]:
+    """GPU CronJobs whose pods would fit no NodePool: their windows land in no pool's series."""
+    found: list[UnplacedDemand] = []
+    for cronjob in cronjobs:
+        try:
+            template = gpu_template(cronjob, settings)
+        except CronScheduleError:
+            continue  # cronjob_windows logs it
+        choice = template.pool(nodepools) if template is not None else None
+        if template is not None and choice is not None and choice.pool is None:
+            metadata = cronjob.get("metadata") or {}
+            namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
+            found.append(UnplacedDemand("cronjob", namespace, name, template.gpus, choice.reason))
+    return found
 
 
 def config_windows(

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
 
 from adapters.gpu_requests import WHOLE_GPU, is_gpu_resource, parse_quantity
 from adapters.kube_client import KubeError, KubeNotFound, read_json
+from adapters.kube_watch import WatchedResource
 
 # Extended resources can only be limited by quota on requests (there is no overcommit for them).
 QUOTA_GPU_KEY = f"requests.{WHOLE_GPU}"
@@ -78,6 +80,12 @@ def tightest_quota(quotas: Iterable[GpuQuota], resource: str = QUOTA_GPU_KEY) ->
     """Of several quotas on one resource, the one leaving the fewest GPUs (all of them apply)."""
     limited = [q for q in quotas if q.resource == resource and q.remaining is not None]
     return min(limited, key=lambda q: q.remaining or 0.0, default=None)
+
+
+def nodepool_resource(api: ApiClient) -> WatchedResource:
+    """The cluster-scoped karpenter.sh/v1 NodePools; the list answers 404 where Karpenter is absent."""
+    custom = CustomObjectsApi(api)
+    return WatchedResource("nodepools", partial(custom.list_cluster_custom_object, "karpenter.sh", "v1", "nodepools"))
 
 
 async def read_nodepool_gpu_limits(api: ApiClient, resource: str = WHOLE_GPU) -> dict[str, float | None] | None:

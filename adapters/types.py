@@ -44,3 +44,6 @@ class ScheduledWindow:
     gpus: float
     labels: Mapping[str, str] = field(default_factory=dict)
     duration_source: str = "setting"  # "jobs", "activeDeadlineSeconds" or "setting"
+    # How the window's NodePool was chosen when that was a choice (several pools fit, or none did);
+    # empty when one pool fits or the window names its pool itself.
+    placement: str = ""

@@ -10,11 +10,11 @@ The package in layers, outermost first (``lint-imports`` holds them; nothing imp
 - ``web``: everything that answers HTTP (external metrics API, inspection API and page, probes,
   self-metrics, authentication, TLS); its own ``__init__`` maps it.
 - The core, flat: ``pipeline`` assembles, from ``settings``, the ``sources`` (Prometheus signals),
-  ``kube_inputs`` (CronJob windows, NodeClaim lead times, GPU limits) or the ``demo``; the
-  ``refresher`` pulls, has ``workers`` fit and forecast, applies the ``policy`` and swaps a new
-  snapshot into the ``provider``; ``persistence`` keeps the last served values across restarts.
-  ``selectors`` and ``quantity`` are the Kubernetes-syntax building blocks (durations are
-  ``forecast.durations``).
+  ``kube_inputs`` (CronJob windows, NodeClaim lead times, GPU limits, the NodePool each pod lands
+  in, Pending pods' GPUs) or the ``demo``; the ``refresher`` pulls, has ``workers`` fit and
+  forecast, applies the ``policy`` and swaps a new snapshot into the ``provider``; ``persistence``
+  keeps the last served values across restarts. ``selectors`` and ``quantity`` are the
+  Kubernetes-syntax building blocks (durations are ``forecast.durations``).
 
 ``forecast`` (pure numerics) and ``adapters`` (I/O) sit below all of it.
 """

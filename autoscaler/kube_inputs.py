@@ -1,7 +1,10 @@
-"""What the service learns from the Kubernetes API: GPU training windows and node lead times.
+"""What the service learns from the Kubernetes API: GPU training windows, node lead times, the
+NodePools pods land in and the GPUs of pods waiting for a node.
 
 Each resource kind is watched in its own task (a slow or broken watch never blocks another); the
-refresher reads the caches, so nothing here is on the request path.
+refresher reads the caches, so nothing here is on the request path. While the NodePools are not
+known (watch off, Karpenter absent, first list pending) a pod's pool is the one its
+``karpenter.sh/nodepool`` selector names, and nothing is reported as fitting no pool.
 """
 
 from __future__ import annotations
@@ -11,17 +14,22 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
 
-from adapters import cronjobs, nodeclaims, resourcelimits
+from adapters import cronjobs, nodeclaims, pending_pods, resourcelimits
 from adapters.kube_client import KubeError
 from adapters.kube_watch import WatchCache, WatchGroup, WatchSettings
+from adapters.pool_matching import NodePool, UnplacedDemand
 from adapters.types import NODEPOOL_LABEL, ScheduledWindow
 from autoscaler.policy import Cap, LeadTime
+from autoscaler.selectors import Selector, parse_selector
 from autoscaler.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings, WindowSettings
 
 log = logging.getLogger(__name__)
+
+SHOWN_UNPLACED = 5  # items named in the /readyz line; the metric and the page count them all
 
 
 def declared_windows(windows: Sequence[WindowSettings], now: datetime, horizon: timedelta) -> list[ScheduledWindow]:
@@ -65,6 +73,13 @@ class KubernetesInputs:
         self._cronjobs: WatchCache | None = None
         self._jobs: WatchCache | None = None
         self._nodeclaims: WatchCache | None = None
+        self._nodepools: WatchCache | None = None
+        self._pending: WatchCache | None = None
+        self._placeholder_labels: Selector | None = (
+            parse_selector(inputs.placeholder_selector) if inputs.placeholder_selector.strip() else None
+        )
+        # The pending pods resolved to pools, and the watch positions they were resolved at.
+        self._resolved: tuple[tuple[int, ...], list[pending_pods.PendingGpus]] = ((), [])
 
     def start(self, group: WatchGroup, api: ApiClient) -> None:
         if self.inputs.cronjobs:
@@ -72,6 +87,17 @@ class KubernetesInputs:
             self._jobs = group.start(cronjobs.job_resource(api))
         if self.inputs.nodeclaims:
             self._nodeclaims = group.start(nodeclaims.nodeclaim_resource(api), on_change=self.lead_times.on_change)
+        if self.inputs.nodepools:
+            self._nodepools = group.start(resourcelimits.nodepool_resource(api))
+        if self.inputs.pending_pods:
+            self._pending = group.start(pending_pods.pending_pod_resource(api))
+
+    def nodepools(self) -> list[NodePool] | None:
+        """The cluster's NodePools; None while they are not known (then selectors alone name pools)."""
+        cache = self._nodepools
+        if cache is None or cache.absent or not cache.synced:
+            return None
+        return list(cache.objects.values())
 
     def windows(self, start: datetime, horizon: timedelta) -> list[ScheduledWindow]:
         """Windows open at ``start`` or starting within ``horizon`` after it (past or future)."""
@@ -79,8 +105,50 @@ class KubernetesInputs:
         if self._cronjobs is not None and self._jobs is not None:
             settings = replace(self.window_settings, horizon=horizon)
             found += cronjobs.cronjob_windows(
-                self._cronjobs.objects.values(), self._jobs.objects.values(), start, settings
+                self._cronjobs.objects.values(), self._jobs.objects.values(), start, settings, self.nodepools()
             )
+        return found
+
+    def is_placeholder(self, pod: Mapping[str, Any]) -> bool:
+        metadata = pod.get("metadata") or {}
+        if metadata.get("namespace") in self.inputs.placeholder_namespaces:
+            return True
+        return self._placeholder_labels is not None and self._placeholder_labels.matches(metadata.get("labels") or {})
+
+    def _pending_resolved(self) -> list[pending_pods.PendingGpus]:
+        """The waiting pods with their pools, resolved again only when a watch has moved on."""
+        if self._pending is None:
+            return []
+        caches = [cache for cache in (self._pending, self._nodepools) if cache is not None]
+        position = tuple(n for cache in caches for n in (cache.events, cache.relists, int(cache.absent)))
+        if position != self._resolved[0]:
+            found = pending_pods.pending_gpus(self._pending.objects.values(), self.nodepools(), self.is_placeholder)
+            self._resolved = (position, found)
+        return self._resolved[1]
+
+    def pending_gpus(self, pool: str | None) -> float:
+        """GPUs of pods waiting for a node that Karpenter would place in ``pool``; ``""``: those that fit
+        no pool (or name none while NodePools are unknown); None: all of them. Placeholders never count."""
+        waiting = self._pending_resolved()
+        if pool is None:
+            return sum(pod.gpus for pod in waiting)
+        return sum(pod.gpus for pod in waiting if (pod.choice.pool or "") == pool)
+
+    def pending_placement(self, pool: str) -> str:
+        """Which of the pods counted in ``pool`` had a choice (several pools fit) and why this one."""
+        chosen = [pod for pod in self._pending_resolved() if pod.choice.pool == pool and len(pod.choice.fits) > 1]
+        listed = "; ".join(f"{pod.namespace}/{pod.name}: {pod.choice.reason}" for pod in chosen[:SHOWN_UNPLACED])
+        return listed + (f"; and {len(chosen) - SHOWN_UNPLACED} more" if len(chosen) > SHOWN_UNPLACED else "")
+
+    def unplaced(self) -> list[UnplacedDemand]:
+        """GPU demand that fits no NodePool: waiting pods and CronJob templates (only known once the
+        NodePools are)."""
+        pools = self.nodepools()
+        if pools is None:
+            return []
+        found = pending_pods.unplaced(self._pending_resolved())
+        if self._cronjobs is not None:
+            found += cronjobs.unplaced_cronjobs(self._cronjobs.objects.values(), pools, self.window_settings)
         return found
 
     def lead_time(self, labels: Mapping[str, str]) -> LeadTime:
@@ -132,11 +200,17 @@ class KubernetesInputs:
         checks: dict[str, str] = {}
         if self._limits_error is not None:
             checks["gpu limits"] = f"failing: {self._limits_error}"
-        for name, cache in (("cronjobs", self._cronjobs), ("jobs", self._jobs), ("nodeclaims", self._nodeclaims)):
+        for cache in (self._cronjobs, self._jobs, self._nodeclaims, self._nodepools, self._pending):
             if cache is None:
                 continue
             state = "absent" if cache.absent else ("synced" if cache.synced else "syncing")
-            checks[f"watch {name}"] = state + (f" (last error: {cache.last_error})" if cache.last_error else "")
+            checks[f"watch {cache.kind}"] = state + (f" (last error: {cache.last_error})" if cache.last_error else "")
+        unplaced = self.unplaced()
+        if unplaced:
+            gpus = sum(item.gpus for item in unplaced)
+            listed = "; ".join(str(item) for item in unplaced[:SHOWN_UNPLACED])
+            more = f"; and {len(unplaced) - SHOWN_UNPLACED} more" if len(unplaced) > SHOWN_UNPLACED else ""
+            checks["unplaced gpu demand"] = f"warning: {gpus:g} GPUs fit no NodePool: {listed}{more}"
         return checks
 
 

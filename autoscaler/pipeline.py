@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from kubernetes_asyncio.client import ApiClient
 
 from adapters.kube_watch import WatchGroup
+from adapters.pool_matching import UnplacedDemand
 from adapters.prometheus import PrometheusSource
 from adapters.types import ScheduledWindow
 from autoscaler import demo
@@ -24,6 +25,8 @@ from autoscaler.plans import (
     CapsFunction,
     LeadTimeFunction,
     MetricPlan,
+    PendingGpusFunction,
+    PendingPlacementFunction,
     RefreshInputs,
     RefreshSettings,
     SignalSource,
@@ -43,6 +46,8 @@ class Pipeline(RefreshInputs):
 
     # Extra lines for /readyz?verbose (watch states and the like).
     health: Callable[[], dict[str, str]] | None = None
+    # GPU demand that fits no NodePool, for /metrics and the page.
+    unplaced: Callable[[], Sequence[UnplacedDemand]] | None = None
 
 
 def metric_infos(settings: Settings) -> tuple[MetricInfo, ...]:
@@ -125,11 +130,17 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
         lead_time: LeadTimeFunction | None = None
         caps: CapsFunction | None = None
         health: Callable[[], dict[str, str]] | None = None
+        pending_gpus: PendingGpusFunction | None = None
+        pending_placement: PendingPlacementFunction | None = None
+        unplaced: Callable[[], Sequence[UnplacedDemand]] | None = None
         if settings.inputs is not None and kube is not None:
             inputs = KubernetesInputs(inputs=settings.inputs, forecast=settings.forecast, declared=settings.windows)
             group = await stack.enter_async_context(WatchGroup(watch_settings(settings.kubernetes)))
             inputs.start(group, kube)
             windows, lead_time, health = inputs.windows, inputs.lead_time, inputs.health
+            if settings.inputs.pending_pods:
+                pending_gpus, pending_placement = inputs.pending_gpus, inputs.pending_placement
+            unplaced = inputs.unplaced
             plans = metric_plans(settings)
             namespaces = sorted({p.placeholder_namespace for p in plans if p.placeholder_namespace})
             limits_task = asyncio.create_task(
@@ -154,6 +165,9 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
             lead_time=lead_time,
             caps=caps,
             health=health,
+            pending_gpus=pending_gpus,
+            pending_placement=pending_placement,
+            unplaced=unplaced,
         )
 
 

@@ -68,6 +68,11 @@ WindowsFunction = Callable[[datetime, timedelta], Sequence[ScheduledWindow]]
 LeadTimeFunction = Callable[[Mapping[str, str]], policy.LeadTime]
 # (plan, series labels, GPUs requested now) -> the caps that apply (ResourceQuota, NodePool limits).
 CapsFunction = Callable[[MetricPlan, Mapping[str, str], float], Sequence[policy.Cap]]
+# (NodePool) -> GPUs of pods waiting for a node that Karpenter would place in it; "" for those that fit
+# no pool, None for all of them (``KubernetesInputs.pending_gpus``).
+PendingGpusFunction = Callable[[str | None], float]
+# (NodePool) -> how the pods counted in it were placed when several pools fit them ("" if none did).
+PendingPlacementFunction = Callable[[str], str]
 
 
 @dataclass(frozen=True)
@@ -81,3 +86,5 @@ class RefreshInputs:
     windows: WindowsFunction | None = None
     lead_time: LeadTimeFunction | None = None
     caps: CapsFunction | None = None
+    pending_gpus: PendingGpusFunction | None = None
+    pending_placement: PendingPlacementFunction | None = None

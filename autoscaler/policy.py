@@ -115,20 +115,24 @@ def forecast_demand(
         f"at {peak_at:%H:%M} UTC within the {minutes} min lead time"
     ]
     if open_windows:
-        names = ", ".join(f"{w.namespace}/{w.name} ({w.gpus:g} GPUs)" for w in open_windows)
+        names = ", ".join(
+            f"{w.namespace}/{w.name} ({w.gpus:g} GPUs{'; ' + w.placement if w.placement else ''})" for w in open_windows
+        )
         parts.append(f"plus scheduled windows {names}")
     return Decision(max(0.0, statistical + scheduled), "; ".join(parts), peak_at=peak_at.to_pydatetime())
 
 
-def headroom(demand: Decision, requested_now: float) -> Decision:
-    """Spare GPUs to hold with placeholder pods: forecast demand minus GPUs requested now, at least 0."""
+def headroom(demand: Decision, requested_now: float, source: str = "") -> Decision:
+    """Spare GPUs to hold with placeholder pods: forecast demand minus GPUs requested now, at least 0.
+    ``source`` says what requested-now holds besides the signal's newest step (Pending pods)."""
     if not math.isfinite(requested_now):
         requested_now = 0.0
     value = max(0.0, demand.value - requested_now)
+    of = f" ({source})" if source else ""
     return replace(
         demand,
         value=value,
-        explanation=f"{demand.value:.2f} GPUs forecast minus {requested_now:.2f} requested now = {value:.2f} "
+        explanation=f"{demand.value:.2f} GPUs forecast minus {requested_now:.2f} requested now{of} = {value:.2f} "
         f"placeholder GPUs ({demand.explanation})",
     )
 
@@ -264,6 +268,7 @@ class Situation:
     lead_time: LeadTime
     windows: Sequence[ScheduledWindow] = ()  # the series' own windows (its pool's)
     requested_now: float = math.nan  # headroom: GPUs requested now (the newest complete step's peak)
+    requested_now_source: str = ""  # headroom: what requested-now holds besides the signal (Pending pods)
     caps: Sequence[Cap] = ()  # headroom: ResourceQuota and NodePool limits
     previous: tuple[float, datetime] | None = None  # the value served last and when, for pacing
     capacity: ReplicaCapacity | None = None  # replicas: one replica's learned capacity
@@ -288,7 +293,7 @@ def decide(rule: Rule, situation: Situation) -> Decision | None:
     if rule.kind == "replicas":
         decision = replicas_for(demand, situation.capacity, rule.target_utilization)
     elif rule.kind == "headroom":
-        decision = apply_caps(headroom(demand, situation.requested_now), situation.caps)
+        decision = apply_caps(headroom(demand, situation.requested_now, situation.requested_now_source), situation.caps)
     if decision is None:
         return None
     decision = clamp(decision, rule.min_value, rule.max_value)

@@ -279,7 +279,7 @@ class Refresher:
         signal, result = fitted.signal, fitted.result
         lead_time = self.lead_time(signal.labels)
         relevant = windows_for(signal.labels, windows) if plan.kind in policy.WINDOW_KINDS else []
-        requested_now = policy.last_observed(signal.series) if plan.kind == "headroom" else None
+        requested_now, requested_source = self._requested_now(signal) if plan.kind == "headroom" else (None, "")
         previous_key = (plan.metric, fitted.key)
         caps = self.inputs.caps
         situation = policy.Situation(
@@ -288,6 +288,7 @@ class Refresher:
             lead_time=lead_time,
             windows=relevant,
             requested_now=requested_now if requested_now is not None else math.nan,
+            requested_now_source=requested_source,
             caps=caps(plan, signal.labels, requested_now) if caps is not None and requested_now is not None else (),
             previous=self._previous.get(previous_key),
             capacity=result.capacity,
@@ -325,6 +326,27 @@ class Refresher:
             explanation=decision.explanation,
             provenance=provenance,
         )
+
+    def _requested_now(self, signal: Signal) -> tuple[float | None, str]:
+        """GPUs requested now in the series' pool, and what besides its signal that holds.
+
+        The signal joins pods to pools through their node, so a pod waiting for one is in the
+        pool-less series (``nodepool=""``). The GPUs of those Karpenter would place in a pool count
+        in that pool; the pool-less series then leaves them out, so no pod is counted twice.
+        """
+        observed = policy.last_observed(signal.series)
+        pending = self.inputs.pending_gpus
+        if observed is None or pending is None or NODEPOOL_LABEL not in signal.labels:
+            return observed, ""
+        pool = signal.labels[NODEPOOL_LABEL]
+        if pool:
+            waiting = pending(pool)
+            placement = self.inputs.pending_placement(pool) if self.inputs.pending_placement is not None else ""
+            source = f"{waiting:g} of them Pending pods waiting for NodePool {pool}" if waiting else ""
+            return observed + waiting, source + (f"; {placement}" if source and placement else "")
+        moved = pending(None) - pending("")
+        source = f"less {moved:g} of Pending pods counted in their NodePools" if moved else ""
+        return max(0.0, observed - moved), source
 
     def _build(self, now: datetime) -> Snapshot:
         served: dict[str, list[ServedSeries]] = {name: [] for name in self.metrics}

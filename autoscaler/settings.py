@@ -17,7 +17,7 @@ from adapters.promql import PerStep
 from adapters.types import AdapterError
 from autoscaler.policy import PlanKind
 from autoscaler.provider import FallbackMode
-from autoscaler.selectors import SelectorError, validate_key, validate_value
+from autoscaler.selectors import SelectorError, parse_selector, validate_key, validate_value
 from forecast.durations import parse_duration
 
 
@@ -281,6 +281,22 @@ class KubernetesInputsSettings(_Strict):
     cronjob_labels: dict[str, str] = {}
     default_job_duration: Duration = timedelta(hours=1)
     window_horizon: Duration = timedelta(hours=24)
+    # Watch Karpenter NodePools, so that pods and CronJob templates resolve to the pool Karpenter
+    # would launch their nodes in (by selector, affinity, taints, weight and limits).
+    nodepools: bool = True
+    # Watch Pending pods: the GPUs of those waiting for a node count in their pool's requested-now.
+    pending_pods: bool = True
+    # Placeholder pods (never demand): by namespace, or by a label selector ("app=gpu-placeholder").
+    placeholder_namespaces: tuple[str, ...] = ()
+    placeholder_selector: str = ""
+
+    @model_validator(mode="after")
+    def _placeholder_selector_parses(self) -> KubernetesInputsSettings:
+        try:
+            parse_selector(self.placeholder_selector)
+        except SelectorError as error:
+            raise ValueError(f"placeholder_selector: {error}") from None
+        return self
 
 
 class DemoSettings(_Strict):

@@ -2,10 +2,16 @@
 
 It speaks the real JSON wire format, so tests drive the real kubernetes-asyncio client against it:
 
-- lists with ``metadata.resourceVersion`` (and ``limit``/``continue`` paging);
+- lists with ``metadata.resourceVersion`` (and ``limit``/``continue`` paging, ``fieldSelector``);
 - watches (``?watch=true&resourceVersion=N&allowWatchBookmarks=true&timeoutSeconds=S``): one JSON
   event per line, ADDED/MODIFIED/DELETED/BOOKMARK, and ERROR with a 410 ``Expired`` Status when the
   resourceVersion was compacted away (a list with a too-old resourceVersion gets HTTP 410);
+- creation (POST) of the resources below, validated as kube-apiserver validates them
+  (``tests/kube_schemas.py``: the vendored upstream CRDs for NodePools and NodeClaims, Kubernetes'
+  own schemas for Pods, CronJobs and Jobs): 422 Invalid (or 400 for unknown fields) with a Status;
+  ``add`` and ``modify`` check the same and raise ``Refused``, so fixtures are objects a cluster accepts;
+- field selectors on lists and watches (``status.phase=Pending``): a watched object that stops
+  matching arrives as DELETED, one that starts matching as ADDED, as the API server sends them;
 - TokenReview and SubjectAccessReview (POST), answered from ``tokens`` and ``sar_rule``;
 - fault injection: ``fail(...)`` for statuses (429 with Retry-After, 5xx), delays and dropped
   connections; ``cut_watches``/``expire_watches``/``end_watches`` for open streams; ``compact()``.
@@ -29,6 +35,7 @@ import contextlib
 import copy
 import itertools
 import json
+import re
 import ssl
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -43,6 +50,7 @@ from aiohttp import web
 from kubernetes_asyncio.client import ApiClient
 
 from adapters.kube_client import KubeClientSettings, create_api_client
+from tests.kube_schemas import Refused, validate
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,7 @@ RESOURCE_TYPES: dict[str, ResourceType] = {
         ResourceType("karpenter.sh", "v1", "nodepools", "NodePool", False),
         ResourceType("", "v1", "resourcequotas", "ResourceQuota", True),
         ResourceType("", "v1", "configmaps", "ConfigMap", True),
+        ResourceType("", "v1", "pods", "Pod", True),
     )
 }
 
@@ -80,6 +89,7 @@ _REASONS = {
     404: "NotFound",
     409: "AlreadyExists",
     410: "Expired",
+    422: "Invalid",
     429: "TooManyRequests",
     500: "InternalError",
     503: "ServiceUnavailable",
@@ -102,6 +112,40 @@ def status_object(code: int, message: str, reason: str | None = None) -> dict[st
 
 def status_response(code: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
     return web.json_response(status_object(code, message), status=code, headers=headers)
+
+
+FieldSelector = list[tuple[str, bool, str]]  # (dotted field, equal?, value), all must hold
+
+
+def parse_field_selector(text: str | None) -> FieldSelector:
+    """``status.phase=Pending,spec.nodeName!=`` (``=``, ``==``, ``!=``), as the API server reads it."""
+    selector: FieldSelector = []
+    for part in filter(None, (text or "").split(",")):
+        path, operator, value = re.split(r"(!=|==|=)", part, maxsplit=1)
+        selector.append((path.strip(), operator != "!=", value.strip()))
+    return selector
+
+
+def field_selector_matches(selector: FieldSelector, obj: Mapping[str, Any]) -> bool:
+    for path, equal, value in selector:
+        found: Any = obj
+        for part in path.split("."):
+            found = found.get(part) if isinstance(found, Mapping) else None
+        if (str(found or "") == value) is not equal:
+            return False
+    return True
+
+
+def _event_through(
+    selector: FieldSelector, event_type: str, obj: Mapping[str, Any], old: Mapping[str, Any] | None
+) -> str | None:
+    """How a watch with ``selector`` sees a change: an object entering the selection is ADDED, one
+    leaving it DELETED (kube-apiserver's watch cache does the same); None when it never matched."""
+    now = field_selector_matches(selector, obj)
+    before = old is not None and field_selector_matches(selector, old)
+    if event_type == "MODIFIED" and now != before:
+        return "ADDED" if now else "DELETED"
+    return event_type if now else None
 
 
 def _query_bool(value: str | None) -> bool:
@@ -154,6 +198,7 @@ class _Watcher:
     resource: ResourceType
     namespace: str | None
     bookmarks: bool
+    selector: FieldSelector
     queue: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
 
 
@@ -176,7 +221,8 @@ class FakeKube:
         self.resource_version = 1
         self.compacted_rv = 0  # watches/lists from an older resourceVersion get 410 Gone
         self._objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {p: {} for p in RESOURCE_TYPES}
-        self._history: list[tuple[int, str, str, dict[str, Any]]] = []  # (rv, plural, type, object)
+        # (rv, plural, type, object, the object before the change), for watches from an old RV.
+        self._history: list[tuple[int, str, str, dict[str, Any], dict[str, Any] | None]] = []
         self._watchers: list[_Watcher] = []
         self._watchers_changed = asyncio.Condition()
         self.faults: list[Fault] = []
@@ -264,6 +310,7 @@ class FakeKube:
         key = self._key(rt, stored)
         if key in self._objects[plural]:
             raise ValueError(f"{plural} {key} already exists")
+        validate(rt.group, rt.kind, stored)
         return self._store(rt, key, stored, "ADDED")
 
     def modify(self, plural: str, obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -281,6 +328,7 @@ class FakeKube:
             raise KeyError(f"{plural} {key} does not exist")
         metadata.setdefault("uid", old["metadata"]["uid"])
         metadata.setdefault("creationTimestamp", old["metadata"]["creationTimestamp"])
+        validate(rt.group, rt.kind, stored)
         return self._store(rt, key, stored, "MODIFIED")
 
     def delete(self, plural: str, name: str, namespace: str = "default") -> dict[str, Any]:
@@ -290,7 +338,7 @@ class FakeKube:
         obj = copy.deepcopy(obj)
         rv = self._next_rv()
         obj["metadata"]["resourceVersion"] = str(rv)
-        self._record(rv, rt, "DELETED", obj)
+        self._record(rv, rt, "DELETED", obj, None)
         return obj
 
     def get(self, plural: str, name: str, namespace: str = "default") -> dict[str, Any] | None:
@@ -303,17 +351,22 @@ class FakeKube:
     def _store(self, rt: ResourceType, key: tuple[str, str], obj: dict[str, Any], event_type: str) -> dict[str, Any]:
         rv = self._next_rv()
         obj["metadata"]["resourceVersion"] = str(rv)
+        old = self._objects[rt.plural].get(key)
         self._objects[rt.plural][key] = obj
-        self._record(rv, rt, event_type, obj)
+        self._record(rv, rt, event_type, obj, old)
         return copy.deepcopy(obj)
 
-    def _record(self, rv: int, rt: ResourceType, event_type: str, obj: dict[str, Any]) -> None:
+    def _record(
+        self, rv: int, rt: ResourceType, event_type: str, obj: dict[str, Any], old: dict[str, Any] | None
+    ) -> None:
         snapshot = copy.deepcopy(obj)
-        self._history.append((rv, rt.plural, event_type, snapshot))
+        self._history.append((rv, rt.plural, event_type, snapshot, old))
         namespace = snapshot["metadata"].get("namespace")
         for watcher in self._watchers:
             if watcher.resource is rt and watcher.namespace in (None, namespace):
-                watcher.queue.put_nowait(("event", {"type": event_type, "object": snapshot}))
+                seen_as = _event_through(watcher.selector, event_type, snapshot, old)
+                if seen_as is not None:
+                    watcher.queue.put_nowait(("event", {"type": seen_as, "object": snapshot}))
 
     def compact(self) -> None:
         """Forget history up to now: any older resourceVersion now gets 410 Gone."""
@@ -490,6 +543,8 @@ class FakeKube:
         rt = RESOURCE_TYPES.get(plural or "")
         if rt is None or plural not in self.installed or (rt.group, rt.version) != (group, version):
             return status_response(404, f"the server could not find the requested resource ({plural})")
+        if request.method == "POST" and name is None:
+            return await self._create(request, rt, namespace)
         if request.method != "GET":
             return status_response(405, f"{request.method} is not supported by the fake")
         if name is not None:
@@ -501,16 +556,35 @@ class FakeKube:
             return await self._watch(request, rt, namespace)
         return self._list(request, rt, namespace)
 
-    def _select(self, rt: ResourceType, namespace: str | None) -> list[dict[str, Any]]:
+    async def _create(self, request: web.Request, rt: ResourceType, namespace: str | None) -> web.Response:
+        """POST to a collection: validated like kube-apiserver (422 Invalid, 400 unknown field)."""
+        body = await request.json()
+        if not isinstance(body, dict) or body.get("kind") != rt.kind or body.get("apiVersion") != rt.api_version:
+            return status_response(400, f"the body is not a {rt.api_version} {rt.kind}")
+        if rt.namespaced:
+            body.setdefault("metadata", {})["namespace"] = namespace or "default"
+        try:
+            created = self.add(rt.plural, body)
+        except Refused as refused:
+            return web.json_response(refused.status, status=refused.status["code"])
+        except ValueError as exists:
+            return status_response(409, str(exists))
+        return web.json_response(created, status=201)
+
+    def _select(
+        self, rt: ResourceType, namespace: str | None, selector: FieldSelector | None = None
+    ) -> list[dict[str, Any]]:
         return [
-            obj for (ns, _), obj in sorted(self._objects[rt.plural].items()) if namespace is None or ns == namespace
+            obj
+            for (ns, _), obj in sorted(self._objects[rt.plural].items())
+            if (namespace is None or ns == namespace) and field_selector_matches(selector or [], obj)
         ]
 
     def _list(self, request: web.Request, rt: ResourceType, namespace: str | None) -> web.Response:
         requested_rv = request.query.get("resourceVersion", "")
         if requested_rv not in ("", "0") and int(requested_rv) < self.compacted_rv:
             return status_response(410, f"too old resource version: {requested_rv} ({self.compacted_rv})")
-        items = self._select(rt, namespace)
+        items = self._select(rt, namespace, parse_field_selector(request.query.get("fieldSelector")))
         list_rv = self.resource_version
         start = 0
         token = request.query.get("continue")
@@ -549,16 +623,19 @@ class FakeKube:
             return response
 
         # Register and take the backlog in one synchronous step: no event can slip in between.
-        watcher = _Watcher(rt, namespace, _query_bool(request.query.get("allowWatchBookmarks")))
+        selector = parse_field_selector(request.query.get("fieldSelector"))
+        watcher = _Watcher(rt, namespace, _query_bool(request.query.get("allowWatchBookmarks")), selector)
         if requested_rv in ("", "0"):
-            backlog = [{"type": "ADDED", "object": copy.deepcopy(o)} for o in self._select(rt, namespace)]
+            current = self._select(rt, namespace, selector)
+            backlog = [{"type": "ADDED", "object": copy.deepcopy(o)} for o in current]
         else:
             backlog = [
-                {"type": event_type, "object": obj}
-                for rv, plural, event_type, obj in self._history
+                {"type": seen_as, "object": obj}
+                for rv, plural, event_type, obj, old in self._history
                 if rv > int(requested_rv)
                 and plural == rt.plural
                 and namespace in (None, obj["metadata"].get("namespace"))
+                and (seen_as := _event_through(selector, event_type, obj, old)) is not None
             ]
         self._watchers.append(watcher)
         async with self._watchers_changed:

@@ -28,7 +28,7 @@ from autoscaler.web.auth import AccessControl, AllowAuthenticated, Authenticator
 from autoscaler.web.certificates import load_certificates
 from autoscaler.web.external_metrics import add_external_metrics_routes
 from autoscaler.web.inspection import add_inspection_routes
-from autoscaler.web.keys import ACCESS, CLOCK, METRICS_PROVIDER, READINESS, SELF_METRICS, SNAPSHOTS, Clock
+from autoscaler.web.keys import ACCESS, CLOCK, METRICS_PROVIDER, READINESS, SELF_METRICS, SNAPSHOTS, UNPLACED, Clock
 from autoscaler.web.middleware import authenticate, errors_and_metrics
 from autoscaler.web.page import add_page_routes
 from autoscaler.web.probes import add_metrics_route, add_probe_routes
@@ -193,6 +193,9 @@ def create_app(
         return refresher.stats if refresher is not None else None
 
     self_metrics.watch_refreshes(refresh_stats)
+    if pipeline.unplaced is not None:
+        self_metrics.watch_unplaced(pipeline.unplaced)
+        ops_app[UNPLACED] = pipeline.unplaced
     if pipeline.sources:
         api_app.cleanup_ctx.append(partial(_refresher_ctx, settings, pipeline, provider, readiness))
     else:

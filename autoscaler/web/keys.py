@@ -7,17 +7,19 @@ provider object in the service.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from aiohttp import web
 
+from adapters.pool_matching import UnplacedDemand
 from autoscaler.provider import MetricsProvider, SnapshotSource
 from autoscaler.web.auth import AccessControl, User
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.self_metrics import SelfMetrics
 
 Clock = Callable[[], datetime]
+Unplaced = Callable[[], Sequence[UnplacedDemand]]
 
 METRICS_PROVIDER = web.AppKey("metrics_provider", MetricsProvider)
 SNAPSHOTS = web.AppKey("snapshots", SnapshotSource)
@@ -26,4 +28,6 @@ READINESS = web.AppKey("readiness", Readiness)
 SELF_METRICS = web.AppKey("self_metrics", SelfMetrics)
 # Staleness in the inspection API and the page is measured against this clock; tests replace it.
 CLOCK: web.AppKey[Clock] = web.AppKey("clock")
+# GPU demand that fits no NodePool (the Kubernetes inputs'), noted on the page; absent without them.
+UNPLACED: web.AppKey[Unplaced] = web.AppKey("unplaced")
 USER = web.RequestKey("user", User)

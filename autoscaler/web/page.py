@@ -20,9 +20,10 @@ from urllib.parse import quote
 import pandas as pd
 from aiohttp import web
 
+from adapters.pool_matching import UnplacedDemand
 from autoscaler.provider import MetricInfo, Snapshot
 from autoscaler.web.charts import ChartCache, band_level, format_labels, number, render_chart
-from autoscaler.web.keys import CLOCK, SNAPSHOTS
+from autoscaler.web.keys import CLOCK, SNAPSHOTS, UNPLACED
 from autoscaler.web.views import InspectionError, SeriesView, find_metric, parse_history, views_of
 
 REFRESH_SECONDS = 30
@@ -80,7 +81,24 @@ def _snapshot_line(snapshot: Snapshot) -> str:
     return line
 
 
-def index_body(snapshot: Snapshot, now: datetime) -> str:
+def unplaced_note(unplaced: Sequence[UnplacedDemand]) -> str:
+    """Demand no pool's headroom counts, named so that nobody is surprised by it."""
+    if not unplaced:
+        return ""
+    gpus = sum(item.gpus for item in unplaced)
+    items = "".join(f"<li>{escape(str(item))}</li>" for item in unplaced)
+    return (
+        f'<div class="warning"><p>{escape(f"{gpus:g}")} GPUs of demand fit no NodePool, so no pool\'s '
+        f"headroom provisions for them:</p><ul>{items}</ul></div>"
+    )
+
+
+def _unplaced(request: web.Request) -> Sequence[UnplacedDemand]:
+    source = request.app.get(UNPLACED)
+    return source() if source is not None else ()
+
+
+def index_body(snapshot: Snapshot, now: datetime, unplaced: Sequence[UnplacedDemand] = ()) -> str:
     rows = []
     for info in snapshot.metrics.values():
         views = views_of(snapshot, info, now, timedelta(0))
@@ -104,6 +122,7 @@ def index_body(snapshot: Snapshot, now: datetime) -> str:
     )
     return (
         f'<header class="page"><h1>gpu-autoscaler forecasts</h1><p>{_snapshot_line(snapshot)}</p>{_nav()}</header>'
+        + unplaced_note(unplaced)
         + (table if rows else "<p>No metrics are configured.</p>")
     )
 
@@ -265,12 +284,18 @@ async def charts_for(
     return list(await asyncio.gather(*(one(view) for view in views)))
 
 
-def metric_body(snapshot: Snapshot, info: MetricInfo, views: Sequence[SeriesView], charts: Sequence[str | None]) -> str:
+def metric_body(
+    snapshot: Snapshot,
+    info: MetricInfo,
+    views: Sequence[SeriesView],
+    charts: Sequence[str | None],
+    unplaced: Sequence[UnplacedDemand] = (),
+) -> str:
     unit = f" ({escape(info.unit)})" if info.unit else ""
     header = (
         f'<header class="page"><h1>{escape(info.name)}</h1><p>{escape(info.description)}{unit}</p>'
         f"<p>{_snapshot_line(snapshot)}</p>{_nav()}</header>"
-    )
+    ) + unplaced_note(unplaced)
     if not views:
         return header + "<p>No series yet: the first forecast has not been made.</p>"
     return header + "".join(series_section(view, chart) for view, chart in zip(views, charts, strict=True))
@@ -278,7 +303,7 @@ def metric_body(snapshot: Snapshot, info: MetricInfo, views: Sequence[SeriesView
 
 async def index_page(request: web.Request) -> web.Response:
     snapshot = request.app[SNAPSHOTS].snapshot
-    return page(request, "forecasts", index_body(snapshot, request.app[CLOCK]()))
+    return page(request, "forecasts", index_body(snapshot, request.app[CLOCK](), _unplaced(request)))
 
 
 def _error_body(title: str, message: str) -> str:
@@ -298,7 +323,7 @@ async def metric_page(request: web.Request) -> web.Response:
     except InspectionError as error:
         return page(request, "bad request", _error_body("Bad request", str(error)), status=400)
     charts = await charts_for(request, snapshot, views, history)
-    return page(request, info.name, metric_body(snapshot, info, views, charts))
+    return page(request, info.name, metric_body(snapshot, info, views, charts, _unplaced(request)))
 
 
 def add_page_routes(app: web.Application) -> None:

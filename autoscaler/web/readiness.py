@@ -17,9 +17,10 @@ class Readiness:
         """kube-apiserver's ``/readyz?verbose`` layout: one ``[+]``/``[-]`` line per check, then a verdict."""
         lines = [f"[{'+' if self.ready else '-'}]snapshot: {self.reason}"]
         # Check lines inform; readiness itself is "is a forecast served", so a failing signal that still
-        # serves its last good values does not take the pod out of the Service.
+        # serves its last good values does not take the pod out of the Service. Warnings (demand that
+        # fits no NodePool) are marked like failures, for people to look at.
         lines += [
-            f"[{'-' if detail.startswith('failing') else '+'}]{name}: {detail}"
+            f"[{'-' if detail.startswith(('failing', 'warning')) else '+'}]{name}: {detail}"
             for name, detail in sorted(self.checks.items())
         ]
         lines.append("readyz check passed" if self.ready else "readyz check failed")

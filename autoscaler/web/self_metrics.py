@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 
 import numpy as np
@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from adapters.pool_matching import UnplacedDemand
 from autoscaler.provider import ServedSeries, Snapshot
 from autoscaler.refresher import RefreshStats
 
@@ -176,6 +177,28 @@ class RefreshCollector(Collector):
         yield from (last_success, failures, refreshes, duration)
 
 
+class UnplacedCollector(Collector):
+    """GPUs of demand that fits no NodePool, by kind, read from the Kubernetes inputs at scrape time."""
+
+    KINDS = ("pending_pod", "cronjob")  # always exported, 0 when none: alerts need the series to exist
+
+    def __init__(self, unplaced: Callable[[], Sequence[UnplacedDemand]]) -> None:
+        self._unplaced = unplaced
+
+    def collect(self) -> Iterable[Metric]:
+        gpus = dict.fromkeys(self.KINDS, 0.0)
+        for item in self._unplaced():
+            gpus[item.kind] = gpus.get(item.kind, 0.0) + item.gpus
+        family = GaugeMetricFamily(
+            "gpu_autoscaler_unplaced_gpus",
+            "GPUs of Pending pods and CronJob runs that fit no Karpenter NodePool (no pool's headroom counts them)",
+            labels=["kind"],
+        )
+        for kind, value in sorted(gpus.items()):
+            family.add_metric([kind], value)
+        yield family
+
+
 class SelfMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -204,3 +227,6 @@ class SelfMetrics:
 
     def watch_refreshes(self, stats: Callable[[], RefreshStats | None]) -> None:
         self.registry.register(RefreshCollector(stats))
+
+    def watch_unplaced(self, unplaced: Callable[[], Sequence[UnplacedDemand]]) -> None:
+        self.registry.register(UnplacedCollector(unplaced))

@@ -19,12 +19,14 @@ from adapters.cronjobs import (
     job_pods,
     job_resource,
     past_run_durations,
+    unplaced_cronjobs,
     windows_for_cronjob,
 )
 from adapters.gpu_requests import parse_quantity, pod_gpu_requests
 from adapters.kube_watch import WatchGroup, WatchSettings
 from tests import fakekube
 from tests.eventually import eventually
+from tests.kube_objects import expression, nodepool, taint
 
 fake_kube = fakekube.fake_kube
 kube_api = fakekube.kube_api
@@ -464,3 +466,74 @@ async def test_windows_from_cronjobs_and_jobs_served_by_the_api(fake_kube, kube_
         await eventually(lambda: len(jobs.objects) == 5, message="the fifth Job in the watch cache")
         windows = cronjob_windows(cronjobs.snapshot().values(), jobs.snapshot().values(), NOW, SETTINGS)
         assert windows[0].end - windows[0].start == timedelta(minutes=152)  # p90 of 50, 60, 70, 80, 200
+
+
+# ----------------------------------------------------------------------------- pools
+
+
+def placed(cronjob: dict, **pod_fields: Any) -> dict:
+    """The CronJob with fields added to its pod template's spec (affinity, tolerations)."""
+    cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"].update(pod_fields)
+    return cronjob
+
+
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+GPU_TAINT = taint("nvidia.com/gpu")
+TOLERATE_GPUS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+POOLS = [
+    nodepool("a100", requirements=[expression(INSTANCE_TYPE, "In", "p4d.24xlarge")], taints=[GPU_TAINT]),
+    nodepool("h100", requirements=[expression(INSTANCE_TYPE, "In", "p5.48xlarge")], taints=[GPU_TAINT]),
+    nodepool("cpu", requirements=[expression(INSTANCE_TYPE, "In", "m7i.large", "c7i.large")]),
+]
+
+
+def instance_type_affinity(*types: str) -> dict:
+    term = {"matchExpressions": [expression(INSTANCE_TYPE, "In", *types)]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
+def test_a_window_lands_on_the_pool_its_instance_type_affinity_chooses():
+    cron = placed(make_cronjob(), affinity=instance_type_affinity("p5.48xlarge"), tolerations=TOLERATE_GPUS)
+    windows = windows_for_cronjob(cron, [], NOW, SETTINGS, POOLS)
+    assert windows
+    assert {w.labels.get("nodepool") for w in windows} == {"h100"}
+    assert {w.placement for w in windows} == {""}  # one pool fits: nothing to explain
+
+
+def test_several_pools_the_window_takes_karpenters_first_and_says_so():
+    heavy = nodepool("reserved", weight=80, taints=[GPU_TAINT])
+    cron = placed(make_cronjob(), tolerations=TOLERATE_GPUS)
+    (window, *_) = windows_for_cronjob(cron, [], NOW, SETTINGS, [*POOLS, heavy])
+    assert window.labels["nodepool"] == "reserved"
+    assert window.placement == (
+        "NodePools reserved (weight 80), h100 (weight 0), cpu (weight 0), a100 (weight 0) fit; "
+        "Karpenter tries reserved first"
+    )
+
+
+def test_a_cronjob_that_fits_no_pool_keeps_its_window_unlabelled_and_is_reported():
+    # Asks for A100 instances but does not tolerate the GPU taint.
+    stray = placed(make_cronjob("stray", job_spec={"parallelism": 2}), affinity=instance_type_affinity("p4d.24xlarge"))
+    windows = windows_for_cronjob(stray, [], NOW, SETTINGS, POOLS)
+    assert windows and all("nodepool" not in w.labels for w in windows)
+    assert windows[0].placement.startswith("fits no NodePool (a100: taint nvidia.com/gpu=:NoSchedule is not")
+    fine = placed(
+        make_cronjob("fine", uid="u2"), affinity=instance_type_affinity("p5.48xlarge"), tolerations=TOLERATE_GPUS
+    )
+    suspended = placed(make_cronjob("off", suspend=True, uid="u3"), affinity=instance_type_affinity("p4d.24xlarge"))
+    (report,) = unplaced_cronjobs([stray, fine, suspended], POOLS, SETTINGS)
+    assert (report.kind, report.namespace, report.name, report.gpus) == ("cronjob", "ml", "stray", 2.0)
+    assert report.reason == windows[0].placement
+
+
+def test_a_future_run_counts_against_the_whole_limit_not_todays_use():
+    busy = nodepool("busy", limits={"nvidia.com/gpu": "8"}, gpus_in_use="8")
+    small = nodepool("small", limits={"nvidia.com/gpu": "1"})
+    cron = make_cronjob(containers=[gpu_container(4)])
+    assert {w.labels["nodepool"] for w in windows_for_cronjob(cron, [], NOW, SETTINGS, [busy, small])} == {"busy"}
+
+
+def test_without_nodepools_the_selector_names_the_pool():
+    cron = make_cronjob(node_selector={"karpenter.sh/nodepool": "a100"})
+    assert windows_for_cronjob(cron, [], NOW, SETTINGS, None)[0].labels["nodepool"] == "a100"
+    assert "nodepool" not in windows_for_cronjob(make_cronjob(), [], NOW, SETTINGS, None)[0].labels

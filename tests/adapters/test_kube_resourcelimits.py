@@ -10,17 +10,14 @@ from adapters.resourcelimits import (
     read_nodepool_gpu_limits,
     tightest_quota,
 )
-from tests import fakekube
+from tests import fakekube, kube_objects
 
 fake_kube = fakekube.fake_kube
 kube_api = fakekube.kube_api
 
 
 def nodepool(name: str, limits: dict | None) -> dict:
-    spec: dict = {"template": {"spec": {"requirements": []}}}
-    if limits is not None:
-        spec["limits"] = limits
-    return {"metadata": {"name": name}, "spec": spec}
+    return kube_objects.nodepool(name, limits=limits)
 
 
 def quota(name: str, hard: dict, used: dict | None = None, namespace: str = "ml") -> dict:

@@ -28,6 +28,7 @@ from adapters.kube_watch import (
 from adapters.nodeclaims import nodeclaim_resource
 from tests import fakekube
 from tests.eventually import eventually
+from tests.kube_objects import nodeclaim_spec
 
 fake_kube = fakekube.fake_kube
 kube_api = fakekube.kube_api
@@ -43,7 +44,13 @@ SETTINGS = WatchSettings(
 
 
 def cronjob(name: str, namespace: str = "ml", schedule: str = "0 * * * *") -> dict:
-    return {"metadata": {"name": name, "namespace": namespace}, "spec": {"schedule": schedule}}
+    pod = {"spec": {"containers": [{"name": "c", "image": "busybox"}], "restartPolicy": "Never"}}
+    spec = {"schedule": schedule, "jobTemplate": {"spec": {"template": pod}}}
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+def nodeclaim(name: str) -> dict:
+    return {"metadata": {"name": name}, "spec": nodeclaim_spec()}
 
 
 class Recorder:
@@ -246,7 +253,7 @@ async def test_a_broken_or_slow_watch_does_not_block_the_others(fake_kube, kube_
         jobs = group.start(job_resource(kube_api))
         nodeclaims = group.start(nodeclaim_resource(kube_api))
         await asyncio.wait_for(fake_kube.wait_for_watchers("nodeclaims"), 5)
-        fake_kube.add("nodeclaims", {"metadata": {"name": "gpu-1"}})
+        fake_kube.add("nodeclaims", nodeclaim("gpu-1"))
         await eventually(lambda: "gpu-1" in nodeclaims.objects, message="gpu-1 in the NodeClaim cache")
     assert not cronjobs.synced
     assert "HTTP 500" in (cronjobs.last_error or "")
@@ -261,7 +268,7 @@ async def test_missing_crd_is_reported_absent_and_looked_for_again(fake_kube, ku
         await eventually(lambda: cache.absent, message="the resource to be reported absent")
         assert not cache.synced
         fake_kube.installed.add("nodeclaims")
-        fake_kube.add("nodeclaims", {"metadata": {"name": "n1"}})
+        fake_kube.add("nodeclaims", nodeclaim("n1"))
         await eventually(
             lambda: cache.synced, message="the cache to sync once the CRD exists", timeout=SETTINGS.absent_recheck_s + 5
         )
@@ -273,7 +280,7 @@ async def test_missing_crd_is_reported_absent_and_looked_for_again(fake_kube, ku
 
 @pytest.mark.looptime
 async def test_a_crd_removed_while_watched_empties_the_cache(fake_kube, kube_api):
-    fake_kube.add("nodeclaims", {"metadata": {"name": "n1"}})
+    fake_kube.add("nodeclaims", nodeclaim("n1"))
     recorder = Recorder()
     async with WatchGroup(SETTINGS) as group:
         cache = group.start(nodeclaim_resource(kube_api), recorder)

@@ -11,6 +11,7 @@ from adapters.kube_watch import WatchGroup, WatchSettings
 from adapters.nodeclaims import LeadTimeHistory, lead_time_sample, nodeclaim_resource
 from tests import fakekube
 from tests.eventually import eventually
+from tests.kube_objects import nodeclaim_spec
 
 fake_kube = fakekube.fake_kube
 kube_api = fakekube.kube_api
@@ -45,6 +46,7 @@ def nodeclaim(
         "apiVersion": "karpenter.sh/v1",
         "kind": "NodeClaim",
         "metadata": metadata,
+        "spec": nodeclaim_spec(pool),
         "status": {"conditions": conditions},
     }
 

@@ -22,6 +22,7 @@ from tests.adapters.test_cronjobs import make_cronjob
 from tests.adapters.test_nodeclaims import nodeclaim
 from tests.autoscaler.test_refresher import FlakySource
 from tests.eventually import eventually
+from tests.kube_objects import nodepool
 
 METRICS = (MetricInfo("gpu_demand_forecast", ""), MetricInfo("gpu_headroom", ""))
 PLANS = (MetricPlan("gpu_demand_forecast", "gpus", "demand"), MetricPlan("gpu_headroom", "gpus", "headroom"))
@@ -91,7 +92,12 @@ async def test_cronjob_window_raises_headroom_one_lead_time_ahead(fake_kube, inp
         node_selector={"karpenter.sh/nodepool": "a100"},
     )
     fake_kube.add("cronjobs", cronjob)
+    fake_kube.add("nodepools", nodepool("a100"))  # the pool the selector names must exist
     await wait_synced(group)
+    for _ in range(200):
+        if [pool["metadata"]["name"] for pool in kube_inputs.nodepools() or []] == ["a100"]:
+            break
+        await asyncio.sleep(0.02)
     fire = datetime(2026, 11, 20, 1, 0, tzinfo=UTC)  # 02:00 CET
     with ThreadPoolExecutor(max_workers=2) as pool:
         values = {}
@@ -172,15 +178,7 @@ async def test_headroom_capped_by_quota_and_nodepool_limit(fake_kube, kube_api, 
             "status": {"hard": {"requests.nvidia.com/gpu": "3"}, "used": {"requests.nvidia.com/gpu": "1"}},
         },
     )
-    fake_kube.add(
-        "nodepools",
-        {
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodePool",
-            "metadata": {"name": "a100"},
-            "spec": {"limits": {"nvidia.com/gpu": str(int(requested_now) + 2)}},
-        },
-    )
+    fake_kube.add("nodepools", nodepool("a100", limits={"nvidia.com/gpu": str(int(requested_now) + 2)}))
     poller = asyncio.create_task(kube_inputs.poll_limits(kube_api, ["gpu-placeholders"], timedelta(seconds=30)))
     try:
         await eventually(

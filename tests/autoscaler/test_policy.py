@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -65,6 +66,24 @@ def test_windows_opening_within_the_lead_time_are_added():
     assert later.value == 10  # opens after now + lead time: not yet
     assert ahead.value == 26
     assert "plus scheduled windows /train (16 GPUs)" in ahead.explanation
+
+
+def test_a_window_s_pool_choice_is_part_of_the_explanation():
+    forecast = flat_forecast(NOW, [10, 10, 10])
+    (window,) = declared_windows(
+        [WindowSettings(name="train", cron="0 9 * * *", gpus=8, duration=timedelta(hours=1))], NOW, timedelta(hours=1)
+    )
+    choice = "NodePools reserved (weight 80), spot (weight 0) fit; Karpenter tries reserved first"
+    placed = replace(window, namespace="ml", placement=choice)
+    demand = policy.forecast_demand(forecast, quantile=0.9, now=NOW, lead_time=timedelta(minutes=5), windows=[placed])
+    assert f"plus scheduled windows ml/train (8 GPUs; {choice})" in demand.explanation
+
+
+def test_headroom_names_what_requested_now_holds():
+    assert (
+        "minus 12.00 requested now (4 of them Pending pods) = 8.00"
+        in policy.headroom(Decision(20.0, "x"), 12, "4 of them Pending pods").explanation
+    )
 
 
 def test_headroom_is_demand_minus_requested_never_negative():

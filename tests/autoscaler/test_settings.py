@@ -102,6 +102,10 @@ def test_environment_overrides_the_file(tmp_path):
         ),
         ("prometheus: {url: 'prometheus:9090'}\n", "url must start with http:// or https://"),
         (
+            "inputs:\n  placeholder_selector: 'app in (a'\n",
+            "inputs: Value error, placeholder_selector: ",
+        ),
+        (
             "prometheus: {url: 'http://p:9090'}\nsignals:\n  - {name: s, preset: gpus_requested, per_step: max}\n",
             "signals.0.per_step: Input should be 'last' or 'peak' (got 'max')",
         ),

@@ -413,6 +413,7 @@ def test_rbac():
         ("karpenter.sh", "nodeclaims"),
         ("karpenter.sh", "nodepools"),
         ("", "resourcequotas"),
+        ("", "pods"),
     ):
         assert {(group, resource, verb) for verb in ("get", "list", "watch")} <= reads
     assert ("authentication.k8s.io", "tokenreviews", "create") in reads

@@ -1,0 +1,91 @@
+"""Pending GPU pods: demand waiting for a node, resolved to the NodePool Karpenter would launch it in.
+
+The watch lists and watches only pods in phase ``Pending`` (field selector ``status.phase=Pending``);
+a pod that starts running leaves it (the API server sends DELETED). Of those, only pods no node has
+been chosen for (no ``spec.nodeName``) wait for Karpenter: a pod bound to a node that is still
+pulling its image already carries its node's pool in Prometheus (``kube_node_labels``).
+
+GPUs are the ``nvidia.com/gpu`` the pod requests (the scheduler's effective request), the resource
+the ``gpus_requested`` signal counts. Pure functions over raw pod JSON, apart from the watch itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from kubernetes_asyncio.client import ApiClient, CoreV1Api
+
+from adapters.gpu_requests import WHOLE_GPU, pod_gpu_requests
+from adapters.kube_watch import WatchedResource
+from adapters.pool_matching import NodePool, PoolChoice, UnplacedDemand, choose_pool, selected_pool
+
+PENDING = "status.phase=Pending"
+
+
+def pending_pod_resource(api: ApiClient) -> WatchedResource:
+    """Pods in phase Pending, in every namespace."""
+    core = CoreV1Api(api)
+    return WatchedResource("pending pods", partial(core.list_pod_for_all_namespaces, field_selector=PENDING))
+
+
+def waiting_for_a_node(pod: Mapping[str, Any]) -> bool:
+    """Pending and not yet bound to a node: the pods Karpenter provisions for."""
+    status = pod.get("status") or {}
+    return status.get("phase") == "Pending" and not (pod.get("spec") or {}).get("nodeName")
+
+
+@dataclass(frozen=True)
+class PendingGpus:
+    """One waiting pod's GPUs and the pool they land in (``choice.pool`` None: no pool fits)."""
+
+    namespace: str
+    name: str
+    gpus: float
+    choice: PoolChoice
+
+
+def _pod_choice(spec: Mapping[str, Any], gpus: float, nodepools: Sequence[NodePool] | None) -> PoolChoice:
+    if nodepools is None:  # NodePools unknown (no Karpenter, or not listed yet): the selector alone
+        return selected_pool(spec)
+    try:
+        return choose_pool(spec, nodepools, gpus, count_in_use=True)
+    except ValueError as exc:  # an affinity the API would not have accepted; said, not dropped
+        return PoolChoice(None, (), f"unreadable node affinity: {exc}")
+
+
+def pending_gpus(
+    pods: Iterable[Mapping[str, Any]],
+    nodepools: Sequence[NodePool] | None,
+    is_placeholder: Callable[[Mapping[str, Any]], bool],
+) -> list[PendingGpus]:
+    """The GPUs of every pod waiting for a node, placeholders left out, each with its pool.
+
+    ``nodepools`` None: the NodePools are not known, and only a ``karpenter.sh/nodepool`` selector
+    names a pool.
+    """
+    found: list[PendingGpus] = []
+    for pod in pods:
+        if not waiting_for_a_node(pod) or is_placeholder(pod):
+            continue
+        spec = pod.get("spec") or {}
+        try:
+            gpus = pod_gpu_requests(spec).get(WHOLE_GPU, 0.0)
+        except ValueError:  # a quantity the API would not have accepted
+            continue
+        if gpus <= 0:
+            continue
+        metadata = pod.get("metadata") or {}
+        choice = _pod_choice(spec, gpus, nodepools)
+        found.append(PendingGpus(str(metadata.get("namespace", "")), str(metadata.get("name", "")), gpus, choice))
+    return found
+
+
+def unplaced(pending: Iterable[PendingGpus]) -> list[UnplacedDemand]:
+    return [
+        UnplacedDemand("pending_pod", pod.namespace, pod.name, pod.gpus, pod.choice.reason)
+        for pod in pending
+        if pod.choice.pool is None
+    ]
