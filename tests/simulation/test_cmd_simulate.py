@@ -120,6 +120,7 @@ def test_table_and_pictures(demand_csv, tmp_path):
         (["--gpu-hour-price", "-1"], "--gpu-hour-price"),
         (["--refit-every", "12h"], "--refit-every"),
         (["--policies", "reactive,static_buffer:8", "--sweep-static"], "give at least one auto:Q"),
+        (["--policies", "reactive,reactive_max:30m", "--sweep-rolling-max"], "give at least one auto:Q"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(demand_csv, args, message):
