@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from autoscaler.simulation.engine import Outcome
+from autoscaler.simulation.policies import parse_policy
 from autoscaler.simulation.runner import PolicyRun, SimulationResult
 
 if TYPE_CHECKING:  # matplotlib is imported only when a picture is asked for
@@ -260,15 +261,17 @@ def _save(figure: Figure, path: Path) -> None:
 
 
 def frontier_check(
-    policies: dict[str, dict[str, Any]], sweep: dict[str, dict[str, Any]] | None = None
+    policies: dict[str, dict[str, Any]], swept: dict[str, dict[str, Any]] | None = None
 ) -> dict[str, Any]:
-    """For each ``auto`` point: the heuristic (``static_buffer``/``reactive_max``, given or swept)
-    with the fewest short GPU-minutes among those with no more GPU-hours, whether it beats ``auto``,
-    and by how much ``auto`` is shorter (a share of the heuristic's short GPU-minutes)."""
-    heuristics = {
-        text: figures for text, figures in policies.items() if text.startswith(("static_buffer:", "reactive_max:"))
-    }
-    for text, figures in (sweep or {}).items():
+    """For each ``auto`` point: the heuristic with the fewest short GPU-minutes among those with no
+    more GPU-hours (of equals, the cheapest), whether it beats ``auto``, and by how much ``auto`` is
+    shorter (a share of the heuristic's short GPU-minutes).
+
+    The heuristics are every policy given that an operator could run without this service's forecast
+    (reactive, static buffers, rolling maxima, the cron scaler, Holt-Winters) and every swept one.
+    """
+    heuristics = {text: figures for text, figures in policies.items() if parse_policy(text).heuristic}
+    for text, figures in (swept or {}).items():
         heuristics.setdefault(text, figures)
     out: dict[str, Any] = {}
     for text, figures in policies.items():
@@ -285,7 +288,9 @@ def frontier_check(
                 "short_reduction": None,
             }
             continue
-        best_name = min(cheaper, key=lambda name: cheaper[name]["short_gpu_minutes"])
+        best_name = min(
+            cheaper, key=lambda name: (cheaper[name]["short_gpu_minutes"], cheaper[name]["provisioned_gpu_hours"])
+        )
         best = cheaper[best_name]["short_gpu_minutes"]
         short = figures["short_gpu_minutes"]
         # Against a heuristic that is never short, a share is undefined (None) unless auto is not either.
