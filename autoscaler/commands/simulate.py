@@ -80,6 +80,12 @@ def _seconds(flag: str, text: str, *, allow_zero: bool = False) -> float:
     help="also run static_buffer:0,1,2,... until past the costliest auto policy's GPU-hours, and compare "
     "auto with the best of every policy run (JSON: static_sweep, frontier)",
 )
+@click.option(
+    "--sweep-rolling-max",
+    is_flag=True,
+    help="also run reactive_max:5m,10m,15m,... until past the costliest auto policy's GPU-hours "
+    "(JSON: rolling_max_sweep; the frontier compares auto with every heuristic run)",
+)
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="processes")
 @click.option("--seed", default=0, show_default=True, type=int)
 def simulate_command(
@@ -103,6 +109,7 @@ def simulate_command(
     lookback: str,
     scale_down_stabilization: str,
     sweep_static: bool,
+    sweep_rolling_max: bool,
     workers: int,
     seed: int,
 ) -> None:
@@ -111,7 +118,7 @@ def simulate_command(
         source = _source(input_path, pods_path)
         _check_nodes_price_and_plot(gpus_per_node, gpu_hour_price, plot_path)
         step_s, lead_s = _seconds("--step", step), _seconds("--lead-time", lead_time)
-        specs = _policies(policies, sweep_static)
+        specs = _policies(policies, sweep_static, sweep_rolling_max)
         windows: tuple[WindowSchedule, ...] = tuple(parse_schedule(text) for text in schedules)
         distribution = parse_lead_time_distribution(lead_time_distribution or f"fixed:{lead_time}")
         stabilization = _seconds("--scale-down-stabilization", scale_down_stabilization, allow_zero=True)
@@ -132,7 +139,10 @@ def simulate_command(
         read = pod_workload if pods_path is not None else demand_workload
         workload = read(source, pd.Timedelta(seconds=step_s), windows, gpus_per_node)
         with progress_bar("simulating") as progress:
-            result = simulate(workload, specs, config, workers=workers, progress=progress, sweep_static=sweep_static)
+            result = simulate(
+                workload, specs, config, workers=workers, progress=progress,
+                sweep_static=sweep_static, sweep_rolling_max=sweep_rolling_max,
+            )  # fmt: skip
     except (InputError, ValueError) as error:
         raise click.UsageError(str(error)) from None
     _output(result, str(source), pods_path is not None, gpu_hour_price, output_format, plot_path)
@@ -154,10 +164,12 @@ def _check_nodes_price_and_plot(gpus_per_node: int, gpu_hour_price: float | None
         raise ValueError(f"--gpu-hour-price must be a number >= 0, got {gpu_hour_price}")
 
 
-def _policies(text: str, sweep_static: bool) -> tuple[PolicySpec, ...]:
+def _policies(text: str, sweep_static: bool, sweep_rolling_max: bool) -> tuple[PolicySpec, ...]:
     specs = parse_policies(text)
     if sweep_static and not any(spec.name == "auto" for spec in specs):
         raise ValueError("--sweep-static compares auto:Q policies with static buffers: give at least one auto:Q")
+    if sweep_rolling_max and not any(spec.name == "auto" for spec in specs):
+        raise ValueError("--sweep-rolling-max compares auto:Q with rolling maxima: give at least one auto:Q")
     return specs
 
 

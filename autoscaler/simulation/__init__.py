@@ -11,6 +11,6 @@ Modules, one concept each:
 - ``engine``: the time loop for one policy and its totals.
 - ``policies``: policy names, the heuristics and the oracle; ``forecasting``: ``holt_winters`` and
   ``auto:Q`` (the service's own policy) replayed on the service's fit cadence.
-- ``runner``: every policy over one workload, optionally in a process pool; ``report``: JSON, table,
-  pictures.
+- ``runner``: every policy over one workload, optionally in a process pool; ``sweeps``: which settings
+  of a heuristic a sweep runs and where it stops; ``report``: JSON, table, pictures.
 """

@@ -29,6 +29,9 @@ POLICY_NAMES: tuple[PolicyName, ...] = (
     "oracle",
 )
 FORECASTING: frozenset[str] = frozenset({"holt_winters", "auto"})
+# What an operator can run without this service's forecast: the yardsticks ``auto:Q`` must beat.
+# Holt-Winters is one (the PHPA's off-the-shelf forecast); the oracle, which knows the future, is not.
+HEURISTICS: frozenset[str] = frozenset({"reactive", "static_buffer", "reactive_max", "scheduled", "holt_winters"})
 _PARAMETER = {"static_buffer": "N (GPUs)", "reactive_max": "W (a duration)", "auto": "Q (a quantile)"}
 # The oracle plans for this quantile of the lead-time distribution (its maximum, for a fixed one).
 ORACLE_LEAD_QUANTILE = 0.999
@@ -47,6 +50,10 @@ class PolicySpec:
     @property
     def forecasting(self) -> bool:
         return self.name in FORECASTING
+
+    @property
+    def heuristic(self) -> bool:
+        return self.name in HEURISTICS
 
 
 def parse_policy(text: str) -> PolicySpec:

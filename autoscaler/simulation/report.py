@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from autoscaler.simulation.engine import Outcome
+from autoscaler.simulation.policies import parse_policy
 from autoscaler.simulation.runner import PolicyRun, SimulationResult
 
 if TYPE_CHECKING:  # matplotlib is imported only when a picture is asked for
@@ -92,19 +94,26 @@ def build_report(
         "forecasting": forecasting,
         "elapsed_seconds": _round(result.seconds, 2),
     }
-    sweep = {
+    sweeps = {"static_sweep": result.static_sweep, "rolling_max_sweep": result.rolling_max_sweep}
+    swept: dict[str, dict[str, Any]] = {}
+    for key, sweep in sweeps.items():
+        if sweep:
+            report[key] = _sweep_figures(sweep)
+            swept.update(report[key])
+    frontier = frontier_check(report["policies"], swept)
+    if frontier:
+        report["frontier"] = frontier
+    return report
+
+
+def _sweep_figures(sweep: dict[str, Outcome]) -> dict[str, dict[str, float]]:
+    return {
         text: {
             "provisioned_gpu_hours": _round(outcome.totals.provisioned / 3600),
             "short_gpu_minutes": _round(outcome.totals.short / 60),
         }
-        for text, outcome in result.static_sweep.items()
+        for text, outcome in sweep.items()
     }
-    if sweep:
-        report["static_sweep"] = sweep
-    frontier = frontier_check(report["policies"], sweep)
-    if frontier:
-        report["frontier"] = frontier
-    return report
 
 
 def render_table(report: dict[str, Any]) -> None:
@@ -127,9 +136,10 @@ def render_table(report: dict[str, Any]) -> None:
     for text, details in report["forecasting"].items():
         models = ", ".join(f"{name} x{count}" for name, count in details["models"].items())
         console.print(f"{text}: {details['fits']} fits, {details['fit_seconds']:g} s; models: {models}")
-    if "static_sweep" in report:
-        swept = list(report["static_sweep"])
-        console.print(f"static buffers swept: {swept[0]} to {swept[-1]}")
+    for key, heuristic in (("static_sweep", "static buffers"), ("rolling_max_sweep", "rolling maxima")):
+        if key in report:
+            swept = list(report[key])
+            console.print(f"{heuristic} swept: {swept[0]} to {swept[-1]}")
     for text, check in report.get("frontier", {}).items():
         console.print(_frontier_line(text, check))
 
@@ -205,7 +215,7 @@ def _plot_capacity(result: SimulationResult, path: Path) -> None:
 
 
 def _plot_tradeoff(result: SimulationResult, path: Path) -> None:
-    """Short GPU-minutes against provisioned GPU-hours: a point per policy, the static sweep a curve."""
+    """Short GPU-minutes against provisioned GPU-hours: a point per policy, each sweep a dashed curve."""
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots(figsize=(9, 6.5))
@@ -213,17 +223,19 @@ def _plot_tradeoff(result: SimulationResult, path: Path) -> None:
     for run in result.runs.values():
         point = (run.outcome.totals.provisioned / 3600, run.outcome.totals.short / 60, run.spec.text)
         families.setdefault(run.spec.name, []).append(point)
-    if result.static_sweep:
-        swept = sorted((o.totals.provisioned / 3600, o.totals.short / 60) for o in result.static_sweep.values())
-        axis.plot(
-            [p[0] for p in swept],
-            [p[1] for p in swept],
-            ".--",
-            color="gray",
-            markersize=3,
-            linewidth=0.8,
-            label="static_buffer, swept",
-        )
+    sweeps = (("static_buffer", result.static_sweep, "gray"), ("reactive_max", result.rolling_max_sweep, "tab:olive"))
+    for heuristic, sweep, color in sweeps:
+        if sweep:
+            swept = sorted((o.totals.provisioned / 3600, o.totals.short / 60) for o in sweep.values())
+            axis.plot(
+                [p[0] for p in swept],
+                [p[1] for p in swept],
+                ".--",
+                color=color,
+                markersize=3,
+                linewidth=0.8,
+                label=f"{heuristic}, swept",
+            )
     for family, points in families.items():
         points.sort()
         # A swept heuristic is a curve: its points joined in order of GPU-hours.
@@ -249,15 +261,17 @@ def _save(figure: Figure, path: Path) -> None:
 
 
 def frontier_check(
-    policies: dict[str, dict[str, Any]], sweep: dict[str, dict[str, Any]] | None = None
+    policies: dict[str, dict[str, Any]], swept: dict[str, dict[str, Any]] | None = None
 ) -> dict[str, Any]:
-    """For each ``auto`` point: the heuristic (``static_buffer``/``reactive_max``, given or swept)
-    with the fewest short GPU-minutes among those with no more GPU-hours, whether it beats ``auto``,
-    and by how much ``auto`` is shorter (a share of the heuristic's short GPU-minutes)."""
-    heuristics = {
-        text: figures for text, figures in policies.items() if text.startswith(("static_buffer:", "reactive_max:"))
-    }
-    for text, figures in (sweep or {}).items():
+    """For each ``auto`` point: the heuristic with the fewest short GPU-minutes among those with no
+    more GPU-hours (of equals, the cheapest), whether it beats ``auto``, and by how much ``auto`` is
+    shorter (a share of the heuristic's short GPU-minutes).
+
+    The heuristics are every policy given that an operator could run without this service's forecast
+    (reactive, static buffers, rolling maxima, the cron scaler, Holt-Winters) and every swept one.
+    """
+    heuristics = {text: figures for text, figures in policies.items() if parse_policy(text).heuristic}
+    for text, figures in (swept or {}).items():
         heuristics.setdefault(text, figures)
     out: dict[str, Any] = {}
     for text, figures in policies.items():
@@ -274,7 +288,9 @@ def frontier_check(
                 "short_reduction": None,
             }
             continue
-        best_name = min(cheaper, key=lambda name: cheaper[name]["short_gpu_minutes"])
+        best_name = min(
+            cheaper, key=lambda name: (cheaper[name]["short_gpu_minutes"], cheaper[name]["provisioned_gpu_hours"])
+        )
         best = cheaper[best_name]["short_gpu_minutes"]
         short = figures["short_gpu_minutes"]
         # Against a heuristic that is never short, a share is undefined (None) unless auto is not either.

@@ -36,6 +36,7 @@ from autoscaler.simulation.policies import (
     parse_policy,
 )
 from autoscaler.simulation.provisioner import BATCH_MAX_S, PoolConfig
+from autoscaler.simulation.sweeps import rolling_max_settings, static_buffer_settings, sweep_until_past
 from autoscaler.workers import start_simulation_worker
 from forecast.types import ProgressCallback
 
@@ -75,9 +76,11 @@ class SimulationResult:
     config: SimulationConfig
     runs: dict[str, PolicyRun]
     seconds: float
-    # ``static_buffer:N`` for N = 0, 1, 2, ... up to the first past the costliest ``auto`` (with
-    # ``sweep_static``): the operators' heuristic at every setting, not only the ones given.
+    # ``static_buffer:N`` for N = 0, 1, 2, ... (with ``sweep_static``) and ``reactive_max:W`` for
+    # W = 5m, 10m, ... (with ``sweep_rolling_max``), each up to the first past the costliest ``auto``:
+    # the operators' heuristics at every setting, not only the ones given.
     static_sweep: dict[str, Outcome] = field(default_factory=dict)
+    rolling_max_sweep: dict[str, Outcome] = field(default_factory=dict)
 
 
 def simulation_period(workload: Workload, warmup_s: float) -> Period:
@@ -235,6 +238,41 @@ class _PolicyJobs:
         return runs
 
 
+class _SweepBatches:
+    """Runs a sweep's batches of heuristics as cluster runs, after the policies' jobs.
+
+    The progress bar goes on from the policies' jobs; an open-ended sweep's total is what is known so far.
+    """
+
+    def __init__(
+        self,
+        jobs: _Jobs,
+        cluster_runs: _ClusterRuns,
+        planning: Planning,
+        policy_jobs: _PolicyJobs,
+        progress: ProgressCallback | None,
+    ) -> None:
+        self._jobs = jobs
+        self._cluster_runs = cluster_runs
+        self._planning = planning
+        self._progress = progress
+        self._done, self._total = policy_jobs.done, policy_jobs.total
+
+    def __call__(self, texts: Sequence[str]) -> dict[str, Outcome]:
+        for text in texts:
+            metric = heuristic_headroom(parse_policy(text), self._cluster_runs.workload, self._planning)
+            self._cluster_runs.submit(self._jobs, ("sweep", text), metric)
+        self._total += len(texts)
+        outcomes: dict[str, Outcome] = {}
+        while self._jobs:
+            for (_, text), outcome in self._jobs.next_completed():
+                outcomes[text] = outcome
+                self._done += 1
+                if self._progress is not None:
+                    self._progress(self._done, self._total)
+        return outcomes
+
+
 def simulate(
     workload: Workload,
     specs: Sequence[PolicySpec],
@@ -243,12 +281,14 @@ def simulate(
     workers: int = 1,
     progress: ProgressCallback | None = None,
     sweep_static: bool = False,
+    sweep_rolling_max: bool = False,
 ) -> SimulationResult:
     """Simulate every policy; ``workers > 1`` runs jobs in that many processes.
 
-    ``sweep_static`` then runs ``static_buffer:N`` for every whole N from 0 until one provisions
-    more GPU-hours than the costliest ``auto:Q`` policy: whether a forecast beats a static buffer
-    depends on every buffer an operator could have chosen, not only the ones given.
+    ``sweep_static`` then runs ``static_buffer:N`` for every whole N from 0, and ``sweep_rolling_max``
+    ``reactive_max:W`` for W = 5m, 10m, 15m, ..., each in batches of ``workers`` until one provisions
+    more GPU-hours than the costliest ``auto:Q`` policy: whether a forecast beats a heuristic depends
+    on every setting an operator could have chosen, not only the ones given.
     """
     started = time.perf_counter()
     period = simulation_period(workload, config.warmup_s)
@@ -256,57 +296,19 @@ def simulate(
     cluster_runs = _ClusterRuns(workload, period, _pool_config(config), config.hpa)
     policy_jobs = _PolicyJobs(specs, cluster_runs, planning, config.cadence)
     jobs = _Jobs(workers)
+    static: dict[str, Outcome] = {}
+    rolling: dict[str, Outcome] = {}
     try:
         policy_jobs.run(jobs, progress)
         autos = [policy_jobs.outcomes[spec.text].totals.provisioned for spec in specs if spec.name == "auto"]
-        sweep: dict[str, Outcome] = {}
+        batches = _SweepBatches(jobs, cluster_runs, planning, policy_jobs, progress)
         if sweep_static and autos:
-            # The bar goes on from the policies' jobs.
-            done, total = policy_jobs.done, policy_jobs.total
-            sweep_progress = None if progress is None else lambda d, t: progress(done + d, total + t)
-            sweep = _sweep_static(jobs, cluster_runs, planning, max(autos), workers, sweep_progress)
+            buffers = static_buffer_settings(max(autos), period.end - period.scored_from, config.gpus_per_node)
+            static = sweep_until_past(buffers, batches, max(autos), workers)
+        if sweep_rolling_max and autos:
+            rolling = sweep_until_past(rolling_max_settings(workload.end_s), batches, max(autos), workers)
     finally:
         jobs.close()
     runs = policy_jobs.policy_runs()
-    return SimulationResult(workload, period, config, runs, time.perf_counter() - started, static_sweep=sweep)
-
-
-def _sweep_static(
-    jobs: _Jobs,
-    cluster_runs: _ClusterRuns,
-    planning: Planning,
-    provisioned_limit: float,
-    workers: int,
-    progress: ProgressCallback | None,
-) -> dict[str, Outcome]:
-    """``static_buffer:0, 1, 2, ...`` in batches of ``workers``, up to and including the first that
-    provisions more than ``provisioned_limit`` GPU-seconds.
-
-    A buffer of N holds at least about N GPUs through the scored period, so N never needs to pass
-    ``provisioned_limit / scored seconds`` plus a node: the sweep ends even if a buffer's GPU-hours
-    were not to grow with N.
-    """
-    period = cluster_runs.period
-    scored_s = period.end - period.scored_from
-    ceiling = math.ceil(provisioned_limit / scored_s) + cluster_runs.pool_config.gpus_per_node
-    outcomes: dict[int, Outcome] = {}
-    buffer_gpus = 0
-    while buffer_gpus <= ceiling:
-        batch = range(buffer_gpus, min(buffer_gpus + workers, ceiling + 1))
-        for gpus in batch:
-            spec = parse_policy(f"static_buffer:{gpus}")
-            metric = heuristic_headroom(spec, cluster_runs.workload, planning)
-            cluster_runs.submit(jobs, ("sweep", str(gpus)), metric)
-        while jobs:
-            for (_, key), value in jobs.next_completed():
-                outcomes[int(key)] = value
-                if progress is not None:  # an open-ended sweep: the total is what is known so far
-                    progress(len(outcomes), buffer_gpus + len(batch))
-        buffer_gpus = batch.stop
-        if any(outcomes[gpus].totals.provisioned > provisioned_limit for gpus in batch):
-            break
-    last = min(
-        (gpus for gpus, outcome in outcomes.items() if outcome.totals.provisioned > provisioned_limit),
-        default=max(outcomes),
-    )
-    return {f"static_buffer:{gpus}": outcomes[gpus] for gpus in sorted(outcomes) if gpus <= last}
+    seconds = time.perf_counter() - started
+    return SimulationResult(workload, period, config, runs, seconds, static_sweep=static, rolling_max_sweep=rolling)

@@ -125,6 +125,7 @@ def test_table_and_pictures(demand_csv, tmp_path):
         (["--gpu-hour-price", "-1"], "--gpu-hour-price"),
         (["--refit-every", "12h"], "--refit-every"),
         (["--policies", "reactive,static_buffer:8", "--sweep-static"], "give at least one auto:Q"),
+        (["--policies", "reactive,reactive_max:30m", "--sweep-rolling-max"], "give at least one auto:Q"),
     ],
 )
 def test_bad_input_is_a_usage_error(demand_csv, args, message):

@@ -50,17 +50,32 @@ def test_alibaba_pod_list_is_read_directly(tmp_path):
 
 @pytest.fixture(scope="module")
 def helios_report(tmp_path_factory) -> dict:
-    """Six days of Helios Earth demand: five train the forecasters, the sixth is scored; static
-    buffers swept."""
+    """Six days of Helios Earth demand: five train the forecasters, the sixth is scored; static buffers
+    and rolling maxima swept (past auto:0.95, which costs more than reactive_max:30m on that day)."""
     series = data_helpers.helios_running_gpus().iloc[: 6 * 1440]
     directory = tmp_path_factory.mktemp("helios")
     path = data_helpers.write_csv(series, directory / "helios.csv.gz")
     report = _invoke(
-        "--input", str(path), "--warmup", "5d", "--policies", "reactive,static_buffer:3,auto:0.9", "--sweep-static",
-        "--plot", str(directory / "run.png"),
+        "--input", str(path), "--warmup", "5d", "--policies", f"{GIVEN_HEURISTICS},auto:0.9,auto:0.95",
+        "--sweep-static", "--sweep-rolling-max", "--plot", str(directory / "run.png"),
     )  # fmt: skip
     report["tradeoff_png"] = (directory / "run-tradeoff.png").read_bytes()
     return report
+
+
+GIVEN_HEURISTICS = "reactive,static_buffer:3,reactive_max:30m"
+SWEPT_KEYS = ("provisioned_gpu_hours", "short_gpu_minutes")
+
+
+def _costliest_auto(report: dict) -> float:
+    return max(f["provisioned_gpu_hours"] for text, f in report["policies"].items() if text.startswith("auto:"))
+
+
+def _assert_swept_just_past(sweep: dict, provisioned_limit: float) -> None:
+    """Each setting with its two figures; every one but the last costs no more than the limit."""
+    assert all(set(figures) == set(SWEPT_KEYS) for figures in sweep.values())
+    hours = [figures["provisioned_gpu_hours"] for figures in sweep.values()]
+    assert max(hours[:-1]) <= provisioned_limit < hours[-1]
 
 
 def test_auto_is_short_less_than_reactive_on_helios(helios_report):
@@ -71,25 +86,38 @@ def test_auto_is_short_less_than_reactive_on_helios(helios_report):
     assert report["forecasting"]["auto:0.9"]["fits"] == 5
 
 
-def test_static_sweep_reaches_past_auto_and_decides_the_frontier(helios_report):
-    report = helios_report
-    auto_hours = report["policies"]["auto:0.9"]["provisioned_gpu_hours"]
-    sweep = report["static_sweep"]
-    # Every whole buffer from 0, each with its two figures, up to the first costlier than auto.
-    assert list(sweep) == [f"static_buffer:{gpus}" for gpus in range(len(sweep))]
-    assert all(set(figures) == {"provisioned_gpu_hours", "short_gpu_minutes"} for figures in sweep.values())
-    hours = [figures["provisioned_gpu_hours"] for figures in sweep.values()]
-    assert max(hours[:-1]) <= auto_hours < hours[-1]
+def test_static_sweep_reaches_just_past_the_costliest_auto(helios_report):
+    sweep = helios_report["static_sweep"]
+    assert list(sweep) == [f"static_buffer:{gpus}" for gpus in range(len(sweep))]  # every whole buffer from 0
+    _assert_swept_just_past(sweep, _costliest_auto(helios_report))
     # A swept buffer is the same simulation as that policy given on the command line.
-    given = report["policies"]["static_buffer:3"]
-    assert sweep["static_buffer:3"] == {key: given[key] for key in ("provisioned_gpu_hours", "short_gpu_minutes")}
-    # The frontier is decided by the best of every heuristic at no more GPU-hours, swept ones included.
-    cheaper = {text: f for text, f in sweep.items() if f["provisioned_gpu_hours"] <= auto_hours}
-    best = min(cheaper, key=lambda text: cheaper[text]["short_gpu_minutes"])
-    check = report["frontier"]["auto:0.9"]
-    assert check["best_heuristic"] == best
-    assert check["heuristic_short_gpu_minutes"] == cheaper[best]["short_gpu_minutes"]
-    assert report["tradeoff_png"][:8] == b"\x89PNG\r\n\x1a\n"  # the sweep drawn as a curve
-    assert check["dominated"] == (
-        report["policies"]["auto:0.9"]["short_gpu_minutes"] > cheaper[best]["short_gpu_minutes"]
-    )
+    given = helios_report["policies"]["static_buffer:3"]
+    assert sweep["static_buffer:3"] == {key: given[key] for key in SWEPT_KEYS}
+
+
+def test_rolling_max_sweep_reaches_just_past_the_costliest_auto(helios_report):
+    sweep = helios_report["rolling_max_sweep"]
+    assert list(sweep) == [f"reactive_max:{minutes}m" for minutes in range(5, 5 * len(sweep) + 1, 5)]
+    _assert_swept_just_past(sweep, _costliest_auto(helios_report))
+    given = helios_report["policies"]["reactive_max:30m"]
+    assert sweep["reactive_max:30m"] == {key: given[key] for key in SWEPT_KEYS}
+
+
+def test_frontier_judges_each_auto_against_every_heuristic_run(helios_report):
+    report = helios_report
+    given = {text: report["policies"][text] for text in GIVEN_HEURISTICS.split(",")}
+    heuristics = given | report["static_sweep"] | report["rolling_max_sweep"]
+    assert set(report["frontier"]) == {"auto:0.9", "auto:0.95"}
+    for text, check in report["frontier"].items():
+        auto = report["policies"][text]
+        cheaper = {
+            name: f for name, f in heuristics.items() if f["provisioned_gpu_hours"] <= auto["provisioned_gpu_hours"]
+        }
+        best = min(
+            cheaper, key=lambda name: (cheaper[name]["short_gpu_minutes"], cheaper[name]["provisioned_gpu_hours"])
+        )
+        assert check["best_heuristic"] == best
+        assert check["heuristic_short_gpu_minutes"] == cheaper[best]["short_gpu_minutes"]
+        assert check["heuristic_provisioned_gpu_hours"] == cheaper[best]["provisioned_gpu_hours"]
+        assert check["dominated"] == (auto["short_gpu_minutes"] > cheaper[best]["short_gpu_minutes"])
+    assert report["tradeoff_png"][:8] == b"\x89PNG\r\n\x1a\n"  # both sweeps drawn as curves
