@@ -7,26 +7,23 @@ numbers work (``GPU_AUTOSCALER_AUTH__ALLOWED_NAMES='[front-proxy-client]'``).
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from adapters.promql import PerStep
 from adapters.types import AdapterError
-from autoscaler.durations import parse_duration
 from autoscaler.selectors import SelectorError, validate_key, validate_value
+from autoscaler.server_settings import STRICT, Duration, ServerSettings
 
 ENV_PREFIX = "GPU_AUTOSCALER_"
 ENV_NESTING = "__"
-
-Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 
 class SettingsError(Exception):
@@ -34,48 +31,7 @@ class SettingsError(Exception):
 
 
 class _Strict(BaseModel):
-    # Unknown keys are typos far more often than intent: refuse them, naming the key.
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TLSSettings(_Strict):
-    cert_file: Path | None = None
-    key_file: Path | None = None
-    # How often the files are checked for rotation.
-    reload_interval: Duration = timedelta(seconds=10)
-
-    @model_validator(mode="after")
-    def _both_or_neither(self) -> TLSSettings:
-        if (self.cert_file is None) != (self.key_file is None):
-            raise ValueError("cert_file and key_file must be given together")
-        return self
-
-
-class ServerSettings(_Strict):
-    bind_address: str = "0.0.0.0"  # noqa: S104 - in-cluster the service must listen on the pod IP
-    secure_port: int = Field(default=6443, ge=0, le=65535)  # 0: any free port (tests)
-    # None switches the plain port off; 0 picks any free port (tests).
-    http_port: int | None = Field(default=8080, ge=0, le=65535)
-    tls: TLSSettings = TLSSettings()
-    shutdown_grace: Duration = timedelta(seconds=10)
-    # A connection that sends no complete request for this long is closed: idle keep-alive
-    # connections and slow-header (slowloris) clients alike.
-    idle_timeout: Duration = timedelta(seconds=30)
-
-    @model_validator(mode="after")
-    def _ports_differ(self) -> ServerSettings:
-        if self.http_port and self.secure_port and self.http_port == self.secure_port:
-            raise ValueError("secure_port and http_port must differ")
-        return self
-
-    @property
-    def is_loopback(self) -> bool:
-        if self.bind_address == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(self.bind_address).is_loopback
-        except ValueError:
-            return False
+    model_config = STRICT
 
 
 class AuthSettings(_Strict):
