@@ -110,3 +110,10 @@ def version_info() -> dict[str, str]:
 def status_response(code: int, message: str, **details: str) -> web.Response:
     """A ``metav1.Status`` answer with ``code`` as the HTTP status."""
     return web.json_response(status(code, message, **details), status=code)
+
+
+def invalid_parameter_response(parameter: str, message: str) -> web.Response:
+    """A 400 ``metav1.Status`` naming the query parameter at fault as its cause, as kube-apiserver does."""
+    document = status(400, message)
+    document["details"] = {"causes": [{"reason": "FieldValueInvalid", "message": message, "field": parameter}]}
+    return web.json_response(document, status=400)
