@@ -74,14 +74,22 @@ def _save_quietly(path: Path, snapshot: Snapshot) -> None:
 
 
 def update_readiness(readiness: Readiness, refresher: Refresher, pipeline: Pipeline) -> None:
-    """/readyz?verbose detail: each signal's last success or its error, and the watches' states."""
+    """/readyz?verbose detail: each signal's last success or its error, and the watches' states.
+
+    The refresher records a fit under its signal's name and a pull under its source's name; one
+    source may yield several signals (the demo's yields two), so each served signal gets a line, and
+    a pull error of a source without a signal of its name gets its own.
+    """
     checks: dict[str, str] = {}
     stats = refresher.stats
-    for source in pipeline.sources:
-        error = stats.last_error.get(source.name)
-        success = stats.last_success.get(source.name)
+    served = {plan.signal for plan in pipeline.plans}
+    pulled_only = {source.name for source in pipeline.sources if source.name in stats.last_error} - served
+    for name in sorted(served | pulled_only):
+        error = stats.last_error.get(name)
+        success = stats.last_success.get(name)
         last = f"last success {success:%Y-%m-%dT%H:%M:%SZ}" if success else "no success yet"
-        checks[f"signal {source.name}"] = f"failing: {error} ({last})" if error else last
+        kind = "signal" if name in served else "source"
+        checks[f"{kind} {name}"] = f"failing: {error} ({last})" if error else last
     if pipeline.health is not None:
         checks.update(pipeline.health())
     readiness.checks = checks
