@@ -1,4 +1,4 @@
-"""The ``server`` section of the settings: ports, TLS, shutdown timing."""
+"""The ``server`` section of the settings: ports, TLS, HTTP parser limits, shutdown timing."""
 
 from __future__ import annotations
 
@@ -45,6 +45,12 @@ class ServerSettings(_Strict):
     # A connection that sends no complete request for this long is closed: idle keep-alive
     # connections and slow-header (slowloris) clients alike.
     idle_timeout: Duration = timedelta(seconds=30)
+    # HTTP parser limits. Longer request lines are answered 414, longer header lines or more headers
+    # 431. The request line holds the label selector: 64 KiB leaves room for the selector parser's own
+    # 16 KiB limit even percent-encoded. The aggregator sends one X-Remote-Group header per group.
+    max_request_line_bytes: int = Field(default=65_536, ge=1_024, le=1_048_576)
+    max_header_field_bytes: int = Field(default=16_384, ge=1_024, le=1_048_576)
+    max_headers: int = Field(default=256, ge=16, le=10_000)
 
     @model_validator(mode="after")
     def _ports_differ(self) -> ServerSettings:

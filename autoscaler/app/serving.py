@@ -19,6 +19,7 @@ from autoscaler.app.factory import build_access, client_ca_pems, create_app, nee
 from autoscaler.pipeline import open_pipeline
 from autoscaler.settings import Settings
 from autoscaler.web import demo_pki
+from autoscaler.web.http_server import ParserLimits, StatusAppRunner
 from autoscaler.web.tls import ServerTLS, ServingFiles, ensure_self_signed
 
 log = logging.getLogger(__name__)
@@ -70,16 +71,18 @@ async def running(
     settings: Settings, *, api_app: web.Application, ops_app: web.Application, tls: ServerTLS
 ) -> AsyncIterator[Listening]:
     """Serve both apps on the configured address (port 0 picks a free one) until the block ends."""
-    grace = settings.server.shutdown_grace.total_seconds()
+    server = settings.server
+    grace = server.shutdown_grace.total_seconds()
     # Closes connections that send no complete request for this long (idle or slowloris).
-    idle = settings.server.idle_timeout.total_seconds()
+    idle = server.idle_timeout.total_seconds()
+    limits = ParserLimits(server.max_request_line_bytes, server.max_header_field_bytes, server.max_headers)
     runners = [
-        web.AppRunner(app, handle_signals=False, shutdown_timeout=grace, access_log=None, keepalive_timeout=idle)
+        StatusAppRunner(app, limits=limits, shutdown_timeout=grace, access_log=None, keepalive_timeout=idle)
         for app in (api_app, ops_app)
     ]
-    host = settings.server.bind_address
-    secure_socket = _bind(host, settings.server.secure_port)
-    http_socket = _bind(host, settings.server.http_port) if settings.server.http_port is not None else None
+    host = server.bind_address
+    secure_socket = _bind(host, server.secure_port)
+    http_socket = _bind(host, server.http_port) if server.http_port is not None else None
     try:
         await runners[0].setup()
         await web.SockSite(runners[0], secure_socket, ssl_context=tls.context).start()

@@ -14,7 +14,8 @@ GROUP = "external.metrics.k8s.io"
 VERSION = "v1beta1"
 GROUP_VERSION = f"{GROUP}/{VERSION}"
 
-# HTTP status -> metav1.StatusReason, as k8s.io/apimachinery names them.
+# HTTP status -> metav1.StatusReason, as k8s.io/apimachinery names them. apimachinery has no reason
+# for 414, 431 and 501; the nearest ones let client-go's IsBadRequest / IsMethodNotSupported say true.
 STATUS_REASONS = {
     400: "BadRequest",
     401: "Unauthorized",
@@ -23,9 +24,13 @@ STATUS_REASONS = {
     405: "MethodNotAllowed",
     406: "NotAcceptable",
     413: "RequestEntityTooLarge",
+    414: "BadRequest",
     429: "TooManyRequests",
+    431: "BadRequest",
     500: "InternalError",
+    501: "MethodNotAllowed",
     503: "ServiceUnavailable",
+    504: "Timeout",
 }
 
 
