@@ -42,8 +42,8 @@ class ServerSettings(_Strict):
     http_port: int | None = Field(default=8080, ge=0, le=65535)
     tls: TLSSettings = TLSSettings()
     shutdown_grace: Duration = timedelta(seconds=10)
-    # A connection that sends no complete request for this long is closed: idle keep-alive
-    # connections and slow-header (slowloris) clients alike.
+    # A connection that sends no complete request (or TLS handshake) for this long is closed: idle
+    # keep-alive connections and slow-header (slowloris) clients alike.
     idle_timeout: Duration = timedelta(seconds=30)
     # HTTP parser limits. Longer request lines are answered 414, longer header lines or more headers
     # 431. The request line holds the label selector: 64 KiB leaves room for the selector parser's own

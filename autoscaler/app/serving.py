@@ -20,7 +20,9 @@ from autoscaler.pipeline import open_pipeline
 from autoscaler.settings import Settings
 from autoscaler.web import demo_pki
 from autoscaler.web.http_server import ParserLimits, StatusAppRunner
+from autoscaler.web.keys import SELF_METRICS
 from autoscaler.web.tls import ServerTLS, ServingFiles, ensure_self_signed
+from autoscaler.web.tls_accept import TLSAcceptSite
 
 log = logging.getLogger(__name__)
 
@@ -73,19 +75,22 @@ async def running(
     """Serve both apps on the configured address (port 0 picks a free one) until the block ends."""
     server = settings.server
     grace = server.shutdown_grace.total_seconds()
-    # Closes connections that send no complete request for this long (idle or slowloris).
+    # Closes connections that send no complete request (or handshake) for this long: idle or slowloris.
     idle = server.idle_timeout.total_seconds()
     limits = ParserLimits(server.max_request_line_bytes, server.max_header_field_bytes, server.max_headers)
     runners = [
         StatusAppRunner(app, limits=limits, shutdown_timeout=grace, access_log=None, keepalive_timeout=idle)
         for app in (api_app, ops_app)
     ]
+    refused = api_app[SELF_METRICS].auth_failures.labels("tls")
     host = server.bind_address
     secure_socket = _bind(host, server.secure_port)
     http_socket = _bind(host, server.http_port) if server.http_port is not None else None
     try:
         await runners[0].setup()
-        await web.SockSite(runners[0], secure_socket, ssl_context=tls.context).start()
+        await TLSAcceptSite(
+            runners[0], secure_socket, context=tls.context, handshake_timeout_s=idle, on_refused=refused.inc
+        ).start()
         if http_socket is not None:
             await runners[1].setup()
             await web.SockSite(runners[1], http_socket).start()
