@@ -116,7 +116,9 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
         kube = await stack.enter_async_context(kubernetes_client(settings)) if needs_kubernetes_api(settings) else None
         pipeline = await stack.enter_async_context(open_pipeline(settings, kube))
         access = await build_access(settings, kube)
-        tls = ServerTLS(_serving_files(settings), client_ca_pems(access))
+        tls = ServerTLS(
+            _serving_files(settings), client_ca_pems(access), cipher_suites=settings.server.tls.cipher_suites
+        )
         api_app, ops_app = create_app(settings, pipeline=pipeline, access=access)
         await _serve_until_stopped(settings, api_app, ops_app, tls, stop)
 

@@ -1,4 +1,5 @@
-"""The secure port's TLS: serving certificate (reloaded when it changes on disk) and client CAs."""
+"""The secure port's TLS: serving certificate (reloaded when it changes on disk), client CAs and cipher
+suites."""
 
 from __future__ import annotations
 
@@ -6,13 +7,24 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from autoscaler.server_settings import AEAD_CIPHER_SUITES, TLSCipherSuite
 from autoscaler.web.certificates import generate_ca, issue_certificate
 
 log = logging.getLogger(__name__)
+
+# IANA names (as kube-apiserver's --tls-cipher-suites takes them) to OpenSSL's.
+OPENSSL_CIPHERS: dict[TLSCipherSuite, str] = {
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+}
 
 
 @dataclass(frozen=True)
@@ -42,10 +54,18 @@ class ServerTLS:
     needs no restart and drops no connection in flight.
     """
 
-    def __init__(self, serving: ServingFiles, client_ca_pems: list[bytes]) -> None:
+    def __init__(
+        self,
+        serving: ServingFiles,
+        client_ca_pems: list[bytes],
+        *,
+        cipher_suites: Sequence[TLSCipherSuite] = AEAD_CIPHER_SUITES,
+    ) -> None:
         self.serving = serving
         self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        # TLS 1.2 only: OpenSSL has no way to narrow TLS 1.3's suites from Python, and all are AEAD.
+        self.context.set_ciphers(":".join(OPENSSL_CIPHERS[suite] for suite in cipher_suites))
         self.context.load_cert_chain(serving.cert_file, serving.key_file)
         if client_ca_pems:
             # Ask for a client certificate but let requests without one through to bearer-token auth.

@@ -106,3 +106,15 @@ async def test_rotation_under_load_fails_no_request(api_server):
     assert len(outcomes) > 50
     assert api_server.tls.reloads == 2
     assert set(rotated) <= serials  # both new certificates were actually served
+
+
+def test_every_configurable_cipher_suite_is_an_ecdhe_aead_one_openssl_knows():
+    from autoscaler.server_settings import AEAD_CIPHER_SUITES
+    from autoscaler.web.tls import OPENSSL_CIPHERS
+
+    assert set(OPENSSL_CIPHERS) == set(AEAD_CIPHER_SUITES)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    for iana, openssl in OPENSSL_CIPHERS.items():
+        context.set_ciphers(openssl)  # raises for a name OpenSSL does not know
+        (cipher,) = [c for c in context.get_ciphers() if c["protocol"] == "TLSv1.2"]
+        assert cipher["aead"] and cipher["kea"] == "kx-ecdhe", iana
