@@ -1,5 +1,5 @@
-"""The secure port's TLS: serving certificate (reloaded when it changes on disk), client CAs and cipher
-suites."""
+"""The secure port's TLS: serving certificate (checked, reloaded when it changes on disk), client CAs
+and cipher suites."""
 
 from __future__ import annotations
 
@@ -9,10 +9,19 @@ import logging
 import ssl
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
+from cryptography import x509
+
 from autoscaler.server_settings import AEAD_CIPHER_SUITES, TLSCipherSuite
-from autoscaler.web.certificates import generate_ca, issue_certificate
+from autoscaler.web.certificates import (
+    CertificateFileError,
+    check_pair,
+    generate_ca,
+    issue_certificate,
+    validity_fault,
+)
 
 log = logging.getLogger(__name__)
 
@@ -34,24 +43,31 @@ class ServingFiles:
 
 
 def ensure_self_signed(state_dir: Path, hosts: tuple[str, ...]) -> ServingFiles:
-    """A self-signed serving certificate in ``state_dir``, made once and reused after."""
-    cert_file, key_file = state_dir / "serving.crt", state_dir / "serving.key"
-    if not (cert_file.exists() and key_file.exists()):
-        authority = generate_ca("gpu-autoscaler self-signed")
-        issue_certificate(authority, "gpu-autoscaler", hosts=hosts, server=True).write(cert_file, key_file)
-        log.warning(
-            "no serving certificate configured: generated a self-signed one at %s "
-            "(register the APIService with insecureSkipTLSVerify, or give server.tls.cert_file)",
-            cert_file,
-        )
-    return ServingFiles(cert_file, key_file)
+    """A self-signed serving certificate in ``state_dir``, made once and reused while it is usable."""
+    files = ServingFiles(state_dir / "serving.crt", state_dir / "serving.key")
+    try:
+        check_pair(files.cert_file, files.key_file)
+        return files
+    except CertificateFileError as fault:
+        # The service made these files, so it makes them again rather than refuse to start.
+        if files.cert_file.exists() or files.key_file.exists():
+            log.warning("self-signed serving certificate: %s; generating a new one", fault)
+    authority = generate_ca("gpu-autoscaler self-signed")
+    issue_certificate(authority, "gpu-autoscaler", hosts=hosts, server=True).write(files.cert_file, files.key_file)
+    log.warning(
+        "no serving certificate configured: generated a self-signed one at %s "
+        "(register the APIService with insecureSkipTLSVerify, or give server.tls.cert_file)",
+        files.cert_file,
+    )
+    return files
 
 
 class ServerTLS:
     """An SSLContext whose serving certificate follows the files on disk.
 
     ``load_cert_chain`` on a live context affects only handshakes that start afterwards, so rotation
-    needs no restart and drops no connection in flight.
+    needs no restart and drops no connection in flight. Files that do not parse, do not match, or
+    are not valid now raise CertificateFileError at start and are not loaded on rotation.
     """
 
     def __init__(
@@ -66,7 +82,7 @@ class ServerTLS:
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
         # TLS 1.2 only: OpenSSL has no way to narrow TLS 1.3's suites from Python, and all are AEAD.
         self.context.set_ciphers(":".join(OPENSSL_CIPHERS[suite] for suite in cipher_suites))
-        self.context.load_cert_chain(serving.cert_file, serving.key_file)
+        self.certificate = self._load()
         if client_ca_pems:
             # Ask for a client certificate but let requests without one through to bearer-token auth.
             self.context.verify_mode = ssl.CERT_OPTIONAL
@@ -74,10 +90,27 @@ class ServerTLS:
                 self.context.load_verify_locations(cadata=pem.decode("ascii"))
         self._stamp = self._file_stamp()
         self.reloads = 0
+        # Set when a handshake check of the running service failed (the demo checks its kubeconfig).
+        self.handshake_problem: str | None = None
+
+    def _load(self) -> x509.Certificate:
+        certificate, _ = check_pair(self.serving.cert_file, self.serving.key_file)
+        try:
+            self.context.load_cert_chain(self.serving.cert_file, self.serving.key_file)
+        except ssl.SSLError as error:  # a chain OpenSSL refuses although cryptography reads it
+            raise CertificateFileError(self.serving.cert_file, f"refused by OpenSSL ({error.reason})") from None
+        return certificate
 
     def _file_stamp(self) -> tuple[float, float, int, int]:
         cert, key = self.serving.cert_file.stat(), self.serving.key_file.stat()
         return (cert.st_mtime, key.st_mtime, cert.st_size, key.st_size)
+
+    def problem(self, now: datetime | None = None) -> str | None:
+        """Why clients cannot complete a handshake now (for /readyz), or ``None``."""
+        fault = validity_fault(self.certificate, now)
+        if fault is not None:
+            return f"serving certificate {self.serving.cert_file} {fault}"
+        return self.handshake_problem
 
     def reload_if_changed(self) -> bool:
         """Reload the serving certificate if its files changed; keep the old one if the new is bad."""
@@ -89,10 +122,10 @@ class ServerTLS:
         if stamp == self._stamp:
             return False
         try:
-            self.context.load_cert_chain(self.serving.cert_file, self.serving.key_file)
-        except (OSError, ssl.SSLError) as error:
+            self.certificate = self._load()
+        except CertificateFileError as fault:
             # A rotation writes cert and key one after the other: try again next tick.
-            log.warning("serving certificate not reloaded yet (%s); keeping the current one", error)
+            log.warning("serving certificate not reloaded yet (%s); keeping the current one", fault)
             return False
         self._stamp = stamp
         self.reloads += 1
