@@ -56,6 +56,10 @@ class ServerSettings(_Strict):
     # None switches the plain port off; 0 picks any free port (tests).
     http_port: int | None = Field(default=8080, ge=0, le=65535)
     tls: TLSSettings = TLSSettings()
+    # After SIGTERM, /readyz fails at once but both ports keep serving this long, so that endpoints,
+    # load balancers and the aggregator stop sending before the listeners close (kube-apiserver's
+    # --shutdown-delay-duration); then in-flight requests drain for up to shutdown_grace.
+    shutdown_delay: Duration = timedelta(seconds=5)
     shutdown_grace: Duration = timedelta(seconds=10)
     # A connection that sends no complete request (or TLS handshake) for this long is closed: idle
     # keep-alive connections and slow-header (slowloris) clients alike.

@@ -10,6 +10,7 @@ import signal
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import timedelta
 
 from aiohttp import web
 from kubernetes_asyncio.client import ApiClient
@@ -48,17 +49,19 @@ def server_tls(settings: Settings, access: AccessControl) -> ServerTLS:
 
 
 def prepare_demo(settings: Settings) -> Settings:
-    """Point TLS and client authentication at the demo CA in the state dir (checked, made if needed)."""
+    """Point TLS and client authentication at the demo CA in the state dir (checked, made if needed).
+
+    The demo stops at once on SIGTERM unless ``server.shutdown_delay`` is set: nothing balances load to it.
+    """
     files = demo_pki.prepare_state_dir(settings.state_dir)
+    server_update: dict[str, object] = {
+        "tls": settings.server.tls.model_copy(update={"cert_file": files.serving_cert, "key_file": files.serving_key})
+    }
+    if "shutdown_delay" not in settings.server.model_fields_set:
+        server_update["shutdown_delay"] = timedelta(0)
     return settings.model_copy(
         update={
-            "server": settings.server.model_copy(
-                update={
-                    "tls": settings.server.tls.model_copy(
-                        update={"cert_file": files.serving_cert, "key_file": files.serving_key}
-                    )
-                }
-            ),
+            "server": settings.server.model_copy(update=server_update),
             "auth": settings.auth.model_copy(
                 update={"mode": "files", "client_ca_file": files.ca_file, "authorization": "allow-authenticated"}
             ),
@@ -157,16 +160,29 @@ async def _serve_until_stopped(
     settings: Settings, api_app: web.Application, ops_app: web.Application, tls: ServerTLS, stop: asyncio.Event | None
 ) -> None:
     stop = stop or asyncio.Event()
+    hurry = asyncio.Event()  # a second signal ends the shutdown delay early
+
+    def on_signal() -> None:
+        if stop.is_set():
+            hurry.set()
+        stop.set()
+
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signum, stop.set)
+            loop.add_signal_handler(signum, on_signal)
+    api_app[READINESS].gates["shutdown"] = lambda: "the server is shutting down" if stop.is_set() else None
     async with running(settings, api_app=api_app, ops_app=ops_app, tls=tls) as listening:
         settle_heap()
         if settings.demo.enabled:
             await _check_demo_kubeconfig(settings, listening, tls)
         _announce(settings, listening)
         await stop.wait()
+        delay = settings.server.shutdown_delay.total_seconds()
+        if delay > 0 and not hurry.is_set():
+            log.info("shutting down: /readyz fails now; serving %.1f s more (server.shutdown_delay)", delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(hurry.wait(), delay)
 
 
 async def _check_demo_kubeconfig(settings: Settings, listening: Listening, tls: ServerTLS) -> None:
