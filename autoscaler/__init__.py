@@ -5,11 +5,12 @@ The package in layers, outermost first (``lint-imports`` holds them; nothing imp
 - ``commands``: the ``gpu-autoscaler`` command line (``serve``, ``check-config``, ``backtest``,
   ``forecast``, ``simulate``).
 - ``app``: the composition root (``factory.create_app`` builds both aiohttp apps, their state and
-  the refresher) and the serving process (``serving.serve``: TLS, sockets, signals, draining).
+  the refresher) and the serving process (``serving.serve``: TLS, sockets, signals, shutdown delay, draining).
   ``simulation`` sits beside it: the cluster simulator behind ``simulate``.
 - ``web``: everything that answers HTTP (external metrics API, inspection API and page, probes,
   self-metrics, authentication, TLS); its own ``__init__`` maps it.
-- The core, flat: ``pipeline`` assembles, from ``settings``, the ``sources`` (Prometheus signals),
+- The core, flat: ``pipeline`` assembles, from ``settings`` (its ``server`` section in
+  ``server_settings``), the ``sources`` (Prometheus signals),
   ``kube_inputs`` (CronJob windows, NodeClaim lead times, GPU limits, the NodePool each pod lands
   in, Pending pods' GPUs) or the ``demo``; the ``refresher`` pulls, has ``workers`` fit and
   forecast, applies the ``policy`` and swaps a new snapshot into the ``provider``; ``persistence``

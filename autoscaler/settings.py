@@ -5,78 +5,23 @@
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from adapters.promql import PerStep
 from adapters.types import AdapterError
 from autoscaler.policy import PlanKind
 from autoscaler.provider import FallbackMode
 from autoscaler.selectors import SelectorError, parse_selector, validate_key, validate_value
-from forecast.durations import parse_duration
-
-
-def _duration_setting(value: object) -> timedelta:
-    """A duration field: text or a number of seconds from YAML or the environment is parsed (zero
-    allowed); a ``timedelta`` given in Python passes as it is."""
-    if isinstance(value, timedelta):
-        return value
-    if isinstance(value, str | int | float):
-        return parse_duration(value)
-    raise ValueError(f"expected a duration such as '5m' or '1h30m', got {value!r}")
-
-
-Duration = Annotated[timedelta, BeforeValidator(_duration_setting)]
+from autoscaler.server_settings import STRICT, Duration, ServerSettings
 
 
 class _Strict(BaseModel):
-    # Unknown keys are typos far more often than intent: refuse them, naming the key.
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class TLSSettings(_Strict):
-    cert_file: Path | None = None
-    key_file: Path | None = None
-    # How often the files are checked for rotation.
-    reload_interval: Duration = timedelta(seconds=10)
-
-    @model_validator(mode="after")
-    def _both_or_neither(self) -> TLSSettings:
-        if (self.cert_file is None) != (self.key_file is None):
-            raise ValueError("cert_file and key_file must be given together")
-        return self
-
-
-class ServerSettings(_Strict):
-    bind_address: str = "0.0.0.0"  # noqa: S104 - in-cluster the service must listen on the pod IP
-    secure_port: int = Field(default=6443, ge=0, le=65535)  # 0: any free port (tests)
-    # None switches the plain port off; 0 picks any free port (tests).
-    http_port: int | None = Field(default=8080, ge=0, le=65535)
-    tls: TLSSettings = TLSSettings()
-    shutdown_grace: Duration = timedelta(seconds=10)
-    # A connection that sends no complete request for this long is closed: idle keep-alive
-    # connections and slow-header (slowloris) clients alike.
-    idle_timeout: Duration = timedelta(seconds=30)
-
-    @model_validator(mode="after")
-    def _ports_differ(self) -> ServerSettings:
-        if self.http_port and self.secure_port and self.http_port == self.secure_port:
-            raise ValueError("secure_port and http_port must differ")
-        return self
-
-    @property
-    def is_loopback(self) -> bool:
-        if self.bind_address == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(self.bind_address).is_loopback
-        except ValueError:
-            return False
+    model_config = STRICT
 
 
 class AuthSettings(_Strict):

@@ -25,7 +25,7 @@ from autoscaler.refresher import Refresher, RefreshStats
 from autoscaler.settings import Settings
 from autoscaler.web import kubernetes_auth
 from autoscaler.web.auth import AccessControl, AllowAuthenticated, Authenticator, Authorizer, RequestHeaderConfig
-from autoscaler.web.certificates import load_certificates
+from autoscaler.web.certificates import CertificateFileError, common_name, read_certificates, validity_fault
 from autoscaler.web.external_metrics import add_external_metrics_routes
 from autoscaler.web.inspection import add_inspection_routes
 from autoscaler.web.keys import ACCESS, CLOCK, METRICS_PROVIDER, READINESS, SELF_METRICS, SNAPSHOTS, UNPLACED, Clock
@@ -41,8 +41,21 @@ log = logging.getLogger(__name__)
 REFRESHER = web.AppKey("refresher", Refresher)
 
 
-def _read_authorities(path: Path | None) -> tuple[x509.Certificate, ...]:
-    return tuple(load_certificates(path.read_bytes())) if path is not None else ()
+def _read_authorities(path: Path | None, setting: str) -> tuple[x509.Certificate, ...]:
+    """The CA certificates a setting names; a file that cannot be used raises, naming setting and fault."""
+    if path is None:
+        return ()
+    try:
+        authorities = tuple(read_certificates(path))
+    except CertificateFileError as error:
+        raise error.for_setting(setting) from None
+    for authority in authorities:
+        # A bundle may hold an old CA beside its successor during a rotation: say so, but serve.
+        fault = validity_fault(authority)
+        if fault is not None:
+            name = common_name(authority)
+            log.warning("%s %s: CA %r %s; client certificates it issued are refused", setting, path, name, fault)
+    return authorities
 
 
 def needs_kubernetes_api(settings: Settings) -> bool:
@@ -74,14 +87,22 @@ def _save_quietly(path: Path, snapshot: Snapshot) -> None:
 
 
 def update_readiness(readiness: Readiness, refresher: Refresher, pipeline: Pipeline) -> None:
-    """/readyz?verbose detail: each signal's last success or its error, and the watches' states."""
+    """/readyz?verbose detail: each signal's last success or its error, and the watches' states.
+
+    The refresher records a fit under its signal's name and a pull under its source's name; one
+    source may yield several signals (the demo's yields two), so each served signal gets a line, and
+    a pull error of a source without a signal of its name gets its own.
+    """
     checks: dict[str, str] = {}
     stats = refresher.stats
-    for source in pipeline.sources:
-        error = stats.last_error.get(source.name)
-        success = stats.last_success.get(source.name)
+    served = {plan.signal for plan in pipeline.plans}
+    pulled_only = {source.name for source in pipeline.sources if source.name in stats.last_error} - served
+    for name in sorted(served | pulled_only):
+        error = stats.last_error.get(name)
+        success = stats.last_success.get(name)
         last = f"last success {success:%Y-%m-%dT%H:%M:%SZ}" if success else "no success yet"
-        checks[f"signal {source.name}"] = f"failing: {error} ({last})" if error else last
+        kind = "signal" if name in served else "source"
+        checks[f"{kind} {name}"] = f"failing: {error} ({last})" if error else last
     if pipeline.health is not None:
         checks.update(pipeline.health())
     readiness.checks = checks
@@ -104,7 +125,9 @@ async def build_access(settings: Settings, kube: ApiClient | None = None) -> Acc
     )
     if auth.mode == "kubernetes" and kube is not None:
         return AccessControl(await kubernetes_auth.kubernetes_authenticator(kube, auth), authorizer)
-    requestheader_authorities = _read_authorities(auth.requestheader_client_ca_file)
+    requestheader_authorities = _read_authorities(
+        auth.requestheader_client_ca_file, "auth.requestheader_client_ca_file"
+    )
     requestheader = (
         RequestHeaderConfig(
             authorities=requestheader_authorities,
@@ -118,7 +141,7 @@ async def build_access(settings: Settings, kube: ApiClient | None = None) -> Acc
     )
     authenticator = Authenticator(
         requestheader=requestheader,
-        client_authorities=_read_authorities(auth.client_ca_file),
+        client_authorities=_read_authorities(auth.client_ca_file, "auth.client_ca_file"),
         token_reviewer=kubernetes_auth.KubeTokenReviewer(kube) if kube is not None else None,
         token_cache_ttl_s=auth.token_cache_ttl.total_seconds(),
     )

@@ -10,6 +10,7 @@ import signal
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import timedelta
 
 from aiohttp import web
 from kubernetes_asyncio.client import ApiClient
@@ -19,7 +20,12 @@ from autoscaler.app.factory import build_access, client_ca_pems, create_app, nee
 from autoscaler.pipeline import open_pipeline
 from autoscaler.settings import Settings
 from autoscaler.web import demo_pki
+from autoscaler.web.auth import AccessControl
+from autoscaler.web.certificates import CertificateFileError
+from autoscaler.web.http_server import ParserLimits, StatusAppRunner
+from autoscaler.web.keys import READINESS, SELF_METRICS
 from autoscaler.web.tls import ServerTLS, ServingFiles, ensure_self_signed
+from autoscaler.web.tls_accept import TLSAcceptSite
 
 log = logging.getLogger(__name__)
 
@@ -31,18 +37,31 @@ def _serving_files(settings: Settings) -> ServingFiles:
     return ensure_self_signed(settings.state_dir, hosts=("localhost", "127.0.0.1", settings.server.bind_address))
 
 
+def server_tls(settings: Settings, access: AccessControl) -> ServerTLS:
+    """The secure port's TLS; a serving file that cannot be used raises, naming its setting and fault."""
+    files = _serving_files(settings)
+    try:
+        return ServerTLS(files, client_ca_pems(access), cipher_suites=settings.server.tls.cipher_suites)
+    except CertificateFileError as error:
+        tls = settings.server.tls
+        setting = {tls.cert_file: "server.tls.cert_file", tls.key_file: "server.tls.key_file"}.get(error.path)
+        raise (error.for_setting(setting) if setting else error) from None
+
+
 def prepare_demo(settings: Settings) -> Settings:
-    """Point TLS and client authentication at the demo CA in the state dir (created on first run)."""
+    """Point TLS and client authentication at the demo CA in the state dir (checked, made if needed).
+
+    The demo stops at once on SIGTERM unless ``server.shutdown_delay`` is set: nothing balances load to it.
+    """
     files = demo_pki.prepare_state_dir(settings.state_dir)
+    server_update: dict[str, object] = {
+        "tls": settings.server.tls.model_copy(update={"cert_file": files.serving_cert, "key_file": files.serving_key})
+    }
+    if "shutdown_delay" not in settings.server.model_fields_set:
+        server_update["shutdown_delay"] = timedelta(0)
     return settings.model_copy(
         update={
-            "server": settings.server.model_copy(
-                update={
-                    "tls": settings.server.tls.model_copy(
-                        update={"cert_file": files.serving_cert, "key_file": files.serving_key}
-                    )
-                }
-            ),
+            "server": settings.server.model_copy(update=server_update),
             "auth": settings.auth.model_copy(
                 update={"mode": "files", "client_ca_file": files.ca_file, "authorization": "allow-authenticated"}
             ),
@@ -69,20 +88,29 @@ def _bind(host: str, port: int) -> socket.socket:
 async def running(
     settings: Settings, *, api_app: web.Application, ops_app: web.Application, tls: ServerTLS
 ) -> AsyncIterator[Listening]:
-    """Serve both apps on the configured address (port 0 picks a free one) until the block ends."""
-    grace = settings.server.shutdown_grace.total_seconds()
-    # Closes connections that send no complete request for this long (idle or slowloris).
-    idle = settings.server.idle_timeout.total_seconds()
+    """Serve both apps on the configured address (port 0 picks a free one) until the block ends.
+
+    /readyz fails while the serving certificate is not valid or a handshake check failed.
+    """
+    server = settings.server
+    grace = server.shutdown_grace.total_seconds()
+    # Closes connections that send no complete request (or handshake) for this long: idle or slowloris.
+    idle = server.idle_timeout.total_seconds()
+    limits = ParserLimits(server.max_request_line_bytes, server.max_header_field_bytes, server.max_headers)
     runners = [
-        web.AppRunner(app, handle_signals=False, shutdown_timeout=grace, access_log=None, keepalive_timeout=idle)
+        StatusAppRunner(app, limits=limits, shutdown_timeout=grace, access_log=None, keepalive_timeout=idle)
         for app in (api_app, ops_app)
     ]
-    host = settings.server.bind_address
-    secure_socket = _bind(host, settings.server.secure_port)
-    http_socket = _bind(host, settings.server.http_port) if settings.server.http_port is not None else None
+    api_app[READINESS].gates["tls"] = tls.problem
+    refused = api_app[SELF_METRICS].auth_failures.labels("tls")
+    host = server.bind_address
+    secure_socket = _bind(host, server.secure_port)
+    http_socket = _bind(host, server.http_port) if server.http_port is not None else None
     try:
         await runners[0].setup()
-        await web.SockSite(runners[0], secure_socket, ssl_context=tls.context).start()
+        await TLSAcceptSite(
+            runners[0], secure_socket, context=tls.context, handshake_timeout_s=idle, on_refused=refused.inc
+        ).start()
         if http_socket is not None:
             await runners[1].setup()
             await web.SockSite(runners[1], http_socket).start()
@@ -108,7 +136,7 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
         kube = await stack.enter_async_context(kubernetes_client(settings)) if needs_kubernetes_api(settings) else None
         pipeline = await stack.enter_async_context(open_pipeline(settings, kube))
         access = await build_access(settings, kube)
-        tls = ServerTLS(_serving_files(settings), client_ca_pems(access))
+        tls = server_tls(settings, access)
         api_app, ops_app = create_app(settings, pipeline=pipeline, access=access)
         await _serve_until_stopped(settings, api_app, ops_app, tls, stop)
 
@@ -132,17 +160,41 @@ async def _serve_until_stopped(
     settings: Settings, api_app: web.Application, ops_app: web.Application, tls: ServerTLS, stop: asyncio.Event | None
 ) -> None:
     stop = stop or asyncio.Event()
+    hurry = asyncio.Event()  # a second signal ends the shutdown delay early
+
+    def on_signal() -> None:
+        if stop.is_set():
+            hurry.set()
+        stop.set()
+
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signum, stop.set)
+            loop.add_signal_handler(signum, on_signal)
+    api_app[READINESS].gates["shutdown"] = lambda: "the server is shutting down" if stop.is_set() else None
     async with running(settings, api_app=api_app, ops_app=ops_app, tls=tls) as listening:
         settle_heap()
         if settings.demo.enabled:
-            files = demo_pki.demo_files(settings.state_dir)
-            demo_pki.write_kubeconfig(files, f"https://{_url_host(settings.server.bind_address)}:{listening.secure_port}")
+            await _check_demo_kubeconfig(settings, listening, tls)
         _announce(settings, listening)
         await stop.wait()
+        delay = settings.server.shutdown_delay.total_seconds()
+        if delay > 0 and not hurry.is_set():
+            log.info("shutting down: /readyz fails now; serving %.1f s more (server.shutdown_delay)", delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(hurry.wait(), delay)
+
+
+async def _check_demo_kubeconfig(settings: Settings, listening: Listening, tls: ServerTLS) -> None:
+    """Write the kubeconfig, then use it once as kubectl will; if that fails, the demo never says ready."""
+    files = demo_pki.demo_files(settings.state_dir)
+    url = f"https://{_url_host(settings.server.bind_address)}:{listening.secure_port}"
+    demo_pki.write_kubeconfig(files, url)
+    problem = await demo_pki.kubeconfig_problem(files, url)
+    if problem is not None:
+        problem = f"the demo kubeconfig {files.kubeconfig} cannot reach {url}: {problem}"
+        tls.handshake_problem = problem
+        log.error("%s; /readyz fails until the state directory is repaired and the demo restarts", problem)
 
 
 def settle_heap() -> None:

@@ -8,7 +8,10 @@
   (``self_metrics``: the service's own registry).
 - ``middleware``: Kubernetes-style errors, request metrics and authentication for every request;
   ``auth`` and ``kubernetes_auth`` decide who a caller is and what it may read.
-- ``tls`` and ``certificates``: serving certificates, reloaded when rotated; ``demo_pki`` is the
-  demo's local CA and kubeconfig.
+- ``tls`` and ``certificates``: serving certificates (checked at start, reloaded when rotated) and
+  cipher suites; ``demo_pki`` is the demo's local CA and kubeconfig, repaired when damaged;
+  ``tls_accept`` runs the secure port's handshakes so refused client certificates are counted.
+- ``http_server``: aiohttp's server answering what its parser refuses with ``metav1.Status`` (414,
+  431, 501, 400) and no ``Server`` header; ``throttled_log`` bounds how often strangers are logged.
 - ``keys``: the typed app state the routes share.
 """

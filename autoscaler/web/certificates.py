@@ -9,12 +9,29 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes, PublicKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 PrivateKey = ec.EllipticCurvePrivateKey
+
+
+class CertificateFileError(OSError):
+    """A certificate or key file that cannot be used; the message names the file and the fault.
+
+    An ``OSError``, like a missing file, so the command line reports it in one line and exits 1.
+    """
+
+    def __init__(self, path: Path, fault: str, *, setting: str | None = None) -> None:
+        super().__init__(f"{setting} {path}: {fault}" if setting else f"{path}: {fault}")
+        self.path = path
+        self.fault = fault
+
+    def for_setting(self, setting: str) -> CertificateFileError:
+        """The same fault, naming the setting that points at the file."""
+        return CertificateFileError(self.path, self.fault, setting=setting)
 
 
 @dataclass(frozen=True)
@@ -138,12 +155,89 @@ def load_certificates(pem: bytes) -> list[x509.Certificate]:
     return x509.load_pem_x509_certificates(pem)
 
 
+def _read_pem(path: Path) -> bytes:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CertificateFileError(path, "missing") from None
+    except OSError as error:
+        raise CertificateFileError(path, f"unreadable ({error.strerror or error})") from None
+    if not data.strip():
+        raise CertificateFileError(path, "empty")
+    return data
+
+
+def read_certificates(path: Path) -> list[x509.Certificate]:
+    """Every certificate in a PEM file, in order; at least one."""
+    try:
+        return load_certificates(_read_pem(path))
+    except ValueError:
+        raise CertificateFileError(path, "not a PEM certificate (it does not parse)") from None
+
+
+def read_private_key(path: Path) -> PrivateKeyTypes:
+    try:
+        return serialization.load_pem_private_key(_read_pem(path), password=None)
+    except (ValueError, TypeError, UnsupportedAlgorithm):
+        raise CertificateFileError(path, "not an unencrypted PEM private key (it does not parse)") from None
+
+
+def _public_der(key: PublicKeyTypes) -> bytes:
+    return key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+def _stamp(moment: datetime) -> str:
+    return f"{moment:%Y-%m-%dT%H:%M:%SZ}"
+
+
+def validity_fault(certificate: x509.Certificate, now: datetime | None = None) -> str | None:
+    """Why ``certificate`` is not valid at ``now`` (expired, not yet valid), or ``None``."""
+    now = now or datetime.now(UTC)
+    if now < certificate.not_valid_before_utc:
+        return f"not valid before {_stamp(certificate.not_valid_before_utc)}"
+    if now > certificate.not_valid_after_utc:
+        return f"expired at {_stamp(certificate.not_valid_after_utc)}"
+    return None
+
+
+def check_pair(
+    cert_path: Path, key_path: Path, *, issuer: KeyPair | None = None, issuer_path: Path | None = None
+) -> tuple[x509.Certificate, PrivateKeyTypes]:
+    """The first certificate of ``cert_path`` and its key, if they parse, match and are valid now.
+
+    With ``issuer``, the certificate must also have been signed by it. Raises CertificateFileError
+    naming the file at fault.
+    """
+    certificate = read_certificates(cert_path)[0]
+    key = read_private_key(key_path)
+    if _public_der(certificate.public_key()) != _public_der(key.public_key()):
+        raise CertificateFileError(key_path, f"does not match the certificate in {cert_path}")
+    fault = validity_fault(certificate)
+    if fault is not None:
+        raise CertificateFileError(cert_path, fault)
+    if issuer is not None and not issued_by(certificate, [issuer.certificate]):
+        raise CertificateFileError(cert_path, f"not issued by the current CA {issuer_path or ''}".rstrip())
+    return certificate, key
+
+
 def load_key_pair(cert_path: Path, key_path: Path) -> KeyPair:
-    certificate = x509.load_pem_x509_certificate(cert_path.read_bytes())
-    key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    """An EC key pair that :func:`check_pair` accepts; raises CertificateFileError otherwise."""
+    certificate, key = check_pair(cert_path, key_path)
     if not isinstance(key, ec.EllipticCurvePrivateKey):
-        raise ValueError(f"{key_path}: expected an EC private key")
+        raise CertificateFileError(key_path, "not an EC private key")
     return KeyPair(certificate, key)
+
+
+def load_authority(cert_path: Path, key_path: Path) -> KeyPair:
+    """A CA's key pair: :func:`load_key_pair`, and the certificate must be a CA's."""
+    pair = load_key_pair(cert_path, key_path)
+    try:
+        is_ca = pair.certificate.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    except x509.ExtensionNotFound:
+        is_ca = False
+    if not is_ca:
+        raise CertificateFileError(cert_path, "not a CA certificate (no basicConstraints CA:TRUE)")
+    return pair
 
 
 def common_name(certificate: x509.Certificate) -> str:

@@ -6,6 +6,8 @@ no model work on the request path.
 
 from __future__ import annotations
 
+import re
+
 from aiohttp import web
 
 from autoscaler.provider import MetricNotFound, MetricUnavailable
@@ -17,6 +19,23 @@ from autoscaler.web.middleware import method_not_allowed
 from autoscaler.web.responses import status_response
 
 PREFIX = f"/apis/{responses.GROUP}/{responses.VERSION}"
+# Namespace names are DNS-1123 labels; kube-apiserver's message for one that is not.
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_NAMESPACE_RULE = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
+    "and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+
+
+def invalid_namespace(request: web.Request) -> web.Response | None:
+    """A 400 Status when the path's namespace is not a valid namespace name, else ``None``."""
+    namespace = request.match_info["namespace"]
+    if len(namespace) <= 63 and _NAMESPACE.fullmatch(namespace):
+        return None
+    shown = namespace if len(namespace) <= 80 else namespace[:77] + "..."
+    rule = "must be no more than 63 characters" if len(namespace) > 63 else _NAMESPACE_RULE
+    return status_response(400, f'invalid namespace "{shown}": {rule}')
 
 
 async def _authorize(request: web.Request, namespace: str, metric: str) -> web.Response | None:
@@ -51,6 +70,9 @@ async def get_version(request: web.Request) -> web.Response:
 async def get_external_metric(request: web.Request) -> web.Response:
     namespace = request.match_info["namespace"]
     metric = request.match_info["metric"]
+    invalid = invalid_namespace(request)
+    if invalid is not None:
+        return invalid
     denied = await _authorize(request, namespace, metric)
     if denied is not None:
         return denied
@@ -69,7 +91,7 @@ async def get_external_metric(request: web.Request) -> web.Response:
 
 async def get_namespaced_list(request: web.Request) -> web.Response:
     # "Get every metric in a namespace" is not an operation of this API.
-    return status_response(404, "the server could not find the requested resource")
+    return invalid_namespace(request) or status_response(404, "the server could not find the requested resource")
 
 
 def add_external_metrics_routes(app: web.Application) -> None:

@@ -1,7 +1,8 @@
 """The inspection API on the plain-HTTP port: what is served, why, and from which forecast.
 
 ``GET /api/v1/forecasts`` lists every metric and series; ``GET /api/v1/forecasts/{metric}`` gives each
-matching series with its history tail, forecast arrays, scheduled windows and backtest scores.
+matching series with its history tail, forecast arrays, scheduled windows and backtest scores. Both
+take a ``labelSelector``; errors are ``metav1.Status`` documents, as everywhere else on both ports.
 Handlers read the current snapshot and nothing else (no I/O, no model work), like the metrics API.
 """
 
@@ -18,8 +19,10 @@ from aiohttp import web
 
 from adapters.types import ScheduledWindow
 from autoscaler.provider import Snapshot
+from autoscaler.selectors import EVERYTHING, Selector, SelectorError, parse_selector
 from autoscaler.web.keys import CLOCK, SNAPSHOTS
 from autoscaler.web.openapi import openapi_document
+from autoscaler.web.responses import invalid_parameter_response, status_response
 from autoscaler.web.views import InspectionError, SeriesView, find_metric, parse_history, views_of
 from forecast.types import Forecast
 
@@ -99,11 +102,13 @@ def series_json(view: SeriesView) -> dict[str, Any]:
     }
 
 
-def summary_json(snapshot: Snapshot, now: datetime) -> dict[str, Any]:
+def summary_json(snapshot: Snapshot, now: datetime, selector: Selector = EVERYTHING) -> dict[str, Any]:
     metrics = []
     for info in snapshot.metrics.values():
         series = []
         for view in views_of(snapshot, info, now, timedelta(0)):
+            if not selector.matches(view.labels):
+                continue
             series.append(
                 {
                     "labels": dict(view.labels),
@@ -131,13 +136,13 @@ def summary_json(snapshot: Snapshot, now: datetime) -> dict[str, Any]:
     }
 
 
-def error_response(status: int, message: str, **fields: str) -> web.Response:
-    return web.json_response({"error": message, **fields}, status=status)
-
-
 async def list_forecasts(request: web.Request) -> web.Response:
     snapshot = request.app[SNAPSHOTS].snapshot
-    return web.json_response(summary_json(snapshot, request.app[CLOCK]()))
+    try:
+        selector = parse_selector(request.query.get("labelSelector"))
+    except SelectorError as error:
+        return invalid_parameter_response("labelSelector", f"invalid labelSelector: {error}")
+    return web.json_response(summary_json(snapshot, request.app[CLOCK](), selector))
 
 
 async def get_forecast(request: web.Request) -> web.Response:
@@ -145,12 +150,12 @@ async def get_forecast(request: web.Request) -> web.Response:
     metric = request.match_info["metric"]
     info = find_metric(snapshot, metric)
     if info is None:
-        return error_response(404, f"metric {metric!r} is not served by gpu-autoscaler", metric=metric)
+        return status_response(404, f"metric {metric!r} is not served by gpu-autoscaler")
     try:
         history = parse_history(request.query.get("history"))
         views = views_of(snapshot, info, request.app[CLOCK](), history, request.query.get("labelSelector"))
     except InspectionError as error:
-        return error_response(400, str(error), parameter=error.parameter)
+        return invalid_parameter_response(error.parameter, str(error))
     return web.json_response([series_json(view) for view in views])
 
 

@@ -6,7 +6,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from autoscaler.web.auth import AccessDenied
 from autoscaler.web.keys import ACCESS, SELF_METRICS, USER
@@ -25,8 +25,12 @@ def route_label(request: web.Request) -> str:
 
 
 async def method_not_allowed(request: web.Request) -> web.Response:
-    response = status_response(405, f"the server does not allow this method on {request.path}")
-    response.headers["Allow"] = "GET"
+    """405 for a method HTTP defines, 501 for one it does not (whichever of aiohttp's parsers let it in)."""
+    if request.method in hdrs.METH_ALL:
+        response = status_response(405, f"the server does not allow this method on {request.path}")
+    else:
+        response = status_response(501, "the request method is not implemented by this server")
+    response.headers[hdrs.ALLOW] = hdrs.METH_GET
     return response
 
 

@@ -36,28 +36,43 @@ _TIMESTAMP = {"type": "string", "format": "date-time", "description": "RFC 3339,
 _LABELS = {"type": "object", "additionalProperties": {"type": "string"}}
 
 
-def _schemas() -> dict[str, Any]:
+def _status_schema() -> dict[str, Any]:
+    """metav1.Status, with the query parameter at fault as its cause on a 400."""
     return {
-        "Error": {
-            "type": "object",
-            "required": ["error"],
-            "properties": {
-                "error": {"type": "string", "description": "what went wrong, for people"},
-                "metric": {"type": "string", "description": "the metric asked for (404)"},
-                "parameter": {"type": "string", "description": "the query parameter at fault (400)"},
-            },
-            "additionalProperties": False,
+        "type": "object",
+        "description": "metav1.Status, as the external metrics API and every unknown route answer errors",
+        "required": ["kind", "apiVersion", "metadata", "status", "message", "reason", "code"],
+        "properties": {
+            "kind": {"type": "string", "enum": ["Status"]},
+            "apiVersion": {"type": "string", "enum": ["v1"]},
+            "metadata": {"type": "object"},
+            "status": {"type": "string", "enum": ["Failure"]},
+            "message": {"type": "string", "description": "what went wrong, for people"},
+            "reason": {"type": "string", "description": "metav1.StatusReason, e.g. BadRequest, NotFound"},
+            "code": {"type": "integer", "description": "the HTTP status"},
+            "details": _object(
+                {
+                    "causes": {
+                        "type": "array",
+                        "description": "400: the query parameter at fault",
+                        "items": _object(
+                            {
+                                "reason": {"type": "string", "enum": ["FieldValueInvalid"]},
+                                "message": {"type": "string"},
+                                "field": {"type": "string", "enum": ["labelSelector", "history"]},
+                            }
+                        ),
+                    }
+                }
+            ),
         },
-        "Backtest": _object(
-            {
-                "quantile": {**_NUMBER_OR_NULL, "description": "the policy quantile the pinball loss is taken at"},
-                "scores": {
-                    "type": "object",
-                    "description": "rolling-origin backtest scores per candidate model (null: not finite)",
-                    "additionalProperties": {"type": "object", "additionalProperties": _NUMBER_OR_NULL},
-                },
-            }
-        ),
+        "additionalProperties": False,
+    }
+
+
+def _series_schemas() -> dict[str, Any]:
+    """One series in detail: its history, forecast and scheduled windows."""
+    return {
         "History": _object(
             {
                 "timestamps": {"type": "array", "items": _TIMESTAMP},
@@ -102,6 +117,23 @@ def _schemas() -> dict[str, Any]:
                 "backtest": _ref("Backtest"),
             }
         ),
+    }
+
+
+def _schemas() -> dict[str, Any]:
+    return {
+        "Status": _status_schema(),
+        "Backtest": _object(
+            {
+                "quantile": {**_NUMBER_OR_NULL, "description": "the policy quantile the pinball loss is taken at"},
+                "scores": {
+                    "type": "object",
+                    "description": "rolling-origin backtest scores per candidate model (null: not finite)",
+                    "additionalProperties": {"type": "object", "additionalProperties": _NUMBER_OR_NULL},
+                },
+            }
+        ),
+        **_series_schemas(),
         "SeriesSummary": _object(
             {
                 "labels": _LABELS,
@@ -132,9 +164,67 @@ def _schemas() -> dict[str, Any]:
     }
 
 
+def _paths() -> dict[str, Any]:
+    error = _json(_ref("Status"), "")
+    label_selector = {
+        "name": "labelSelector",
+        "in": "query",
+        "required": False,
+        "description": "Kubernetes label selector, e.g. nodepool=a100,region in (eu,us)",
+        "schema": {"type": "string"},
+    }
+    return {
+        "/api/v1/forecasts": {
+            "get": {
+                "operationId": "listForecasts",
+                "summary": "Every served metric and series with its value, staleness and model",
+                "parameters": [label_selector],
+                "responses": {
+                    "200": _json(_ref("ForecastIndex"), "the current snapshot, summarised"),
+                    "400": {**error, "description": "malformed labelSelector"},
+                },
+            }
+        },
+        "/api/v1/forecasts/{metric}": {
+            "get": {
+                "operationId": "getForecast",
+                "summary": "Each series of one metric: value, explanation, history, forecast, windows, scores",
+                "parameters": [
+                    {
+                        "name": "metric",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "pattern": METRIC_NAME_PATTERN},
+                    },
+                    label_selector,
+                    {
+                        "name": "history",
+                        "in": "query",
+                        "required": False,
+                        "description": "how much history to return, counted back from its last point: a "
+                        "duration with a unit (6h)",
+                        "schema": {"type": "string", "default": "6h"},
+                    },
+                ],
+                "responses": {
+                    "200": _json({"type": "array", "items": _ref("SeriesDetail")}, "matching series"),
+                    "400": {**error, "description": "malformed labelSelector or history"},
+                    "404": {**error, "description": "the metric is not served"},
+                },
+            }
+        },
+        "/openapi.json": {
+            "get": {
+                "operationId": "getOpenAPI",
+                "summary": "This document",
+                "responses": {"200": _json({"type": "object"}, "OpenAPI 3 document")},
+            }
+        },
+    }
+
+
 def openapi_document() -> dict[str, Any]:
     """The whole document; built on each call (it is small) so no shared mutable state exists."""
-    error = _json(_ref("Error"), "")
     return {
         "openapi": "3.0.3",
         "info": {
@@ -145,54 +235,6 @@ def openapi_document() -> dict[str, Any]:
                 "windows and backtest scores. Read-only; answers come from the in-memory snapshot."
             ),
         },
-        "paths": {
-            "/api/v1/forecasts": {
-                "get": {
-                    "operationId": "listForecasts",
-                    "summary": "Every served metric and series with its value, staleness and model",
-                    "responses": {"200": _json(_ref("ForecastIndex"), "the current snapshot, summarised")},
-                }
-            },
-            "/api/v1/forecasts/{metric}": {
-                "get": {
-                    "operationId": "getForecast",
-                    "summary": "Each series of one metric: value, explanation, history, forecast, windows, scores",
-                    "parameters": [
-                        {
-                            "name": "metric",
-                            "in": "path",
-                            "required": True,
-                            "schema": {"type": "string", "pattern": METRIC_NAME_PATTERN},
-                        },
-                        {
-                            "name": "labelSelector",
-                            "in": "query",
-                            "required": False,
-                            "description": "Kubernetes label selector, e.g. nodepool=a100,region in (eu,us)",
-                            "schema": {"type": "string"},
-                        },
-                        {
-                            "name": "history",
-                            "in": "query",
-                            "required": False,
-                            "description": "how much history to return, counted back from its last point (6h)",
-                            "schema": {"type": "string", "default": "6h"},
-                        },
-                    ],
-                    "responses": {
-                        "200": _json({"type": "array", "items": _ref("SeriesDetail")}, "matching series"),
-                        "400": {**error, "description": "malformed labelSelector or history"},
-                        "404": {**error, "description": "the metric is not served"},
-                    },
-                }
-            },
-            "/openapi.json": {
-                "get": {
-                    "operationId": "getOpenAPI",
-                    "summary": "This document",
-                    "responses": {"200": _json({"type": "object"}, "OpenAPI 3 document")},
-                }
-            },
-        },
+        "paths": _paths(),
         "components": {"schemas": _schemas()},
     }

@@ -16,11 +16,12 @@ async def healthz(request: web.Request) -> web.Response:
 
 async def readyz(request: web.Request) -> web.Response:
     readiness = request.app[READINESS]
+    ready, reason = readiness.state()
     if "verbose" in request.query:
-        return web.Response(text=readiness.verbose(), status=200 if readiness.ready else 503)
-    if readiness.ready:
+        return web.Response(text=readiness.verbose(), status=200 if ready else 503)
+    if ready:
         return web.Response(text="ok")
-    return web.Response(text=f"not ready: {readiness.reason}\n", status=503)
+    return web.Response(text=f"not ready: {reason}\n", status=503)
 
 
 async def prometheus_metrics(request: web.Request) -> web.Response:

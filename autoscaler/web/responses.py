@@ -14,7 +14,8 @@ GROUP = "external.metrics.k8s.io"
 VERSION = "v1beta1"
 GROUP_VERSION = f"{GROUP}/{VERSION}"
 
-# HTTP status -> metav1.StatusReason, as k8s.io/apimachinery names them.
+# HTTP status -> metav1.StatusReason, as k8s.io/apimachinery names them. apimachinery has no reason
+# for 414, 431 and 501; the nearest ones let client-go's IsBadRequest / IsMethodNotSupported say true.
 STATUS_REASONS = {
     400: "BadRequest",
     401: "Unauthorized",
@@ -23,9 +24,13 @@ STATUS_REASONS = {
     405: "MethodNotAllowed",
     406: "NotAcceptable",
     413: "RequestEntityTooLarge",
+    414: "BadRequest",
     429: "TooManyRequests",
+    431: "BadRequest",
     500: "InternalError",
+    501: "MethodNotAllowed",
     503: "ServiceUnavailable",
+    504: "Timeout",
 }
 
 
@@ -110,3 +115,10 @@ def version_info() -> dict[str, str]:
 def status_response(code: int, message: str, **details: str) -> web.Response:
     """A ``metav1.Status`` answer with ``code`` as the HTTP status."""
     return web.json_response(status(code, message, **details), status=code)
+
+
+def invalid_parameter_response(parameter: str, message: str) -> web.Response:
+    """A 400 ``metav1.Status`` naming the query parameter at fault as its cause, as kube-apiserver does."""
+    document = status(400, message)
+    document["details"] = {"causes": [{"reason": "FieldValueInvalid", "message": message, "field": parameter}]}
+    return web.json_response(document, status=400)

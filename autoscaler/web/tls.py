@@ -1,4 +1,5 @@
-"""The secure port's TLS: serving certificate (reloaded when it changes on disk) and client CAs."""
+"""The secure port's TLS: serving certificate (checked, reloaded when it changes on disk), client CAs
+and cipher suites."""
 
 from __future__ import annotations
 
@@ -6,13 +7,33 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
-from autoscaler.web.certificates import generate_ca, issue_certificate
+from cryptography import x509
+
+from autoscaler.server_settings import AEAD_CIPHER_SUITES, TLSCipherSuite
+from autoscaler.web.certificates import (
+    CertificateFileError,
+    check_pair,
+    generate_ca,
+    issue_certificate,
+    validity_fault,
+)
 
 log = logging.getLogger(__name__)
+
+# IANA names (as kube-apiserver's --tls-cipher-suites takes them) to OpenSSL's.
+OPENSSL_CIPHERS: dict[TLSCipherSuite, str] = {
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256": "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384": "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256": "ECDHE-RSA-AES128-GCM-SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384": "ECDHE-RSA-AES256-GCM-SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256": "ECDHE-RSA-CHACHA20-POLY1305",
+}
 
 
 @dataclass(frozen=True)
@@ -22,31 +43,46 @@ class ServingFiles:
 
 
 def ensure_self_signed(state_dir: Path, hosts: tuple[str, ...]) -> ServingFiles:
-    """A self-signed serving certificate in ``state_dir``, made once and reused after."""
-    cert_file, key_file = state_dir / "serving.crt", state_dir / "serving.key"
-    if not (cert_file.exists() and key_file.exists()):
-        authority = generate_ca("gpu-autoscaler self-signed")
-        issue_certificate(authority, "gpu-autoscaler", hosts=hosts, server=True).write(cert_file, key_file)
-        log.warning(
-            "no serving certificate configured: generated a self-signed one at %s "
-            "(register the APIService with insecureSkipTLSVerify, or give server.tls.cert_file)",
-            cert_file,
-        )
-    return ServingFiles(cert_file, key_file)
+    """A self-signed serving certificate in ``state_dir``, made once and reused while it is usable."""
+    files = ServingFiles(state_dir / "serving.crt", state_dir / "serving.key")
+    try:
+        check_pair(files.cert_file, files.key_file)
+        return files
+    except CertificateFileError as fault:
+        # The service made these files, so it makes them again rather than refuse to start.
+        if files.cert_file.exists() or files.key_file.exists():
+            log.warning("self-signed serving certificate: %s; generating a new one", fault)
+    authority = generate_ca("gpu-autoscaler self-signed")
+    issue_certificate(authority, "gpu-autoscaler", hosts=hosts, server=True).write(files.cert_file, files.key_file)
+    log.warning(
+        "no serving certificate configured: generated a self-signed one at %s "
+        "(register the APIService with insecureSkipTLSVerify, or give server.tls.cert_file)",
+        files.cert_file,
+    )
+    return files
 
 
 class ServerTLS:
     """An SSLContext whose serving certificate follows the files on disk.
 
     ``load_cert_chain`` on a live context affects only handshakes that start afterwards, so rotation
-    needs no restart and drops no connection in flight.
+    needs no restart and drops no connection in flight. Files that do not parse, do not match, or
+    are not valid now raise CertificateFileError at start and are not loaded on rotation.
     """
 
-    def __init__(self, serving: ServingFiles, client_ca_pems: list[bytes]) -> None:
+    def __init__(
+        self,
+        serving: ServingFiles,
+        client_ca_pems: list[bytes],
+        *,
+        cipher_suites: Sequence[TLSCipherSuite] = AEAD_CIPHER_SUITES,
+    ) -> None:
         self.serving = serving
         self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
-        self.context.load_cert_chain(serving.cert_file, serving.key_file)
+        # TLS 1.2 only: OpenSSL has no way to narrow TLS 1.3's suites from Python, and all are AEAD.
+        self.context.set_ciphers(":".join(OPENSSL_CIPHERS[suite] for suite in cipher_suites))
+        self.certificate = self._load()
         if client_ca_pems:
             # Ask for a client certificate but let requests without one through to bearer-token auth.
             self.context.verify_mode = ssl.CERT_OPTIONAL
@@ -54,10 +90,27 @@ class ServerTLS:
                 self.context.load_verify_locations(cadata=pem.decode("ascii"))
         self._stamp = self._file_stamp()
         self.reloads = 0
+        # Set when a handshake check of the running service failed (the demo checks its kubeconfig).
+        self.handshake_problem: str | None = None
+
+    def _load(self) -> x509.Certificate:
+        certificate, _ = check_pair(self.serving.cert_file, self.serving.key_file)
+        try:
+            self.context.load_cert_chain(self.serving.cert_file, self.serving.key_file)
+        except ssl.SSLError as error:  # a chain OpenSSL refuses although cryptography reads it
+            raise CertificateFileError(self.serving.cert_file, f"refused by OpenSSL ({error.reason})") from None
+        return certificate
 
     def _file_stamp(self) -> tuple[float, float, int, int]:
         cert, key = self.serving.cert_file.stat(), self.serving.key_file.stat()
         return (cert.st_mtime, key.st_mtime, cert.st_size, key.st_size)
+
+    def problem(self, now: datetime | None = None) -> str | None:
+        """Why clients cannot complete a handshake now (for /readyz), or ``None``."""
+        fault = validity_fault(self.certificate, now)
+        if fault is not None:
+            return f"serving certificate {self.serving.cert_file} {fault}"
+        return self.handshake_problem
 
     def reload_if_changed(self) -> bool:
         """Reload the serving certificate if its files changed; keep the old one if the new is bad."""
@@ -69,10 +122,10 @@ class ServerTLS:
         if stamp == self._stamp:
             return False
         try:
-            self.context.load_cert_chain(self.serving.cert_file, self.serving.key_file)
-        except (OSError, ssl.SSLError) as error:
+            self.certificate = self._load()
+        except CertificateFileError as fault:
             # A rotation writes cert and key one after the other: try again next tick.
-            log.warning("serving certificate not reloaded yet (%s); keeping the current one", error)
+            log.warning("serving certificate not reloaded yet (%s); keeping the current one", fault)
             return False
         self._stamp = stamp
         self.reloads += 1

@@ -93,13 +93,21 @@ def find_metric(snapshot: Snapshot, name: str) -> MetricInfo | None:
 
 
 def parse_history(text: str | None) -> timedelta:
-    """The ``history`` query parameter: a duration such as ``6h`` (default) or ``90m``."""
+    """The ``history`` query parameter: a duration with a unit such as ``6h`` (default) or ``90m``."""
     if text is None:
         return DEFAULT_HISTORY
+    # One message for every refusal: the parsers' own would show Python's view of "inf" or "1e400".
+    invalid = InspectionError("history", f"invalid history {text!r}: expected a duration with a unit, e.g. 6h or 90m")
+    try:
+        float(text)
+    except ValueError:
+        pass
+    else:  # a bare number, which the settings read as seconds, has no unit here
+        raise invalid
     try:
         return parse_duration(text)
-    except (ValueError, OverflowError) as error:  # "inf" or "1e30s" overflow timedelta
-        raise InspectionError("history", f"invalid history {text!r}: {error}") from None
+    except (ValueError, OverflowError):  # "99999999999w" overflows timedelta
+        raise invalid from None
 
 
 def history_tail(series: pd.Series, window: timedelta) -> pd.Series:

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import aiohttp
@@ -16,35 +20,36 @@ from tests.eventually import eventually
 
 
 class DemoProcess:
-    def __init__(self, state: Path) -> None:
+    def __init__(self, state: Path, *, env: Mapping[str, str] | None = None, config: Path | None = None) -> None:
+        """``env`` is added to the environment; with ``config`` the service runs that file, not the demo."""
         self.state = state
+        self.env = dict(env or {})
+        self.config = config
         self.process: subprocess.Popen[str] | None = None
         self.http_url = ""
         self.secure_port = 0
         self.start_log = ""
+        # Every line the process wrote, read by a thread so the pipe never fills.
+        self.lines: list[str] = []
+        self._reader: threading.Thread | None = None
+
+    def command(self) -> list[str]:
+        ports = ["--state-dir", str(self.state), "--secure-port", "0", "--http-port", "0"]
+        config = ["--config", str(self.config)] if self.config is not None else []
+        return [sys.executable, "-m", "autoscaler", "serve", *config, *ports]
 
     def start(self, timeout_s: float = 60) -> float:
         """Start and read the log up to the kubectl hint; returns the monotonic start time."""
         started = time.monotonic()
         self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "autoscaler",
-                "serve",
-                "--state-dir",
-                str(self.state),
-                "--secure-port",
-                "0",
-                "--http-port",
-                "0",
-            ],
+            self.command(),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            env={**os.environ, **self.env},
         )
         assert self.process.stdout is not None
-        lines: list[str] = []
+        lines = self.lines
         while time.monotonic() - started < timeout_s:
             line = self.process.stdout.readline()
             if not line:
@@ -54,16 +59,39 @@ class DemoProcess:
                 self.secure_port = int(secure.group(1))
             if found := re.search(r"probes and /metrics on (http://127\.0\.0\.1:\d+)", line):
                 self.http_url = found.group(1)
-                # The kubectl hint follows the URLs.
-                lines += [self.process.stdout.readline() for _ in range(2)]
+                if self.config is None:  # the demo's kubectl hint follows the URLs
+                    lines += [self.process.stdout.readline() for _ in range(2)]
                 self.start_log = "".join(lines)
+                self._reader = threading.Thread(target=self._read_rest, daemon=True)
+                self._reader.start()
                 return started
         raise AssertionError("the demo did not start:\n" + "".join(lines))
+
+    def _read_rest(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line)
+
+    @property
+    def log(self) -> str:
+        return "".join(self.lines)
+
+    async def wait_for_log(self, pattern: str, timeout_s: float = 10) -> re.Match[str]:
+        """The first match of ``pattern`` in the log, polled until the deadline."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if found := re.search(pattern, self.log):
+                return found
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"no log line matches {pattern!r} within {timeout_s} s:\n{self.log}")
 
     def stop(self, how: signal.Signals = signal.SIGTERM) -> int:
         assert self.process is not None
         self.process.send_signal(how)
-        return self.process.wait(timeout=30)
+        code = self.process.wait(timeout=30)
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        return code
 
     async def wait_ready(self, timeout_s: float = 180) -> str:
         """The /readyz?verbose text once it answers 200; until then it must say it is warming up."""

@@ -166,3 +166,19 @@ def test_json_log_format_is_json_per_line():
     document = json.loads(JsonFormatter().format(record))
     assert document["message"] == "value v has 'quotes' and \"doubles\""
     assert (document["level"], document["logger"]) == ("WARNING", "x")
+
+
+def test_throttled_log_says_how_many_lines_it_left_out(caplog):
+    from autoscaler.web.throttled_log import ThrottledLog
+
+    now = [0.0]
+    throttled = ThrottledLog(logging.getLogger("test.throttled"), interval_s=10, clock=lambda: now[0])
+    with caplog.at_level(logging.WARNING):
+        for moment in (0.0, 1.0, 2.0, 9.9, 10.0, 25.0):
+            now[0] = moment
+            throttled.warning("refused %s", "x")
+    assert [record.getMessage() for record in caplog.records] == [
+        "refused x",
+        "refused x (3 more like it since the last line)",
+        "refused x",
+    ]

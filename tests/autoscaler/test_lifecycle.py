@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import ssl
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -147,6 +148,59 @@ async def test_sigterm_drains_in_flight_requests(tmp_path):
     assert completed and all(status == 200 for status in completed), statuses
     # Requests that reached the server before it stopped listening were answered, not cut off.
     assert not [s for s in statuses if isinstance(s, aiohttp.ClientPayloadError)]
+    # The demo has no load balancer to wait for: no shutdown delay unless one is configured.
+    assert "server.shutdown_delay" not in demo.log
+
+
+async def poll_status(url: str, **kwargs) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as session, session.get(url, **kwargs) as response:
+        return response.status, await response.text()
+
+
+async def sigterm_until_shutting_down(demo: DemoProcess) -> tuple[float, str]:
+    """SIGTERM, then /readyz polled until it fails; returns when the signal was sent and the answer."""
+    assert demo.process is not None
+    signalled = time.monotonic()
+    demo.process.send_signal(signal.SIGTERM)
+    while time.monotonic() < signalled + 10:
+        code, text = await poll_status(f"{demo.http_url}/readyz")
+        if code == 503 and "shutting down" in text:
+            return signalled, text
+        await asyncio.sleep(0.05)
+    raise AssertionError("/readyz did not fail after SIGTERM")
+
+
+def demo_client(demo: DemoProcess) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(demo.state / "ca.crt"))
+    context.load_cert_chain(demo.state / "client.crt", demo.state / "client.key")
+    return context
+
+
+async def test_sigterm_fails_readyz_and_keeps_serving_for_the_shutdown_delay(tmp_path):
+    demo = DemoProcess(tmp_path / "state", env={"GPU_AUTOSCALER_SERVER__SHUTDOWN_DELAY": "3s"})
+    demo.start()
+    signalled, readyz = await sigterm_until_shutting_down(demo)
+    assert readyz == "not ready: shutdown: the server is shutting down\n"
+    await demo.wait_for_log(r"shutting down: /readyz fails now; serving 3\.0 s more \(server\.shutdown_delay\)")
+    # New connections on both ports are still answered while the endpoints are taken out.
+    discovery = f"https://127.0.0.1:{demo.secure_port}/apis/external.metrics.k8s.io/v1beta1"
+    assert (await poll_status(discovery, ssl=demo_client(demo)))[0] == 200
+    assert await poll_status(f"{demo.http_url}/livez") == (200, "ok")
+    verbose = (await poll_status(f"{demo.http_url}/readyz?verbose"))[1]
+    assert "[-]shutdown: the server is shutting down" in verbose and verbose.endswith("readyz check failed\n")
+    assert demo.process is not None
+    assert await asyncio.to_thread(demo.process.wait, 30) == 0
+    assert time.monotonic() - signalled >= 3.0
+
+
+async def test_a_second_signal_ends_the_shutdown_delay(tmp_path):
+    demo = DemoProcess(tmp_path / "state", env={"GPU_AUTOSCALER_SERVER__SHUTDOWN_DELAY": "60s"})
+    demo.start()
+    signalled, _ = await sigterm_until_shutting_down(demo)
+    assert demo.process is not None
+    demo.process.send_signal(signal.SIGTERM)
+    assert await asyncio.to_thread(demo.process.wait, 30) == 0
+    assert time.monotonic() - signalled < 30
 
 
 def test_one_unusable_saved_value_costs_that_entry_only(tmp_path, caplog):

@@ -116,3 +116,35 @@ async def test_rotation_under_load_fails_no_request(api_server):
     assert len(outcomes) > 50
     assert api_server.tls.reloads == 2
     assert set(rotated) <= serials  # both new certificates were actually served
+
+
+def test_every_configurable_cipher_suite_is_an_ecdhe_aead_one_openssl_knows():
+    from autoscaler.server_settings import AEAD_CIPHER_SUITES
+    from autoscaler.web.tls import OPENSSL_CIPHERS
+
+    assert set(OPENSSL_CIPHERS) == set(AEAD_CIPHER_SUITES)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    for iana, openssl in OPENSSL_CIPHERS.items():
+        context.set_ciphers(openssl)  # raises for a name OpenSSL does not know
+        (cipher,) = [c for c in context.get_ciphers() if c["protocol"] == "TLSv1.2"]
+        assert cipher["aead"] and cipher["kea"] == "kx-ecdhe", iana
+
+
+def test_a_rotation_to_an_expired_certificate_keeps_the_current_one(pki, tmp_path, caplog):
+    import shutil
+    from datetime import UTC, datetime, timedelta
+
+    from autoscaler.web.tls import ServingFiles
+
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    shutil.copy(pki.serving_cert, cert)
+    shutil.copy(pki.serving_key, key)
+    tls = ServerTLS(ServingFiles(cert, key), [])
+    long_ago = datetime.now(UTC) - timedelta(days=30)
+    issue_certificate(pki.serving_ca_pair, "old", server=True, not_before=long_ago, valid_for=timedelta(1)).write(
+        cert, key
+    )
+    with caplog.at_level(logging.WARNING):
+        assert tls.reload_if_changed() is False
+    assert f"{cert}: expired at " in caplog.text and "keeping the current one" in caplog.text
+    assert tls.problem() is None

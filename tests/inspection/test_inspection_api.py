@@ -8,7 +8,17 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.inspection.conftest import GAP_POSITIONS, LEAD_TIME, NOW, QUANTILE, SCRAPE_DELAY, WINDOW, OpsServer
+from tests.autoscaler.test_api import status as kubernetes_status
+from tests.inspection.conftest import (
+    GAP_POSITIONS,
+    LEAD_TIME,
+    METRICS,
+    NOW,
+    QUANTILE,
+    SCRAPE_DELAY,
+    WINDOW,
+    OpsServer,
+)
 
 DETAIL_KEYS = {
     "metric",
@@ -196,27 +206,50 @@ def test_metric_without_series_is_an_empty_list(ops_server: OpsServer):
     assert ops_server.get_json("/api/v1/forecasts/request_rate_forecast") == (200, [])
 
 
-def test_unknown_metric_is_404(ops_server: OpsServer):
+def status(code: int, reason: str, message: str, field: str | None = None) -> dict:
+    """The metav1.Status every error on this port is, with the parameter at fault as its cause."""
+    document = kubernetes_status(code, reason, message)
+    if field is not None:
+        document["details"] = {"causes": [{"reason": "FieldValueInvalid", "message": message, "field": field}]}
+    return document
+
+
+def test_unknown_metric_is_a_404_status_like_an_unknown_route(ops_server: OpsServer):
     code, body = ops_server.get_json("/api/v1/forecasts/no_such_metric")
     assert code == 404
-    assert body == {"error": "metric 'no_such_metric' is not served by gpu-autoscaler", "metric": "no_such_metric"}
+    assert body == status(404, "NotFound", "metric 'no_such_metric' is not served by gpu-autoscaler")
+    code, body = ops_server.get_json("/api/v1/no-such-route")
+    assert (code, body["kind"], body["reason"]) == (404, "Status", "NotFound")
 
 
+@pytest.mark.parametrize("path", ["/api/v1/forecasts/gpu_demand_forecast", "/api/v1/forecasts"])
 @pytest.mark.parametrize("selector", ["nodepool in (a100", "=a100", "nodepool=a100,", "Not A Key=1"])
-def test_bad_selector_is_400(ops_server: OpsServer, selector: str):
-    code, body = ops_server.get_json(f"/api/v1/forecasts/gpu_demand_forecast?labelSelector={quote(selector)}")
+def test_bad_selector_is_400(ops_server: OpsServer, path: str, selector: str):
+    code, body = ops_server.get_json(f"{path}?labelSelector={quote(selector)}")
     assert code == 400
-    assert set(body) == {"error", "parameter"}
-    assert body["parameter"] == "labelSelector"
-    assert body["error"].startswith("invalid labelSelector: ")
+    assert body["message"].startswith("invalid labelSelector: ")
+    assert body == status(400, "BadRequest", body["message"], "labelSelector")
 
 
-@pytest.mark.parametrize("history", ["abc", "-1h", "6 hours", "inf", "1e300s", "nan", ""])
+@pytest.mark.parametrize(
+    ("query", "expected_pools"), [("nodepool=h100", {"h100"}), ("nodepool", {"a100", "h100"}), ("!nodepool", set())]
+)
+def test_list_applies_the_label_selector(ops_server: OpsServer, query: str, expected_pools: set[str]):
+    code, body = ops_server.get_json(f"/api/v1/forecasts?labelSelector={quote(query)}")
+    assert code == 200
+    pools = {series["labels"]["nodepool"] for metric in body["metrics"] for series in metric["series"]}
+    assert pools == expected_pools
+    assert [metric["metric"] for metric in body["metrics"]] == [info.name for info in METRICS]
+
+
+@pytest.mark.parametrize(
+    "history", ["abc", "-1h", "6 hours", "inf", "1e300s", "nan", "", "1", "1.5", "1e400", "9" * 30 + "w"]
+)
 def test_bad_history_is_400(ops_server: OpsServer, history: str):
     code, body = ops_server.get_json(f"/api/v1/forecasts/gpu_demand_forecast?history={quote(history)}")
     assert code == 400
-    assert body["parameter"] == "history"
-    assert body["error"].startswith(f"invalid history {history!r}")
+    message = f"invalid history {history!r}: expected a duration with a unit, e.g. 6h or 90m"
+    assert body == status(400, "BadRequest", message, "history")
 
 
 def test_openapi_document_is_served(ops_server: OpsServer):

@@ -355,6 +355,16 @@ def test_deployment_mounts_what_the_config_names(kustomization, config_file):
     assert pod["topologySpreadConstraints"]
 
 
+@pytest.mark.parametrize("kustomization", SERVICE_RENDERS)
+def test_shutdown_fits_the_termination_grace_period(kustomization, config_file):
+    """SIGKILL never lands inside the shutdown delay or the drain that follows it."""
+    pod = one(kustomization, "Deployment", "gpu-autoscaler")["spec"]["template"]["spec"]
+    server = load_settings(config_file(kustomization), environ={}).server
+    assert server.shutdown_delay.total_seconds() >= 5  # endpoints and the aggregator need time to notice
+    needed = server.shutdown_delay + server.shutdown_grace
+    assert pod["terminationGracePeriodSeconds"] >= needed.total_seconds() + 5
+
+
 @pytest.mark.parametrize("kustomization", [*SERVICE_RENDERS, "examples"])
 def test_every_container_is_locked_down(kustomization):
     for name, pod in pod_specs(kustomization):

@@ -1,0 +1,98 @@
+"""The ``server`` section of the settings: ports, TLS, HTTP parser limits, shutdown timing."""
+
+from __future__ import annotations
+
+import ipaddress
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Literal, get_args
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from forecast.durations import parse_duration
+
+
+def _duration_setting(value: object) -> timedelta:
+    """A duration field: text or a number of seconds from YAML or the environment is parsed (zero
+    allowed); a ``timedelta`` given in Python passes as it is."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, str | int | float):
+        return parse_duration(value)
+    raise ValueError(f"expected a duration such as '5m' or '1h30m', got {value!r}")
+
+
+Duration = Annotated[timedelta, BeforeValidator(_duration_setting)]
+
+
+# Unknown keys are typos far more often than intent: refuse them, naming the key.
+STRICT = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Strict(BaseModel):
+    model_config = STRICT
+
+
+# kube-apiserver's --tls-cipher-suites names (IANA). Only ECDHE key exchange with an AEAD cipher:
+# the CBC suites OpenSSL offers by default are left out. They apply to TLS 1.2; every TLS 1.3
+# suite is AEAD already.
+TLSCipherSuite = Literal[
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+]
+AEAD_CIPHER_SUITES: tuple[TLSCipherSuite, ...] = get_args(TLSCipherSuite)
+
+
+class TLSSettings(_Strict):
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    # How often the files are checked for rotation.
+    reload_interval: Duration = timedelta(seconds=10)
+    cipher_suites: tuple[TLSCipherSuite, ...] = Field(default=AEAD_CIPHER_SUITES, min_length=1)
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> TLSSettings:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("cert_file and key_file must be given together")
+        return self
+
+
+class ServerSettings(_Strict):
+    bind_address: str = "0.0.0.0"  # noqa: S104 - in-cluster the service must listen on the pod IP
+    secure_port: int = Field(default=6443, ge=0, le=65535)  # 0: any free port (tests)
+    # None switches the plain port off; 0 picks any free port (tests).
+    http_port: int | None = Field(default=8080, ge=0, le=65535)
+    tls: TLSSettings = TLSSettings()
+    # After SIGTERM, /readyz fails at once but both ports keep serving this long, so that endpoints,
+    # load balancers and the aggregator stop sending before the listeners close (kube-apiserver's
+    # --shutdown-delay-duration); then in-flight requests drain for up to shutdown_grace.
+    shutdown_delay: Duration = timedelta(seconds=5)
+    shutdown_grace: Duration = timedelta(seconds=10)
+    # A connection that sends no complete request (or TLS handshake) for this long is closed: idle
+    # keep-alive connections and slow-header (slowloris) clients alike.
+    idle_timeout: Duration = timedelta(seconds=30)
+    # HTTP parser limits. Longer request lines are answered 414, longer header lines or more headers
+    # 431. The request line holds the label selector: 64 KiB leaves room for the selector parser's own
+    # 16 KiB limit even percent-encoded. The aggregator sends one X-Remote-Group header per group.
+    max_request_line_bytes: int = Field(default=65_536, ge=1_024, le=1_048_576)
+    max_header_field_bytes: int = Field(default=16_384, ge=1_024, le=1_048_576)
+    max_headers: int = Field(default=256, ge=16, le=10_000)
+
+    @model_validator(mode="after")
+    def _ports_differ(self) -> ServerSettings:
+        if self.http_port and self.secure_port and self.http_port == self.secure_port:
+            raise ValueError("secure_port and http_port must differ")
+        return self
+
+    @property
+    def is_loopback(self) -> bool:
+        if self.bind_address == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.bind_address).is_loopback
+        except ValueError:
+            return False

@@ -1,0 +1,115 @@
+"""The secure port's accept loop: every TLS handshake's outcome is seen, with its peer.
+
+With ``create_server(ssl=...)`` the event loop runs handshakes out of sight: a client certificate
+refused during the handshake (unknown CA, expired: Python's ``ssl`` decides there, see the README's
+Authentication section) is dropped with at most a debug line and no peer address, so a wrong
+aggregator certificate would look like silence. Here each accepted socket is handed to
+``loop.connect_accepted_socket``, which returns once the handshake is done or raises its error, so
+a refusal is counted and logged with the peer and the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import socket
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+from yarl import URL
+
+from autoscaler.web.throttled_log import ThrottledLog
+
+log = logging.getLogger(__name__)
+_refusals = ThrottledLog(log)
+# Out of descriptors or memory: asyncio's own accept loop also waits a second before trying again.
+_RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+def _address(peer: Any) -> str:
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host, port = peer[0], peer[1]
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return str(peer)
+
+
+class TLSAcceptSite(web.BaseSite):
+    """Serve ``runner`` over TLS on a bound socket, one visible handshake per accepted connection."""
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        sock: socket.socket,
+        *,
+        context: ssl.SSLContext,
+        handshake_timeout_s: float,
+        on_refused: Callable[[], None],
+        backlog: int = 128,
+    ) -> None:
+        super().__init__(runner, backlog=backlog)
+        self._sock = sock
+        self._context = context
+        self._handshake_timeout_s = handshake_timeout_s
+        self._on_refused = on_refused
+        self._tasks: set[asyncio.Task[None]] = set()
+        host, port = sock.getsockname()[:2]
+        self._name = str(URL.build(scheme="https", host=host, port=port))
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    async def start(self) -> None:
+        await super().start()
+        self._sock.listen(self._backlog)
+        self._spawn(self._accept(), "tls-accept")
+
+    async def stop(self) -> None:
+        """Stop accepting and drop handshakes in progress; established connections drain with the runner."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await super().stop()
+
+    def _spawn(self, work: Any, name: str) -> None:
+        task = asyncio.create_task(work, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                connection, peer = await loop.sock_accept(self._sock)
+            except ConnectionAbortedError:
+                continue  # the client gave up between SYN and accept
+            except OSError as error:
+                if error.errno not in _RESOURCE_ERRORS:
+                    raise
+                log.error("secure port cannot accept connections (%s); trying again in 1 s", error)
+                await asyncio.sleep(1.0)
+                continue
+            self._spawn(self._handshake(connection, peer), "tls-handshake")
+
+    async def _handshake(self, connection: socket.socket, peer: Any) -> None:
+        server = self._runner.server
+        if server is None:  # the runner is being cleaned up
+            connection.close()
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.connect_accepted_socket(
+                server, connection, ssl=self._context, ssl_handshake_timeout=self._handshake_timeout_s
+            )
+        except ssl.SSLCertVerificationError as error:
+            self._on_refused()
+            _refusals.warning(
+                "client certificate from %s refused in the TLS handshake: %s", _address(peer), error.verify_message
+            )
+        except (OSError, TimeoutError) as error:  # ssl.SSLError is an OSError: scanners, plain HTTP, resets
+            log.debug("TLS handshake with %s failed: %s", _address(peer), error)
+        # On any failure (cancellation too) the event loop has closed the connection's transport.
