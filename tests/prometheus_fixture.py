@@ -11,8 +11,11 @@ dcgm-exporter, an application request counter) whose values come from public tra
 
 The last ``TRACE_DAYS`` days of each trace are shifted so that they end a minute before the session
 starts; queries relative to "now" therefore see them (for about 5 minutes, Prometheus's lookback, past
-the end: compare exact values on ranges ending at ``trace.end``). ``FixtureTrace`` holds the values
-written, so tests compare against them. Startup (trace, promtool, Prometheus) takes about 5 s.
+the end: compare exact values on ranges ending at ``trace.end``). kube-state-metrics (its series,
+``kube_node_info`` and ``up``) goes on reporting the cluster as the trace left it for ``KSM_HOLD_S``
+past the end, so the service sees a live kube-state-metrics and steady demand while the tests run.
+``FixtureTrace`` holds the values written, so tests compare against them. Startup (trace, promtool,
+Prometheus) takes about 5 s.
 
 Fixtures: ``prometheus`` (session-wide, never killed), ``prometheus_restartable`` (a private instance
 per test, for kill/restart tests) and ``fault_proxy`` (a proxy in front of ``prometheus``).
@@ -59,6 +62,9 @@ EDGE_METRIC = "gpu_autoscaler_fixture_edge_values"
 # Constant series (labels, phases, capacity) are written every 4 minutes: under the 5 minute lookback,
 # a quarter of the samples.
 _CONSTANT_EVERY_S = 240
+# kube-state-metrics series go on past the trace's end, at its last values, for this long: the
+# service reads relative to now, and a kube-state-metrics that stopped would be (rightly) a failure.
+KSM_HOLD_S = 6 * 3600
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
@@ -162,6 +168,10 @@ def trace_series(trace: FixtureTrace) -> list[_Series]:
     """Every series to backfill, named and labelled like the real exporters."""
     minute_ts = pd.DatetimeIndex(trace.running.index).as_unit("s").asi8
     constant_ts = np.arange(int(minute_ts[-1]), int(minute_ts[0]) - 2 * _CONSTANT_EVERY_S, -_CONSTANT_EVERY_S)[::-1]
+    # kube-state-metrics goes on reporting the cluster as the trace left it (future samples).
+    held_ts = np.arange(int(minute_ts[-1]) + 60, int(minute_ts[-1]) + KSM_HOLD_S + 1, 60)
+    ksm_minute_ts = np.concatenate([minute_ts, held_ts])
+    ksm_constant_ts = np.concatenate([constant_ts, held_ts[(held_ts - minute_ts[-1]) % _CONSTANT_EVERY_S == 0]])
     out: list[_Series] = []
 
     def add(family: str, labels: Mapping[str, str], timestamps: np.ndarray, values: np.ndarray) -> None:
@@ -169,8 +179,12 @@ def trace_series(trace: FixtureTrace) -> list[_Series]:
         out.append(_Series(family, labels, timestamps[keep], _om_values(values[keep])))
 
     def constant(family: str, labels: Mapping[str, str], value: float) -> None:
-        add(family, labels, constant_ts, np.full(len(constant_ts), value))
+        add(family, labels, ksm_constant_ts, np.full(len(ksm_constant_ts), value))
 
+    def held(family: str, labels: Mapping[str, str], values: np.ndarray) -> None:
+        add(family, labels, ksm_minute_ts, np.concatenate([values, np.full(len(held_ts), values[-1])]))
+
+    constant("up", {"job": "kube-state-metrics", "instance": "10.0.0.2:8080"}, 1.0)
     for vc, pool in trace.nodepool_of_vc.items():
         node = trace.node(vc)
         gpu = {"resource": "nvidia_com_gpu", "unit": "integer"}
@@ -178,8 +192,8 @@ def trace_series(trace: FixtureTrace) -> list[_Series]:
         pending_pod = {"namespace": vc, "pod": f"{vc}-pending", "container": "main"}  # not scheduled
         finished_pod = {"namespace": vc, "pod": f"{vc}-finished", "container": "main", "node": node}
         requests = "kube_pod_container_resource_requests"
-        add(requests, running_pod | gpu, minute_ts, trace.running[vc].to_numpy())
-        add(requests, pending_pod | gpu, minute_ts, trace.pending[vc].to_numpy())
+        held(requests, running_pod | gpu, trace.running[vc].to_numpy())
+        held(requests, pending_pod | gpu, trace.pending[vc].to_numpy())
         constant(requests, finished_pod | gpu, FINISHED_POD_GPUS)
         constant(requests, running_pod | {"resource": "cpu", "unit": "core"}, 32.0)
         for pod, phase in ((running_pod, "Running"), (pending_pod, "Pending"), (finished_pod, "Succeeded")):
@@ -188,6 +202,7 @@ def trace_series(trace: FixtureTrace) -> list[_Series]:
                 constant("kube_pod_status_phase", identity, 1.0 if candidate == phase else 0.0)
         constant("kube_node_status_allocatable", {"node": node} | gpu, float(trace.allocatable[vc]))
         constant("kube_node_labels", {"node": node, "label_karpenter_sh_nodepool": pool}, 1.0)
+        constant("kube_node_info", {"node": node, "kubelet_version": "v1.32.1"}, 1.0)
         host = {trace.host_label_of_vc[vc]: node, "gpu": "0", "UUID": f"GPU-{vc}", "modelName": "NVIDIA A100"}
         add("DCGM_FI_DEV_GPU_UTIL", host, minute_ts, trace.utilization[vc].to_numpy())
         mig = host | {"GPU_I_ID": "1", "GPU_I_PROFILE": "7g.80gb"}
