@@ -93,7 +93,7 @@ class FixtureTrace:
 
 
 @dataclass
-class _Series:
+class BackfillSeries:
     family: str
     labels: Mapping[str, str]
     timestamps: np.ndarray  # int seconds, increasing
@@ -164,7 +164,7 @@ def load_trace(end: pd.Timestamp, days: int = TRACE_DAYS) -> FixtureTrace:
     )
 
 
-def trace_series(trace: FixtureTrace) -> list[_Series]:
+def trace_series(trace: FixtureTrace) -> list[BackfillSeries]:
     """Every series to backfill, named and labelled like the real exporters."""
     minute_ts = pd.DatetimeIndex(trace.running.index).as_unit("s").asi8
     constant_ts = np.arange(int(minute_ts[-1]), int(minute_ts[0]) - 2 * _CONSTANT_EVERY_S, -_CONSTANT_EVERY_S)[::-1]
@@ -172,11 +172,11 @@ def trace_series(trace: FixtureTrace) -> list[_Series]:
     held_ts = np.arange(int(minute_ts[-1]) + 60, int(minute_ts[-1]) + KSM_HOLD_S + 1, 60)
     ksm_minute_ts = np.concatenate([minute_ts, held_ts])
     ksm_constant_ts = np.concatenate([constant_ts, held_ts[(held_ts - minute_ts[-1]) % _CONSTANT_EVERY_S == 0]])
-    out: list[_Series] = []
+    out: list[BackfillSeries] = []
 
     def add(family: str, labels: Mapping[str, str], timestamps: np.ndarray, values: np.ndarray) -> None:
         keep = ~np.isnan(values) if family != EDGE_METRIC else np.ones(len(values), dtype=bool)
-        out.append(_Series(family, labels, timestamps[keep], _om_values(values[keep])))
+        out.append(BackfillSeries(family, labels, timestamps[keep], _om_values(values[keep])))
 
     def constant(family: str, labels: Mapping[str, str], value: float) -> None:
         add(family, labels, ksm_constant_ts, np.full(len(ksm_constant_ts), value))
@@ -215,7 +215,7 @@ def trace_series(trace: FixtureTrace) -> list[_Series]:
     return out
 
 
-def write_blocks(series: Sequence[_Series], promtool: str, work_dir: Path) -> Path:
+def write_blocks(series: Sequence[BackfillSeries], promtool: str, work_dir: Path) -> Path:
     """Write one OpenMetrics file and turn it into TSDB blocks; returns the blocks directory."""
     work_dir.mkdir(parents=True, exist_ok=True)
     openmetrics, blocks_dir = work_dir / "trace.om", work_dir / "blocks"
@@ -240,8 +240,8 @@ def write_blocks(series: Sequence[_Series], promtool: str, work_dir: Path) -> Pa
     return blocks_dir
 
 
-def _write_openmetrics(out: IO[str], series: Sequence[_Series]) -> None:
-    families: dict[str, list[_Series]] = {}
+def _write_openmetrics(out: IO[str], series: Sequence[BackfillSeries]) -> None:
+    families: dict[str, list[BackfillSeries]] = {}
     for one in series:
         families.setdefault(one.family, []).append(one)
     for family, members in families.items():
@@ -276,13 +276,17 @@ def free_port() -> int:
 
 @dataclass
 class PrometheusServer:
-    """One Prometheus process on a fixed loopback port; ``stop``/``kill`` and ``start`` again at will."""
+    """One Prometheus process on a fixed loopback port; ``stop``/``kill`` and ``start`` again at will.
+
+    It is ready once ``count(kube_node_labels)`` answers at ``probe_at`` (default: the trace's end).
+    """
 
     binary: str
     data_dir: Path
-    trace: FixtureTrace
+    trace: FixtureTrace | None
     port: int = field(default_factory=free_port)
     _process: subprocess.Popen[bytes] | None = None
+    probe_at: pd.Timestamp | None = None
 
     @property
     def url(self) -> str:
@@ -335,7 +339,7 @@ class PrometheusServer:
         deadline = time.monotonic() + timeout_s
         # Readiness alone is not enough: the backfilled blocks must be queryable too.
         probe = "/api/v1/query?" + urllib.parse.urlencode(
-            {"query": "count(kube_node_labels)", "time": self.trace.end.timestamp()}
+            {"query": "count(kube_node_labels)", "time": self._probe_time().timestamp()}
         )
         while time.monotonic() < deadline:
             assert self._process is not None
@@ -349,6 +353,13 @@ class PrometheusServer:
                 pass
             time.sleep(0.05)
         raise RuntimeError(f"prometheus not ready after {timeout_s}s:\n{self._log_tail()}")
+
+    def _probe_time(self) -> pd.Timestamp:
+        if self.probe_at is not None:
+            return self.probe_at
+        if self.trace is None:
+            raise ValueError("a PrometheusServer needs a trace or probe_at")
+        return self.trace.end
 
     def _log_tail(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")[-3000:]
