@@ -135,7 +135,11 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
         caps: CapsFunction | None = None
         health: Callable[[], dict[str, str]] | None = None
         if settings.inputs is not None and kube is not None:
-            inputs = KubernetesInputs(inputs=settings.inputs, forecast=settings.forecast, declared=settings.windows)
+            # CronJob windows count GPUs in the units of the signals they are added to.
+            time_slicing = {name: replicas for spec in settings.signals for name, replicas in spec.time_slicing.items()}
+            inputs = KubernetesInputs(
+                inputs=settings.inputs, forecast=settings.forecast, declared=settings.windows, time_slicing=time_slicing
+            )
             group = await stack.enter_async_context(WatchGroup(watch_settings(settings.kubernetes)))
             inputs.start(group, kube)
             windows, lead_time, health = inputs.windows, inputs.lead_time, inputs.health
