@@ -7,17 +7,53 @@ the GPU quotas.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 from typing import Any
 
 WHOLE_GPU = "nvidia.com/gpu"
 SHARED_GPU = "nvidia.com/gpu.shared"  # device-plugin time-slicing with renameByDefault
 MIG_PREFIX = "nvidia.com/mig-"
 
+# A MIG profile is "<compute slices>g.<memory>gb", "+me" with the media engines. An A100, H100, H200
+# or B200 has 7 compute slices; the A30 has 4, and its profiles are these (slices of 4).
+FULL_GPU_SLICES = 7
+FULL_GPU_SLICE_COUNTS = (1, 2, 3, 4, 7)
+A30_SLICES = 4
+A30_MIG_PROFILES = {"1g.6gb": 1, "2g.12gb": 2, "4g.24gb": 4}
+_MIG_PROFILE = re.compile(r"([1-7])g\.[0-9]+gb(\+me)?")
+
 
 def is_gpu_resource(name: str) -> bool:
     return name in (WHOLE_GPU, SHARED_GPU) or name.startswith(MIG_PREFIX)
+
+
+def mig_share(resource: str) -> Fraction | None:
+    """The share of a physical GPU one unit of a MIG resource is (its compute slices over the GPU's
+    total: ``nvidia.com/mig-1g.10gb`` = 1/7, ``nvidia.com/mig-3g.40gb`` = 3/7, the A30's ``2g.12gb`` =
+    2/4); None for a resource that is not MIG. Raises ValueError for a profile of unknown shape."""
+    if not resource.startswith(MIG_PREFIX):
+        return None
+    profile = resource.removeprefix(MIG_PREFIX)
+    match = _MIG_PROFILE.fullmatch(profile)
+    if match is None:
+        raise ValueError(f"{resource!r} is not a MIG profile of the form <N>g.<memory>gb")
+    a30_slices = A30_MIG_PROFILES.get(profile.removesuffix("+me"))
+    if a30_slices is not None:
+        return Fraction(a30_slices, A30_SLICES)
+    return Fraction(int(match.group(1)), FULL_GPU_SLICES)
+
+
+def gpu_share(resource: str, time_slicing: Mapping[str, int]) -> Fraction:
+    """Physical GPUs one unit of a GPU ``resource`` stands for: a MIG instance its share, a
+    time-sliced resource ``1 / replicas`` (``time_slicing`` maps resource names to the device
+    plugin's replicas), anything else 1."""
+    share = mig_share(resource)
+    if share is not None:
+        return share
+    return Fraction(1, time_slicing.get(resource, 1))
 
 
 _SUFFIXES = {

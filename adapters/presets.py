@@ -10,23 +10,59 @@ Every preset can be split ``by`` labels. ``nodepool`` is special: it is joined i
 ``kube_node_labels`` (Karpenter's ``karpenter.sh/nodepool`` label by default). kube-state-metrics only
 exports node labels that are allowlisted (``--metric-labels-allowlist=nodes=[karpenter.sh/nodepool]``).
 Series with no node or no nodepool label (Pending pods, for one) land in ``nodepool=""``.
+
+GPU units (``gpus_requested``, ``gpus_allocatable``): kube-state-metrics exports each extended
+resource under its own name, so whole GPUs, MIG instances and time-sliced replicas are separate
+series. These presets add them up in physical GPUs (``adapters.gpu_requests.gpu_share``): the
+whole-GPU ``resource`` counts 1; a MIG instance ``nvidia.com/mig-<N>g.<memory>gb`` its compute slices
+over the GPU's, N/7 (A100, H100, H200, B200; the A30's ``1g.6gb``, ``2g.12gb``, ``4g.24gb``: N/4), unless
+``mig=False``; a resource named in ``time_slicing`` 1/replicas (the device plugin's ``replicas``).
+Time-slicing that keeps the name ``nvidia.com/gpu`` cannot be told from whole GPUs in these series:
+rename it (``renameByDefault``: ``nvidia.com/gpu.shared``) or name ``nvidia.com/gpu`` there only when
+every node slices it.
+
+Liveness: each preset names how its exporter shows it is alive (``SignalQuery.liveness``, which
+``liveness=None`` switches off): kube-state-metrics by ``kube_node_info`` or its ``up`` series,
+dcgm-exporter by any sample of its utilisation metric, a request counter by any of its series. The
+GPU counts are ``zero_when_absent``; split by ``nodepool`` alone they also name the pools that
+``kube_node_labels`` knows (``SignalQuery.pools``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from typing import Literal
 
+from adapters.gpu_requests import (
+    A30_MIG_PROFILES,
+    A30_SLICES,
+    FULL_GPU_SLICE_COUNTS,
+    FULL_GPU_SLICES,
+    MIG_PREFIX,
+    WHOLE_GPU,
+    gpu_share,
+    mig_share,
+)
 from adapters.promql import PerStep, SignalQuery, aggregate, check_duration, check_label_name, check_metric_name
 from adapters.types import NODEPOOL_LABEL
 
 # kube-state-metrics exports the karpenter.sh/nodepool node label under this name.
 KSM_NODEPOOL_LABEL = "label_karpenter_sh_nodepool"
-GPU_RESOURCE = "nvidia_com_gpu"
+GPU_RESOURCE = WHOLE_GPU
 ONE_MINUTE = timedelta(minutes=1)
 DCGM_HOST_LABELS = ("Hostname", "hostname")
+DCGM_UTILIZATION = "DCGM_FI_DEV_GPU_UTIL"
+DCGM_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+# kube-state-metrics is alive while it reports a node, or while Prometheus scrapes it successfully
+# (the job name kube-prometheus-stack and the upstream manifests give it).
+KSM_LIVENESS = 'kube_node_info or up{job="kube-state-metrics"} == 1'
+# The label that carries each GPU resource's share of a physical GPU inside ``gpu_units``.
+_SHARE = "gpu_share"
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 Aggregation = Literal["avg", "sum", "max", "min"]
 
@@ -39,9 +75,11 @@ def gpu_utilization(
     nodepool_label: str = KSM_NODEPOOL_LABEL,
     name: str = "gpu_utilization",
     per_step: PerStep = "last",
+    liveness: str | None = DCGM_UTILIZATION,
 ) -> SignalQuery:
     """DCGM GPU utilisation in percent, aggregated ``by`` (``node``, ``nodepool``, ``gpu``, ...)."""
-    return _dcgm("DCGM_FI_DEV_GPU_UTIL", by, aggregation, step, nodepool_label, name, per_step)
+    expression = _dcgm(DCGM_UTILIZATION)
+    return _grouped(aggregation, expression, by, step, nodepool_label, name, per_step, liveness)
 
 
 def gpu_engine_active(
@@ -52,54 +90,67 @@ def gpu_engine_active(
     nodepool_label: str = KSM_NODEPOOL_LABEL,
     name: str = "gpu_engine_active",
     per_step: PerStep = "last",
+    liveness: str | None = f"{DCGM_ENGINE_ACTIVE} or {DCGM_UTILIZATION}",
 ) -> SignalQuery:
     """DCGM graphics-engine activity (0-1), the utilisation figure that MIG instances report."""
-    return _dcgm("DCGM_FI_PROF_GR_ENGINE_ACTIVE", by, aggregation, step, nodepool_label, name, per_step)
+    expression = _dcgm(DCGM_ENGINE_ACTIVE)
+    return _grouped(aggregation, expression, by, step, nodepool_label, name, per_step, liveness)
 
 
 def gpus_requested(
     *,
     by: Sequence[str] = (NODEPOOL_LABEL,),
     resource: str = GPU_RESOURCE,
+    mig: bool = True,
+    time_slicing: Mapping[str, int] | None = None,
+    exclude_namespaces: Sequence[str] = (),
+    aggregation: Aggregation = "sum",
     step: timedelta = ONE_MINUTE,
     nodepool_label: str = KSM_NODEPOOL_LABEL,
     name: str = "gpus_requested",
     per_step: PerStep = "peak",
+    liveness: str | None = KSM_LIVENESS,
 ) -> SignalQuery:
-    """GPUs requested by Pending or Running pods; ``by`` is drawn from namespace, pod, node, nodepool.
+    """GPUs (physical equivalents) requested by Pending or Running pods outside ``exclude_namespaces``;
+    ``by`` is drawn from namespace, pod, node, nodepool.
 
     Each point is the step's peak by default: the nodes must have covered it, and a pod that came
     and went between two samples still needed a GPU.
     """
     _check_by(by, allowed=("namespace", "pod", "node", NODEPOOL_LABEL))
     # max by (...) collapses duplicates from kube-state-metrics replicas before anything is summed.
-    requests = aggregate(
-        "sum",
-        ("namespace", "pod", "node"),
-        aggregate(
-            "max",
-            ("namespace", "pod", "container", "node"),
-            f"kube_pod_container_resource_requests{{resource={_quote(resource)}}}",
-        ),
+    per_container = gpu_units(
+        "kube_pod_container_resource_requests",
+        ("namespace", "pod", "container", "node"),
+        resource,
+        mig,
+        time_slicing or {},
+        _excluding(exclude_namespaces),
     )
+    requests = aggregate("sum", ("namespace", "pod", "node"), per_container)
     phase = aggregate("max", ("namespace", "pod"), 'kube_pod_status_phase{phase=~"Pending|Running"}')
     demand = f"{requests} * on (namespace, pod) group_left () ({phase} == 1)"
-    return _grouped("sum", demand, by, step, nodepool_label, name, per_step)
+    return _counted(aggregation, demand, by, step, nodepool_label, name, per_step, liveness)
 
 
 def gpus_allocatable(
     *,
     by: Sequence[str] = (NODEPOOL_LABEL,),
     resource: str = GPU_RESOURCE,
+    mig: bool = True,
+    time_slicing: Mapping[str, int] | None = None,
+    aggregation: Aggregation = "sum",
     step: timedelta = ONE_MINUTE,
     nodepool_label: str = KSM_NODEPOOL_LABEL,
     name: str = "gpus_allocatable",
     per_step: PerStep = "last",
+    liveness: str | None = KSM_LIVENESS,
 ) -> SignalQuery:
-    """Allocatable GPUs of the nodes; ``by`` is drawn from node and nodepool."""
+    """Allocatable GPUs (physical equivalents) of the nodes; ``by`` is drawn from node and nodepool."""
     _check_by(by, allowed=("node", NODEPOOL_LABEL))
-    capacity = aggregate("max", ("node",), f"kube_node_status_allocatable{{resource={_quote(resource)}}}")
-    return _grouped("sum", capacity, by, step, nodepool_label, name, per_step)
+    per_resource = gpu_units("kube_node_status_allocatable", ("node",), resource, mig, time_slicing or {}, "")
+    capacity = aggregate("sum", ("node",), per_resource)
+    return _counted(aggregation, capacity, by, step, nodepool_label, name, per_step, liveness)
 
 
 def request_rate(
@@ -108,15 +159,26 @@ def request_rate(
     window: str = "5m",
     by: Sequence[str] = ("namespace", "service"),
     matchers: Mapping[str, str] | None = None,
+    aggregation: Aggregation = "sum",
     step: timedelta = ONE_MINUTE,
     name: str = "request_rate",
     per_step: PerStep = "last",
+    liveness: str | None = "",
 ) -> SignalQuery:
-    """Per-second rate of a request counter: ``sum by (by) (rate(metric{matchers}[window]))``."""
+    """Per-second rate of a request counter: ``sum by (by) (rate(metric{matchers}[window]))``.
+
+    Alive while the counter has any series: ``liveness=""`` (the default) stands for them.
+    """
     selector = ", ".join(f"{check_label_name(label)}={_quote(value)}" for label, value in (matchers or {}).items())
-    expression = f"rate({check_metric_name(metric)}{{{selector}}}[{check_duration(window)}])"
+    counter = f"{check_metric_name(metric)}{{{selector}}}"
+    expression = f"rate({counter}[{check_duration(window)}])"
     return SignalQuery(
-        name=name, promql=aggregate("sum", by, expression), step=step, split_by=tuple(by), per_step=per_step
+        name=name,
+        promql=aggregate(_checked(aggregation), by, expression),
+        step=step,
+        split_by=tuple(by),
+        per_step=per_step,
+        liveness=counter if liveness == "" else liveness,
     )
 
 
@@ -130,33 +192,97 @@ PRESETS: Mapping[str, Callable[..., SignalQuery]] = {
 }
 
 
+def ksm_resource(resource: str) -> str:
+    """A Kubernetes resource name as kube-state-metrics labels it (``nvidia.com/gpu``: ``nvidia_com_gpu``)."""
+    return re.sub(r"[^a-zA-Z0-9_]", "_", resource)
+
+
+def gpu_units(
+    metric: str,
+    by: Sequence[str],
+    resource: str,
+    mig: bool,
+    time_slicing: Mapping[str, int],
+    matchers: str,
+) -> str:
+    """``max by (by, resource)`` of ``metric`` for each GPU resource, in physical GPUs (module docstring).
+
+    One selector for every resource: each series is labelled with its share of a GPU ("3/7"), taken
+    from its resource name, and multiplied by a table of those shares. (One selector per share made
+    the 30-second peak subquery over two weeks several times slower.)
+    """
+    shares: dict[str, str] = {}
+    for name in dict.fromkeys([resource, *time_slicing]):
+        if mig_share(name) is not None:
+            raise ValueError(f"{name}: MIG resources count by their profile, not as whole or time-sliced GPUs")
+        if time_slicing.get(name, 1) < 1:
+            raise ValueError(f"time_slicing: {name} needs replicas >= 1")
+        shares[ksm_resource(name)] = f"1/{gpu_share(name, time_slicing).denominator}"
+    prefix = ksm_resource(MIG_PREFIX)
+    selected = "|".join([*shares, f"{prefix}.*"] if mig else shares)
+    expression = f'{metric}{{resource=~"{selected}"{matchers}}}'
+    for name, share in shares.items():
+        expression = _share_label(expression, share, name)
+    table = set(shares.values())
+    if mig:
+        # Every profile counts its slices of 7; the A30's own profiles, then, theirs of 4.
+        expression = _share_label(expression, f"${{1}}/{FULL_GPU_SLICES}", f"{prefix}([0-9]+)g_.*")
+        table |= {f"{slices}/{FULL_GPU_SLICES}" for slices in FULL_GPU_SLICE_COUNTS}
+        for profile, slices in A30_MIG_PROFILES.items():
+            share = f"{slices}/{A30_SLICES}"
+            expression = _share_label(expression, share, f"{prefix}{ksm_resource(profile)}(_me)?")
+            table.add(share)
+    values = " or ".join(f'label_replace(vector({share}), "{_SHARE}", "{share}", "", "")' for share in sorted(table))
+    return aggregate("max", (*by, "resource"), f"{expression} * on ({_SHARE}) group_left () ({values})")
+
+
+def _share_label(expression: str, share: str, resource_regex: str) -> str:
+    return f'label_replace({expression}, "{_SHARE}", "{share}", "resource", "{resource_regex}")'
+
+
 def with_nodepool(expression: str, nodepool_label: str = KSM_NODEPOOL_LABEL) -> str:
     """Add a ``nodepool`` label to every series of ``expression`` by joining its ``node`` label.
 
-    Series whose node is unknown to kube_node_labels (or that have no node) are kept, without nodepool.
+    Series that have no node (Pending pods) are kept, without nodepool: the labelless ``vector(1)`` is
+    their match. A series of a node that kube_node_labels no longer knows (one being deleted) is dropped.
     """
-    nodepools = aggregate(
-        "max",
-        ("node", NODEPOOL_LABEL),
-        f'label_replace(kube_node_labels, "{NODEPOOL_LABEL}", "$1", "{check_label_name(nodepool_label)}", "(.*)")',
-    )
-    joined = f"({expression}) * on (node) group_left ({NODEPOOL_LABEL}) {nodepools}"
-    # ``or ignoring (nodepool)`` adds back the series the join found no node for.
-    return f"{joined} or ignoring ({NODEPOOL_LABEL}) ({expression})"
+    nodepools = aggregate("max", ("node", NODEPOOL_LABEL), _node_pools(nodepool_label))
+    # Written once: a second copy of the expression (``or ignoring``) doubled the cost of peak subqueries.
+    return f"({expression}) * on (node) group_left ({NODEPOOL_LABEL}) ({nodepools} or vector(1))"
 
 
-def _dcgm(
-    metric: str,
-    by: Sequence[str],
+def known_pools(nodepool_label: str = KSM_NODEPOOL_LABEL) -> str:
+    """One series per node pool that a node carries the label of (from ``kube_node_labels``)."""
+    label = check_label_name(nodepool_label)
+    return aggregate("count", (NODEPOOL_LABEL,), _node_pools(nodepool_label, f'{{{label}!=""}}'))
+
+
+def _node_pools(nodepool_label: str, matchers: str = "") -> str:
+    label = check_label_name(nodepool_label)
+    return f'label_replace(kube_node_labels{matchers}, "{NODEPOOL_LABEL}", "$1", "{label}", "(.*)")'
+
+
+def _dcgm(metric: str) -> str:
+    per_host = [f'label_replace({metric}{{{host}!=""}}, "node", "$1", "{host}", "(.*)")' for host in DCGM_HOST_LABELS]
+    # ``or`` de-duplicates a series that carries both host labels (same label set on both sides).
+    return " or ".join(per_host)
+
+
+def _counted(
     aggregation: Aggregation,
+    expression: str,
+    by: Sequence[str],
     step: timedelta,
     nodepool_label: str,
     name: str,
     per_step: PerStep,
+    liveness: str | None,
 ) -> SignalQuery:
-    per_host = [f'label_replace({metric}{{{host}!=""}}, "node", "$1", "{host}", "(.*)")' for host in DCGM_HOST_LABELS]
-    # ``or`` de-duplicates a series that carries both host labels (same label set on both sides).
-    return _grouped(aggregation, " or ".join(per_host), by, step, nodepool_label, name, per_step)
+    """A count of GPUs: a series that is missing while the exporter is alive is 0."""
+    query = _grouped(aggregation, expression, by, step, nodepool_label, name, per_step, liveness)
+    # Only a series split by pool alone is a pool's series; other splits know theirs from history.
+    pools = known_pools(nodepool_label) if tuple(by) == (NODEPOOL_LABEL,) else None
+    return replace(query, zero_when_absent=True, pools=pools)
 
 
 def _grouped(
@@ -167,13 +293,25 @@ def _grouped(
     nodepool_label: str,
     name: str,
     per_step: PerStep,
+    liveness: str | None,
 ) -> SignalQuery:
-    if aggregation not in ("avg", "sum", "max", "min"):
-        raise ValueError(f"unknown aggregation {aggregation!r}")
     if NODEPOOL_LABEL in by:
         expression = with_nodepool(expression, nodepool_label)
-    promql = aggregate(aggregation, by, expression)
-    return SignalQuery(name=name, promql=promql, step=step, split_by=tuple(by), per_step=per_step)
+    promql = aggregate(_checked(aggregation), by, expression)
+    return SignalQuery(name=name, promql=promql, step=step, split_by=tuple(by), per_step=per_step, liveness=liveness)
+
+
+def _checked(aggregation: Aggregation) -> Aggregation:
+    if aggregation not in ("avg", "sum", "max", "min"):
+        raise ValueError(f"unknown aggregation {aggregation!r}")
+    return aggregation
+
+
+def _excluding(namespaces: Sequence[str]) -> str:
+    for namespace in namespaces:
+        if not _NAMESPACE.fullmatch(namespace):
+            raise ValueError(f"exclude_namespaces: {namespace!r} is not a namespace name")
+    return f', namespace!~"{"|".join(namespaces)}"' if namespaces else ""
 
 
 def _check_by(by: Sequence[str], allowed: Sequence[str]) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 
-from adapters.types import Signal
+from adapters.types import NODEPOOL_LABEL, Signal
 
 # Prometheus refuses range queries above 11,000 points per series; stay well under it.
 MAX_POINTS_PER_REQUEST = 10_000
@@ -49,6 +49,11 @@ class SignalQuery:
     point is labelled by the step's start), so a burst between two grid points is seen and a
     forecast of such points is a forecast of each step's peak: capacity must cover the peak, not a
     sample. ``"last"``: the value at ``t``.
+
+    ``liveness`` has at least one series whenever the exporter behind the signal is alive (None: it
+    cannot be told). ``zero_when_absent``: a series that is missing means 0 (a count of GPUs, not a
+    gap) while the exporter is alive. ``pools`` has one series per node pool known to the cluster,
+    labelled ``nodepool``.
     """
 
     name: str
@@ -56,6 +61,9 @@ class SignalQuery:
     step: timedelta
     split_by: tuple[str, ...] = ()
     per_step: PerStep = "last"
+    liveness: str | None = None
+    zero_when_absent: bool = False
+    pools: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -88,6 +96,18 @@ class SignalQuery:
     def label_offset(self) -> pd.Timedelta:
         """How far a point's label is before the moment Prometheus evaluated it."""
         return pd.Timedelta(self.step) if self.per_step == "peak" else pd.Timedelta(0)
+
+    def liveness_query(self) -> SignalQuery | None:
+        """One series, present at the points where the exporter was alive (on this query's grid)."""
+        if self.liveness is None:
+            return None
+        return SignalQuery(f"{self.name}:alive", f"count({self.liveness})", self.step, (), self.per_step)
+
+    def pools_query(self) -> SignalQuery | None:
+        """One series per node pool known at each point (on this query's grid)."""
+        if self.pools is None:
+            return None
+        return SignalQuery(f"{self.name}:pools", self.pools, self.step, (NODEPOOL_LABEL,), self.per_step)
 
 
 @dataclass(frozen=True)
@@ -197,6 +217,7 @@ def to_signals(query: SignalQuery, parts: Iterable[RawSeries], start: pd.Timesta
             labels=dict(identity),
             series=pd.Series(_sum_keeping_gaps(members), index=grid - query.label_offset, name=query.name),
             step=pd.Timedelta(query.step),
+            label_offset=query.label_offset,
         )
         for identity, members in sorted(by_identity.items())
     ]
@@ -223,7 +244,8 @@ def merge_signal(previous: Signal | None, update: Signal, max_history: timedelta
     merged = update.series.reindex(grid)
     if previous is not None:
         merged = merged.fillna(previous.series.reindex(grid))
-    return Signal(name=update.name, labels=dict(update.labels), series=merged.astype(np.float64), step=step)
+    series = merged.astype(np.float64)
+    return Signal(update.name, dict(update.labels), series, step, update.label_offset)
 
 
 def merge_signals(previous: Iterable[Signal], update: Iterable[Signal], max_history: timedelta) -> list[Signal]:
@@ -249,7 +271,7 @@ def merge_signals(previous: Iterable[Signal], update: Iterable[Signal], max_hist
             continue
         # Merging an all-gap point at the common end stretches the series to it and trims the start.
         end_marker = pd.Series([np.nan], index=pd.DatetimeIndex([latest[signal.name]]), dtype=np.float64)
-        marker_signal = Signal(signal.name, signal.labels, end_marker, signal.step)
+        marker_signal = Signal(signal.name, signal.labels, end_marker, signal.step, signal.label_offset)
         stretched = merge_signal(signal, marker_signal, max_history)
         if stretched.series.notna().any():
             result.append(stretched)

@@ -6,12 +6,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import numpy as np
 import pandas as pd
 
 # The Kubernetes node label Karpenter puts on every node it launches, naming its NodePool.
 KARPENTER_NODEPOOL_LABEL = "karpenter.sh/nodepool"
 # The label that names a node pool on series and windows (joined from KARPENTER_NODEPOOL_LABEL).
 NODEPOOL_LABEL = "nodepool"
+NO_OFFSET = pd.Timedelta(0)
 
 
 class AdapterError(Exception):
@@ -23,13 +25,23 @@ class Signal:
     """One time series pulled from a backend.
 
     ``series`` is float64 on a tz-aware UTC DatetimeIndex at a regular ``step``; missing samples are
-    NaN (a gap is a gap, never a zero).
+    NaN (a gap is a gap, never a zero). ``label_offset``: how far a point's label is before the moment
+    its value was read (one step for a step's peak, labelled by the step's start).
     """
 
     name: str
     labels: Mapping[str, str]
     series: pd.Series
     step: pd.Timedelta
+    label_offset: pd.Timedelta = NO_OFFSET  # immutable, so one shared default is safe
+
+    def newest_at(self) -> datetime | None:
+        """When the newest point that is not a gap was read; None if every point is a gap."""
+        observed = np.flatnonzero(self.series.notna().to_numpy())
+        if not len(observed):
+            return None
+        newest: pd.Timestamp = self.series.index[observed[-1]] + self.label_offset
+        return newest.to_pydatetime()
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ The package in layers, outermost first (``lint-imports`` holds them; nothing imp
 - ``web``: everything that answers HTTP (external metrics API, inspection API and page, probes,
   self-metrics, authentication, TLS); its own ``__init__`` maps it.
 - The core, flat: ``pipeline`` assembles, from ``settings`` (its ``server`` section in
-  ``server_settings``), the ``sources`` (Prometheus signals),
+  ``server_settings``), the ``sources`` (Prometheus signals, with ``known_series``: the pools a
+  count of GPUs has, 0 while their exporter is alive),
   ``kube_inputs`` (CronJob windows, NodeClaim lead times, GPU limits, the NodePool each pod lands
   in, Pending pods' GPUs) or the ``demo``; the ``refresher`` pulls, has ``workers`` fit and
   forecast, applies the ``policy`` and swaps a new snapshot into the ``provider``; ``persistence``

@@ -56,6 +56,7 @@ class KubernetesInputs:
         inputs: KubernetesInputsSettings,
         forecast: ForecastSettings,
         declared: Sequence[WindowSettings] = (),
+        time_slicing: Mapping[str, int] | None = None,
     ) -> None:
         self.inputs = inputs
         self.forecast = forecast
@@ -64,6 +65,7 @@ class KubernetesInputs:
             horizon=inputs.window_horizon,
             default_duration=inputs.default_job_duration,
             match_labels=dict(inputs.cronjob_labels),
+            time_slicing=dict(time_slicing or {}),
         )
         self.lead_times = nodeclaims.LeadTimeHistory()
         # Polled, not watched: a handful of objects that change rarely.

@@ -35,7 +35,7 @@ from autoscaler.plans import (
 from autoscaler.policy import Cap
 from autoscaler.provider import MetricInfo
 from autoscaler.settings import Settings, WindowSettings
-from autoscaler.sources import PrometheusSignalSource, client_settings, signal_query
+from autoscaler.sources import KnownPools, PrometheusSignalSource, client_settings, signal_query
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,14 @@ def refresh_settings(settings: Settings, lead_time: timedelta) -> RefreshSetting
     )
 
 
+def known_pools(settings: Settings) -> KnownPools | None:
+    """Node pools known from outside Prometheus, beside those kube_node_labels and the history name.
+
+    None for now: this is where a Karpenter NodePool watch (``settings.inputs``) will name its pools.
+    """
+    return None
+
+
 # The demo declares a nightly training window so that gpu_headroom visibly rises one lead time
 # before 02:00 UTC and falls after 04:00.
 DEMO_WINDOWS = (WindowSettings(name="nightly-training", cron="0 2 * * *", gpus=64, duration=timedelta(hours=2)),)
@@ -122,8 +130,9 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
         sources: list[SignalSource] = []
         if settings.prometheus is not None:
             prometheus = await stack.enter_async_context(PrometheusSource(client_settings(settings.prometheus)))
+            pools = known_pools(settings)
             sources = [
-                PrometheusSignalSource(prometheus, signal_query(spec), settings.forecast.lookback)
+                PrometheusSignalSource(prometheus, signal_query(spec), settings.forecast.lookback, pools)
                 for spec in settings.signals
             ]
         windows: WindowsFunction | None = None
@@ -134,7 +143,11 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
         pending_placement: PendingPlacementFunction | None = None
         unplaced: Callable[[], Sequence[UnplacedDemand]] | None = None
         if settings.inputs is not None and kube is not None:
-            inputs = KubernetesInputs(inputs=settings.inputs, forecast=settings.forecast, declared=settings.windows)
+            # CronJob windows count GPUs in the units of the signals they are added to.
+            time_slicing = {name: replicas for spec in settings.signals for name, replicas in spec.time_slicing.items()}
+            inputs = KubernetesInputs(
+                inputs=settings.inputs, forecast=settings.forecast, declared=settings.windows, time_slicing=time_slicing
+            )
             group = await stack.enter_async_context(WatchGroup(watch_settings(settings.kubernetes)))
             inputs.start(group, kube)
             windows, lead_time, health = inputs.windows, inputs.lead_time, inputs.health

@@ -23,10 +23,14 @@ from forecast.types import Forecast
 PlanKind = Literal["demand", "headroom", "rate", "replicas"]
 # The kinds of served value that count scheduled GPU windows.
 WINDOW_KINDS = frozenset({"demand", "headroom"})
-AdjustmentKind = Literal["cap", "maximum", "minimum", "step_down"]
+AdjustmentKind = Literal["cap", "maximum", "minimum", "step_down", "residue"]
 # More than any count of GPUs, requests per second or replicas (an HPA's are int32) a cluster has:
 # a larger value comes from a fault (a diverged forecast, a damaged file), not from demand.
 MAX_SERVED_VALUE = 1e9
+# Fewer GPUs than this are forecast residue (a model's 1e-16, an average's 1/288), not demand: no MIG
+# or time-slicing share is this small. Served, the HPA would round it up to a milli-unit and hold a
+# whole placeholder, and its node, for it.
+GPU_RESIDUE = 0.01
 
 
 @dataclass(frozen=True)
@@ -135,6 +139,14 @@ def headroom(demand: Decision, requested_now: float, source: str = "") -> Decisi
         explanation=f"{demand.value:.2f} GPUs forecast minus {requested_now:.2f} requested now{of} = {value:.2f} "
         f"placeholder GPUs ({demand.explanation})",
     )
+
+
+def drop_residue(decision: Decision) -> Decision:
+    """A count of GPUs below ``GPU_RESIDUE`` served as 0."""
+    if not 0 < decision.value < GPU_RESIDUE:
+        return decision
+    text = f"{decision.explanation}; {decision.value:.2g} GPUs is forecast residue, served as 0"
+    return decision.adjusted("residue", 0.0, "below 0.01 GPU", text)
 
 
 def unservable(value: float) -> str | None:
@@ -296,6 +308,8 @@ def decide(rule: Rule, situation: Situation) -> Decision | None:
         decision = apply_caps(headroom(demand, situation.requested_now, situation.requested_now_source), situation.caps)
     if decision is None:
         return None
+    if rule.kind in WINDOW_KINDS:
+        decision = drop_residue(decision)
     decision = clamp(decision, rule.min_value, rule.max_value)
     decision = limit_step_down(decision, situation.previous, situation.now, rule.max_decrease_per_minute)
     return replace(decision, explanation=f"{decision.explanation}; lead time {situation.lead_time.source}")

@@ -58,7 +58,8 @@ class ServedSeries:
     metric: str
     labels: Mapping[str, str]
     value: float
-    # When the inputs behind this value were last pulled successfully.
+    # When the newest data point behind this value was read (not when it was pulled or computed), so
+    # a source that brings nothing new makes the value age, and its TTL and fallback apply.
     timestamp: datetime
     # None: served in every namespace; otherwise only in this one.
     namespace: str | None = None

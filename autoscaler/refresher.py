@@ -164,6 +164,7 @@ class Refresher:
         pulled_groups = await asyncio.gather(*(self._pull(source, now) for source in self.inputs.sources))
         signals = [signal for group in pulled_groups for signal in group]
         pulled = {series_key(signal): signal for signal in signals}
+        self._forget_gone(pulled)
         history_span = max((s.series.index[-1] - s.series.index[0] for s in signals if len(s.series)), default=None)
         past_windows = list(self.windows(now - history_span, history_span)) if history_span is not None else []
         # Only signals that a plan serves are forecast; the others (utilisation, replicas) feed them.
@@ -209,6 +210,17 @@ class Refresher:
         if not signals:
             self._failed(source.name, "pull returned no series")
         return signals
+
+    def _forget_gone(self, pulled: Mapping[SeriesKey, Signal]) -> None:
+        """Stop serving the series a successful pull no longer has (a pool that disappeared): a
+        failed pull returns nothing, so its signal's series are kept."""
+        names = {name for name, _ in pulled}
+        for key in [key for key in self._served if key[0] in names and key not in pulled]:
+            log.info("signal %s: series %s is gone from its source; no longer served", key[0], dict(key[1]))
+            del self._served[key]
+            self._previous = {k: v for k, v in self._previous.items() if k[1] != key}
+            self.schedule.selected.pop(key, None)
+            self.schedule.fitted_at.pop(key, None)
 
     def _failed(self, name: str, reason: str) -> None:
         self.stats.failures[name] = self.stats.failures.get(name, 0) + 1
@@ -318,11 +330,12 @@ class Refresher:
             requested_now=requested_now,
             adjustments=decision.adjustments,
         )
+        # As old as the newest point behind it: a source that brings nothing new makes it age.
         return ServedSeries(
             metric=plan.metric,
             labels=dict(signal.labels),
             value=decision.value,
-            timestamp=now,
+            timestamp=signal.newest_at() or now,
             explanation=decision.explanation,
             provenance=provenance,
         )

@@ -5,13 +5,16 @@
 
 from __future__ import annotations
 
+import inspect
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from adapters import presets
+from adapters.presets import Aggregation
 from adapters.promql import PerStep
 from adapters.types import AdapterError
 from autoscaler.policy import PlanKind
@@ -125,6 +128,21 @@ class SignalSettings(_Strict):
     # What each point holds: the value at its time (last) or the highest during its step (peak).
     # Presets choose when unset: gpus_requested peak, the others last; a custom query last.
     per_step: PerStep | None = None
+    # PromQL that has a series while the signal's exporter is alive: true, the preset's own (none for a
+    # custom query); false, none. A pull while it has none counts as failed, and only while it has one
+    # is a known series that is missing served as 0 (gpus_* presets).
+    liveness: str | bool = True
+    # How series are combined within a `by` group (presets; gpus_* sum, DCGM avg, request_rate sum).
+    aggregation: Aggregation | None = None
+    # gpus_*: the whole-GPU resource, whether MIG instances count (by their compute slices), and the
+    # time-sliced resources with the device plugin's replicas (each counts 1/replicas).
+    resource: str | None = None
+    mig: bool | None = None
+    time_slicing: dict[str, Annotated[int, Field(ge=1)]] = {}
+    # gpus_requested: namespaces whose pods are left out (the placeholders', for one).
+    exclude_namespaces: tuple[str, ...] = ()
+    # Presets split by nodepool: the kube_node_labels label that names a node's pool.
+    nodepool_label: str | None = None
 
     @model_validator(mode="after")
     def _preset_or_query(self) -> SignalSettings:
@@ -134,7 +152,36 @@ class SignalSettings(_Strict):
             raise ValueError("preset request_rate needs metric (the request counter's name)")
         if self.step < timedelta(seconds=1) or self.step.total_seconds() % 1:
             raise ValueError("step must be a whole number of seconds, at least 1s")
+        if self.liveness == "":
+            raise ValueError("liveness must be PromQL, true (the preset's own) or false (none)")
+        options = self.preset_options()
+        if self.preset is None:
+            if set(options) - {"per_step", "liveness"}:
+                raise ValueError(f"a custom query takes no preset options ({', '.join(sorted(options))})")
+            return self
+        factory = presets.PRESETS[self.preset]
+        unknown = sorted(set(options) - set(inspect.signature(factory).parameters))
+        if unknown:
+            raise ValueError(f"preset {self.preset} does not take {', '.join(unknown)}")
+        arguments = (self.metric,) if self.preset == "request_rate" else ()
+        factory(*arguments, **options)  # its ValueError names what is wrong
         return self
+
+    def preset_options(self) -> dict[str, Any]:
+        """The preset's keyword arguments this signal sets; unset fields keep the preset's defaults."""
+        fields = ("per_step", "aggregation", "resource", "mig", "nodepool_label")
+        options: dict[str, Any] = {name: getattr(self, name) for name in fields if getattr(self, name) is not None}
+        if self.by is not None and self.preset is not None:
+            options["by"] = self.by
+        if self.time_slicing:
+            options["time_slicing"] = dict(self.time_slicing)
+        if self.exclude_namespaces:
+            options["exclude_namespaces"] = self.exclude_namespaces
+        if self.liveness is not True:
+            options["liveness"] = self.liveness or None
+        if self.preset == "request_rate":
+            options |= {"window": self.window, "matchers": dict(self.matchers)}
+        return options
 
 
 class MetricSettings(_Strict):
@@ -271,12 +318,19 @@ class Settings(_Strict):
         duplicates = sorted({name for name in names if names.count(name) > 1})
         if duplicates:
             raise ValueError(f"signal names must be unique; repeated: {', '.join(duplicates)}")
+        steps = {signal.name: signal.step for signal in self.signals}
         for metric, spec in self.metrics.items():
             if not re.match(_METRIC_NAME, metric):
                 raise ValueError(f"metric name {metric!r} must be lowercase letters, digits and '_'")
             if spec.signal not in names:
                 raise ValueError(
                     f"metrics.{metric}.signal {spec.signal!r} is not one of the signals ({', '.join(names) or 'none'})"
+                )
+            # A served value is as old as the newest point behind it: up to one step while all is well.
+            if spec.staleness_ttl <= steps[spec.signal]:
+                raise ValueError(
+                    f"metrics.{metric}.staleness_ttl must be longer than the step of signal {spec.signal!r} "
+                    f"({steps[spec.signal]}): a fresh value is up to one step old"
                 )
         if self.signals and self.prometheus is None and not self.demo.enabled:
             raise ValueError("signals need a prometheus section (its url at least)")

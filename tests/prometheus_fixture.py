@@ -11,8 +11,11 @@ dcgm-exporter, an application request counter) whose values come from public tra
 
 The last ``TRACE_DAYS`` days of each trace are shifted so that they end a minute before the session
 starts; queries relative to "now" therefore see them (for about 5 minutes, Prometheus's lookback, past
-the end: compare exact values on ranges ending at ``trace.end``). ``FixtureTrace`` holds the values
-written, so tests compare against them. Startup (trace, promtool, Prometheus) takes about 5 s.
+the end: compare exact values on ranges ending at ``trace.end``). kube-state-metrics (its series,
+``kube_node_info`` and ``up``) goes on reporting the cluster as the trace left it for ``KSM_HOLD_S``
+past the end, so the service sees a live kube-state-metrics and steady demand while the tests run.
+``FixtureTrace`` holds the values written, so tests compare against them. Startup (trace, promtool,
+Prometheus) takes about 5 s.
 
 Fixtures: ``prometheus`` (session-wide, never killed), ``prometheus_restartable`` (a private instance
 per test, for kill/restart tests) and ``fault_proxy`` (a proxy in front of ``prometheus``).
@@ -59,6 +62,9 @@ EDGE_METRIC = "gpu_autoscaler_fixture_edge_values"
 # Constant series (labels, phases, capacity) are written every 4 minutes: under the 5 minute lookback,
 # a quarter of the samples.
 _CONSTANT_EVERY_S = 240
+# kube-state-metrics series go on past the trace's end, at its last values, for this long: the
+# service reads relative to now, and a kube-state-metrics that stopped would be (rightly) a failure.
+KSM_HOLD_S = 6 * 3600
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
@@ -87,7 +93,7 @@ class FixtureTrace:
 
 
 @dataclass
-class _Series:
+class BackfillSeries:
     family: str
     labels: Mapping[str, str]
     timestamps: np.ndarray  # int seconds, increasing
@@ -158,19 +164,27 @@ def load_trace(end: pd.Timestamp, days: int = TRACE_DAYS) -> FixtureTrace:
     )
 
 
-def trace_series(trace: FixtureTrace) -> list[_Series]:
+def trace_series(trace: FixtureTrace) -> list[BackfillSeries]:
     """Every series to backfill, named and labelled like the real exporters."""
     minute_ts = pd.DatetimeIndex(trace.running.index).as_unit("s").asi8
     constant_ts = np.arange(int(minute_ts[-1]), int(minute_ts[0]) - 2 * _CONSTANT_EVERY_S, -_CONSTANT_EVERY_S)[::-1]
-    out: list[_Series] = []
+    # kube-state-metrics goes on reporting the cluster as the trace left it (future samples).
+    held_ts = np.arange(int(minute_ts[-1]) + 60, int(minute_ts[-1]) + KSM_HOLD_S + 1, 60)
+    ksm_minute_ts = np.concatenate([minute_ts, held_ts])
+    ksm_constant_ts = np.concatenate([constant_ts, held_ts[(held_ts - minute_ts[-1]) % _CONSTANT_EVERY_S == 0]])
+    out: list[BackfillSeries] = []
 
     def add(family: str, labels: Mapping[str, str], timestamps: np.ndarray, values: np.ndarray) -> None:
         keep = ~np.isnan(values) if family != EDGE_METRIC else np.ones(len(values), dtype=bool)
-        out.append(_Series(family, labels, timestamps[keep], _om_values(values[keep])))
+        out.append(BackfillSeries(family, labels, timestamps[keep], _om_values(values[keep])))
 
     def constant(family: str, labels: Mapping[str, str], value: float) -> None:
-        add(family, labels, constant_ts, np.full(len(constant_ts), value))
+        add(family, labels, ksm_constant_ts, np.full(len(ksm_constant_ts), value))
 
+    def held(family: str, labels: Mapping[str, str], values: np.ndarray) -> None:
+        add(family, labels, ksm_minute_ts, np.concatenate([values, np.full(len(held_ts), values[-1])]))
+
+    constant("up", {"job": "kube-state-metrics", "instance": "10.0.0.2:8080"}, 1.0)
     for vc, pool in trace.nodepool_of_vc.items():
         node = trace.node(vc)
         gpu = {"resource": "nvidia_com_gpu", "unit": "integer"}
@@ -178,8 +192,8 @@ def trace_series(trace: FixtureTrace) -> list[_Series]:
         pending_pod = {"namespace": vc, "pod": f"{vc}-pending", "container": "main"}  # not scheduled
         finished_pod = {"namespace": vc, "pod": f"{vc}-finished", "container": "main", "node": node}
         requests = "kube_pod_container_resource_requests"
-        add(requests, running_pod | gpu, minute_ts, trace.running[vc].to_numpy())
-        add(requests, pending_pod | gpu, minute_ts, trace.pending[vc].to_numpy())
+        held(requests, running_pod | gpu, trace.running[vc].to_numpy())
+        held(requests, pending_pod | gpu, trace.pending[vc].to_numpy())
         constant(requests, finished_pod | gpu, FINISHED_POD_GPUS)
         constant(requests, running_pod | {"resource": "cpu", "unit": "core"}, 32.0)
         for pod, phase in ((running_pod, "Running"), (pending_pod, "Pending"), (finished_pod, "Succeeded")):
@@ -188,6 +202,7 @@ def trace_series(trace: FixtureTrace) -> list[_Series]:
                 constant("kube_pod_status_phase", identity, 1.0 if candidate == phase else 0.0)
         constant("kube_node_status_allocatable", {"node": node} | gpu, float(trace.allocatable[vc]))
         constant("kube_node_labels", {"node": node, "label_karpenter_sh_nodepool": pool}, 1.0)
+        constant("kube_node_info", {"node": node, "kubelet_version": "v1.32.1"}, 1.0)
         host = {trace.host_label_of_vc[vc]: node, "gpu": "0", "UUID": f"GPU-{vc}", "modelName": "NVIDIA A100"}
         add("DCGM_FI_DEV_GPU_UTIL", host, minute_ts, trace.utilization[vc].to_numpy())
         mig = host | {"GPU_I_ID": "1", "GPU_I_PROFILE": "7g.80gb"}
@@ -200,7 +215,7 @@ def trace_series(trace: FixtureTrace) -> list[_Series]:
     return out
 
 
-def write_blocks(series: Sequence[_Series], promtool: str, work_dir: Path) -> Path:
+def write_blocks(series: Sequence[BackfillSeries], promtool: str, work_dir: Path) -> Path:
     """Write one OpenMetrics file and turn it into TSDB blocks; returns the blocks directory."""
     work_dir.mkdir(parents=True, exist_ok=True)
     openmetrics, blocks_dir = work_dir / "trace.om", work_dir / "blocks"
@@ -225,8 +240,8 @@ def write_blocks(series: Sequence[_Series], promtool: str, work_dir: Path) -> Pa
     return blocks_dir
 
 
-def _write_openmetrics(out: IO[str], series: Sequence[_Series]) -> None:
-    families: dict[str, list[_Series]] = {}
+def _write_openmetrics(out: IO[str], series: Sequence[BackfillSeries]) -> None:
+    families: dict[str, list[BackfillSeries]] = {}
     for one in series:
         families.setdefault(one.family, []).append(one)
     for family, members in families.items():
@@ -261,13 +276,17 @@ def free_port() -> int:
 
 @dataclass
 class PrometheusServer:
-    """One Prometheus process on a fixed loopback port; ``stop``/``kill`` and ``start`` again at will."""
+    """One Prometheus process on a fixed loopback port; ``stop``/``kill`` and ``start`` again at will.
+
+    It is ready once ``count(kube_node_labels)`` answers at ``probe_at`` (default: the trace's end).
+    """
 
     binary: str
     data_dir: Path
-    trace: FixtureTrace
+    trace: FixtureTrace | None
     port: int = field(default_factory=free_port)
     _process: subprocess.Popen[bytes] | None = None
+    probe_at: pd.Timestamp | None = None
 
     @property
     def url(self) -> str:
@@ -321,7 +340,7 @@ class PrometheusServer:
         assert process is not None
         # Readiness alone is not enough: the backfilled blocks must be queryable too.
         probe = "/api/v1/query?" + urllib.parse.urlencode(
-            {"query": "count(kube_node_labels)", "time": self.trace.end.timestamp()}
+            {"query": "count(kube_node_labels)", "time": self._probe_time().timestamp()}
         )
 
         def answers_over_the_backfill() -> bool:
@@ -341,6 +360,13 @@ class PrometheusServer:
             )
         except AssertionError as error:
             raise RuntimeError(f"{error}\n{self._log_tail()}") from None
+
+    def _probe_time(self) -> pd.Timestamp:
+        if self.probe_at is not None:
+            return self.probe_at
+        if self.trace is None:
+            raise ValueError("a PrometheusServer needs a trace or probe_at")
+        return self.trace.end
 
     def _log_tail(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")[-3000:]

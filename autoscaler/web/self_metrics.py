@@ -72,7 +72,7 @@ class SnapshotCollector(Collector):
         )
         mean = GaugeMetricFamily("gpu_autoscaler_forecast_mean", "Highest forecast mean over the lead time")
         age = GaugeMetricFamily(
-            "gpu_autoscaler_series_age_seconds", "Seconds since the inputs of a served value were pulled"
+            "gpu_autoscaler_series_age_seconds", "Seconds since the newest data point behind a served value"
         )
         lead_time = GaugeMetricFamily(
             "gpu_autoscaler_lead_time_seconds", "Lead time the served value looks ahead (node launch to ready)"

@@ -4,6 +4,7 @@ durations learned from past Jobs, and the whole path from the fake API server to
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -257,6 +258,15 @@ def test_mig_and_time_sliced_resources_count():
         ]
     }
     assert pod_gpu_requests(spec) == {"nvidia.com/mig-1g.10gb": 2, "nvidia.com/gpu.shared": 1}
+
+
+def test_windows_count_physical_gpus():
+    containers = [gpu_container(7, key="nvidia.com/mig-1g.10gb"), gpu_container(2, key="nvidia.com/gpu.shared")]
+    cron = make_cronjob(job_spec={"parallelism": 2}, containers=containers)
+    settings = replace(SETTINGS, time_slicing={"nvidia.com/gpu.shared": 4})
+    (first, *_) = windows_for_cronjob(cron, [], NOW, settings)
+    assert first.gpus == 2 * (7 / 7 + 2 / 4)
+    assert first.labels["gpu_resource"] == "nvidia.com/gpu.shared,nvidia.com/mig-1g.10gb"
 
 
 def test_pod_overhead_is_added():

@@ -199,3 +199,59 @@ def test_preset_parameters_cannot_inject_promql() -> None:
     ):
         with pytest.raises(ValueError):  # noqa: PT011
             bad()
+
+
+def test_gpu_resources_count_as_their_share_of_a_physical_gpu() -> None:
+    from fractions import Fraction
+
+    from adapters.gpu_requests import gpu_share, mig_share
+
+    assert mig_share("nvidia.com/gpu") is None
+    assert mig_share("nvidia.com/mig-1g.10gb") == Fraction(1, 7)  # A100 80GB, H100
+    assert mig_share("nvidia.com/mig-3g.40gb") == Fraction(3, 7)
+    assert mig_share("nvidia.com/mig-1g.10gb+me") == Fraction(1, 7)
+    assert mig_share("nvidia.com/mig-7g.80gb") == 1
+    assert mig_share("nvidia.com/mig-2g.12gb") == Fraction(2, 4)  # the A30 has 4 compute slices
+    assert gpu_share("nvidia.com/gpu.shared", {"nvidia.com/gpu.shared": 4}) == Fraction(1, 4)
+    assert gpu_share("nvidia.com/gpu", {"nvidia.com/gpu.shared": 4}) == 1
+    with pytest.raises(ValueError, match="not a MIG profile"):
+        mig_share("nvidia.com/mig-big")
+
+
+def test_gpu_presets_take_their_resource_units_namespaces_aggregation_and_liveness() -> None:
+    query = presets.gpus_requested(
+        resource="nvidia.com/gpu",
+        time_slicing={"nvidia.com/gpu.shared": 4},
+        exclude_namespaces=("gpu-placeholders", "batch"),
+        aggregation="max",
+    )
+    assert query.promql.startswith("max by (nodepool) (")
+    selected = 'resource=~"nvidia_com_gpu|nvidia_com_gpu_shared|nvidia_com_mig_.*"'
+    assert f'{selected}, namespace!~"gpu-placeholders|batch"}}' in query.promql
+    assert '"gpu_share", "1/4", "resource", "nvidia_com_gpu_shared"' in query.promql
+    assert query.zero_when_absent and query.liveness == presets.KSM_LIVENESS
+    assert 'resource=~"nvidia_com_gpu"}' in presets.gpus_allocatable(mig=False).promql
+    without = presets.gpus_requested(liveness=None, by=("namespace",))
+    assert without.liveness_query() is None and without.pools_query() is None  # pools: split by nodepool only
+    for bad in (
+        lambda: presets.gpus_requested(exclude_namespaces=('x"} or vector(1) #',)),
+        lambda: presets.gpus_requested(time_slicing={"nvidia.com/mig-1g.10gb": 2}),
+        lambda: presets.gpus_requested(time_slicing={"nvidia.com/gpu.shared": 0}),
+        lambda: presets.gpus_allocatable(aggregation="median"),  # type: ignore[arg-type]  # refused at run time
+    ):
+        with pytest.raises(ValueError):  # noqa: PT011 (each case has its own message)
+            bad()
+
+
+def test_each_preset_names_how_its_exporter_shows_it_is_alive() -> None:
+    requested = presets.gpus_requested(step=timedelta(minutes=5))
+    alive = requested.liveness_query()
+    assert alive is not None and alive.per_step == "peak" and alive.step == requested.step
+    assert alive.promql == 'count(kube_node_info or up{job="kube-state-metrics"} == 1)'
+    pools = requested.pools_query()
+    assert pools is not None and pools.split_by == ("nodepool",)
+    assert 'kube_node_labels{label_karpenter_sh_nodepool!=""}' in pools.promql
+    assert presets.gpu_utilization().liveness == "DCGM_FI_DEV_GPU_UTIL"
+    assert not presets.gpu_utilization().zero_when_absent  # no GPU reporting is no utilisation, not 0 %
+    rate = presets.request_rate("http_requests_total", matchers={"namespace": "inference"})
+    assert rate.liveness == 'http_requests_total{namespace="inference"}'

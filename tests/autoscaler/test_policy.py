@@ -183,3 +183,22 @@ def test_replica_capacity_refuses_what_history_cannot_say():
     falling = pd.Series(np.linspace(50, 5, 50), index=index)
     assert policy.learn_replica_capacity(falling, pd.Series(np.linspace(1, 10, 50), index=index), 60) is None
     assert policy.replicas_for(Decision(3, "r"), None, 60) is None
+
+
+def test_a_residue_of_a_gpu_is_served_as_zero_but_a_slice_is_not():
+    now = datetime(2026, 11, 22, 8, 0, tzinfo=UTC)
+    situation = policy.Situation(
+        forecast=flat_forecast(now, [1 / 288, 4.4e-16]),
+        now=now,
+        lead_time=policy.LeadTime(timedelta(minutes=5), "configured"),
+        requested_now=0.0,
+    )
+    for kind in ("demand", "headroom"):
+        decision = policy.decide(policy.Rule(kind), situation)
+        assert decision is not None and decision.value == 0.0, kind
+        assert [adjustment.kind for adjustment in decision.adjustments] == ["residue"]
+        assert "forecast residue, served as 0" in decision.explanation
+    rate = policy.decide(policy.Rule("rate"), situation)  # requests per second may well be that small
+    assert rate is not None and rate.value == pytest.approx(1 / 288)
+    one_slice = policy.Situation(**{**situation.__dict__, "forecast": flat_forecast(now, [1 / 16, 1 / 16])})
+    assert policy.decide(policy.Rule("demand"), one_slice).value == pytest.approx(1 / 16)  # a time-sliced 16th

@@ -99,7 +99,8 @@ async def test_failed_pull_keeps_last_good_values(parts, failure):
     source.failure = None
     clock.now += timedelta(minutes=5)
     third = await instance.refresh_once()
-    assert third.series["gpu_demand_forecast"][0].timestamp == clock.now
+    newest = source.replay.history(clock.now, timedelta(hours=1)).newest_at()
+    assert third.series["gpu_demand_forecast"][0].timestamp == newest
     assert third.last_error is None
 
 
@@ -318,7 +319,8 @@ async def test_held_models_that_no_longer_fit_the_signal_are_replaced_by_a_new_s
     second = await instance.refresh_once()
     served = second.series["gpu_demand_forecast"][0]
     assert instance.stats.last_error == {}
-    assert served.timestamp == clock.now
+    # As old as its newest point, the hour's, not the refresh time.
+    assert served.timestamp == pd.Timestamp(clock.now).floor("1h")
     assert served.provenance.work == "select"
     assert any("held models could not forecast (ValueError" in note for note in served.provenance.notes)
 

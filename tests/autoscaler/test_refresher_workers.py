@@ -8,6 +8,7 @@ import signal
 from dataclasses import replace
 from datetime import timedelta
 
+import pandas as pd
 import pytest
 
 from adapters.types import Signal
@@ -85,7 +86,8 @@ async def test_a_killed_worker_costs_one_refresh_and_the_pool_is_replaced(make_r
     third = await instance.refresh_once()
     assert "gpus" not in instance.stats.last_error
     assert instance.stats.last_success["gpus"] == instance.clock.now
-    assert third.series["gpu_demand_forecast"][0].timestamp == instance.clock.now
+    # Stamped with the newest point of the 5-minute trace, not the refresh time.
+    assert third.series["gpu_demand_forecast"][0].timestamp == pd.Timestamp(instance.clock.now).floor("5min")
     # The new worker holds no fitted models, so it selected again instead of forecasting from none.
     assert third.series["gpu_demand_forecast"][0].provenance.work == "select"
 

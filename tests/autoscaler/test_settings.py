@@ -109,6 +109,34 @@ def test_environment_overrides_the_file(tmp_path):
             "prometheus: {url: 'http://p:9090'}\nsignals:\n  - {name: s, preset: gpus_requested, per_step: max}\n",
             "signals.0.per_step: Input should be 'last' or 'peak' (got 'max')",
         ),
+        (
+            "prometheus: {url: 'http://p:9090'}\nsignals:\n"
+            "  - {name: s, preset: gpu_utilization, exclude_namespaces: [a]}\n",
+            "signals.0: Value error, preset gpu_utilization does not take exclude_namespaces",
+        ),
+        (
+            "prometheus: {url: 'http://p:9090'}\nsignals:\n  - {name: s, query: up, aggregation: max}\n",
+            "signals.0: Value error, a custom query takes no preset options (aggregation",
+        ),
+        (
+            "prometheus: {url: 'http://p:9090'}\nsignals:\n"
+            "  - {name: s, preset: gpus_requested, exclude_namespaces: [A_B]}\n",
+            "exclude_namespaces: 'A_B' is not a namespace name",
+        ),
+        (
+            "prometheus: {url: 'http://p:9090'}\nsignals:\n"
+            "  - {name: s, preset: gpus_requested, time_slicing: {nvidia.com/gpu.shared: 0}}\n",
+            "signals.0.time_slicing.nvidia.com/gpu.shared: Input should be greater than or equal to 1 (got 0)",
+        ),
+        (
+            "prometheus: {url: 'http://p:9090'}\nsignals:\n  - {name: s, preset: gpus_requested, liveness: ''}\n",
+            "liveness must be PromQL, true (the preset's own) or false (none)",
+        ),
+        (
+            "prometheus: {url: 'http://p:9090'}\nsignals:\n  - {name: s, preset: gpus_requested, step: 15m}\n"
+            "metrics:\n  m: {signal: s, kind: demand, staleness_ttl: 15m}\n",
+            "metrics.m.staleness_ttl must be longer than the step of signal 's' (0:15:00)",
+        ),
     ],
 )
 def test_bad_config_names_the_field_value_and_expectation(tmp_path, text, expected):
@@ -183,6 +211,31 @@ def test_shipped_example_is_valid():
     settings = load_settings(example, environ={})
     assert set(settings.metrics) == {"gpu_demand_forecast", "gpu_headroom", "request_rate_forecast"}
     assert settings.windows[0].timezone == "Europe/Berlin"
+
+
+def test_preset_options_come_from_the_config(tmp_path):
+    from autoscaler.sources import signal_query
+
+    settings = load_settings(
+        write(
+            tmp_path,
+            "prometheus: {url: 'http://p:9090'}\nsignals:\n"
+            "  - name: requested\n    preset: gpus_requested\n    resource: nvidia.com/gpu\n    mig: false\n"
+            "    time_slicing: {nvidia.com/gpu.shared: 4}\n    exclude_namespaces: [gpu-placeholders]\n"
+            "    aggregation: max\n    nodepool_label: label_pool\n"
+            "  - {name: utilization, preset: gpu_utilization, aggregation: min, liveness: false}\n"
+            "  - {name: custom, query: 'sum(up)', liveness: 'up{job=\"x\"}'}\n",
+        ),
+        environ={},
+    )
+    queries = {spec.name: signal_query(spec) for spec in settings.signals}
+    requested = queries["requested"]
+    assert requested.promql.startswith("max by (nodepool) (")
+    assert 'resource=~"nvidia_com_gpu|nvidia_com_gpu_shared", namespace!~"gpu-placeholders"}' in requested.promql
+    assert '"label_pool", "(.*)"' in requested.promql and requested.pools and "label_pool" in requested.pools
+    assert queries["utilization"].promql.startswith("min by (node) (")
+    assert queries["utilization"].liveness is None
+    assert queries["custom"].liveness == 'up{job="x"}' and not queries["custom"].zero_when_absent
 
 
 def test_each_point_is_the_steps_peak_for_gpus_requested_and_the_sample_otherwise(tmp_path):

@@ -543,21 +543,17 @@ def test_hpa_selectors_match_the_configured_series(config_file):
 
 
 def test_gpus_requested_is_the_preset_without_placeholders(config_file):
-    """The ConfigMap spells out the preset's query to leave the placeholders out; nothing else differs."""
-    from adapters import presets
+    """The ConfigMap counts GPUs with the preset, leaving the placeholders' namespace out."""
+    from autoscaler.sources import signal_query
 
     settings = load_settings(config_file("base"), environ={})
     signal = next(signal for signal in settings.signals if signal.name == "gpus_requested")
     placeholder = one("examples", "Deployment", "gpu-placeholder")["metadata"]["namespace"]
-    assert signal.query is not None and signal.by == ("nodepool",)
-    assert signal.query.count(f'namespace!="{placeholder}"') == 2
-    assert signal.per_step == presets.gpus_requested().per_step == "peak"
-    preset = presets.gpus_requested(by=signal.by, step=signal.step).promql
-
-    def squeeze(text: str) -> str:
-        return re.sub(r"\s+", "", text)
-
-    assert squeeze(signal.query.replace(f', namespace!="{placeholder}"', "")) == squeeze(preset)
+    assert signal.preset == "gpus_requested" and signal.by == ("nodepool",)
+    assert signal.exclude_namespaces == (placeholder,)
+    query = signal_query(signal)
+    assert query.per_step == "peak" and query.zero_when_absent and query.liveness and query.pools
+    assert f'namespace!~"{placeholder}"' in query.promql
 
 
 def test_configured_queries_parse(config_file, tmp_path):
@@ -565,8 +561,11 @@ def test_configured_queries_parse(config_file, tmp_path):
 
     promtool = tool("promtool")
     settings = load_settings(config_file("base"), environ={})
-    # What is sent to Prometheus, subquery included.
-    rules = [{"record": f"signal:{spec.name}", "expr": signal_query(spec).range_promql} for spec in settings.signals]
+    # What is sent to Prometheus, subquery included, with each exporter's liveness and the known pools.
+    queries = [signal_query(spec) for spec in settings.signals]
+    checks = [check for query in queries for check in (query.liveness_query(), query.pools_query()) if check]
+    rules = [{"record": f"signal:{q.name.replace(':', '_')}", "expr": q.range_promql} for q in queries + checks]
+    assert len(checks) == 3  # gpus_requested: liveness and pools; request_rate: liveness
     path = tmp_path / "signals.yaml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "signals", "rules": rules}]}))
     checked = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, check=False)
