@@ -213,22 +213,24 @@ def test_shipped_example_is_valid():
     assert settings.windows[0].timezone == "Europe/Berlin"
 
 
-def test_preset_options_come_from_the_config(tmp_path):
+def configured_queries(tmp_path, signals: str) -> dict:
+    """The query of each signal in ``signals`` (YAML list items), as the service builds them."""
     from autoscaler.sources import signal_query
 
-    settings = load_settings(
-        write(
-            tmp_path,
-            "prometheus: {url: 'http://p:9090'}\nsignals:\n"
-            "  - name: requested\n    preset: gpus_requested\n    resource: nvidia.com/gpu\n    mig: false\n"
-            "    time_slicing: {nvidia.com/gpu.shared: 4}\n    exclude_namespaces: [gpu-placeholders]\n"
-            "    aggregation: max\n    nodepool_label: label_pool\n"
-            "  - {name: utilization, preset: gpu_utilization, aggregation: min, liveness: false}\n"
-            "  - {name: custom, query: 'sum(up)', liveness: 'up{job=\"x\"}'}\n",
-        ),
-        environ={},
+    text = "prometheus: {url: 'http://p:9090'}\nsignals:\n" + signals
+    settings = load_settings(write(tmp_path, text), environ={})
+    return {spec.name: signal_query(spec) for spec in settings.signals}
+
+
+def test_preset_options_come_from_the_config(tmp_path):
+    queries = configured_queries(
+        tmp_path,
+        "  - name: requested\n    preset: gpus_requested\n    resource: nvidia.com/gpu\n    mig: false\n"
+        "    time_slicing: {nvidia.com/gpu.shared: 4}\n    exclude_namespaces: [gpu-placeholders]\n"
+        "    aggregation: max\n    nodepool_label: label_pool\n"
+        "  - {name: utilization, preset: gpu_utilization, aggregation: min, liveness: false}\n"
+        "  - {name: custom, query: 'sum(up)', liveness: 'up{job=\"x\"}'}\n",
     )
-    queries = {spec.name: signal_query(spec) for spec in settings.signals}
     requested = queries["requested"]
     assert requested.promql.startswith("max by (nodepool) (")
     assert 'resource=~"nvidia_com_gpu|nvidia_com_gpu_shared", namespace!~"gpu-placeholders"}' in requested.promql
@@ -239,21 +241,14 @@ def test_preset_options_come_from_the_config(tmp_path):
 
 
 def test_each_point_is_the_steps_peak_for_gpus_requested_and_the_sample_otherwise(tmp_path):
-    from autoscaler.sources import signal_query
-
-    settings = load_settings(
-        write(
-            tmp_path,
-            "prometheus: {url: 'http://p:9090'}\nsignals:\n"
-            "  - {name: requested, preset: gpus_requested}\n"
-            "  - {name: requested_samples, preset: gpus_requested, per_step: last}\n"
-            "  - {name: utilization, preset: gpu_utilization}\n"
-            "  - {name: custom, query: 'sum(up)'}\n"
-            "  - {name: custom_peak, query: 'sum(up)', per_step: peak, step: 1m}\n",
-        ),
-        environ={},
+    queries = configured_queries(
+        tmp_path,
+        "  - {name: requested, preset: gpus_requested}\n"
+        "  - {name: requested_samples, preset: gpus_requested, per_step: last}\n"
+        "  - {name: utilization, preset: gpu_utilization}\n"
+        "  - {name: custom, query: 'sum(up)'}\n"
+        "  - {name: custom_peak, query: 'sum(up)', per_step: peak, step: 1m}\n",
     )
-    queries = {spec.name: signal_query(spec) for spec in settings.signals}
     assert {name: query.per_step for name, query in queries.items()} == {
         "requested": "peak",
         "requested_samples": "last",
