@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from kubernetes_asyncio.client import ApiClient
 
 from adapters.kube_watch import WatchGroup
-from adapters.pool_matching import UnplacedDemand
+from adapters.pool_matching import UnplacedDemand, pool_name
 from adapters.prometheus import PrometheusSource
 from adapters.types import ScheduledWindow
 from autoscaler import demo
@@ -94,12 +94,17 @@ def refresh_settings(settings: Settings, lead_time: timedelta) -> RefreshSetting
     )
 
 
-def known_pools(settings: Settings) -> KnownPools | None:
-    """Node pools known from outside Prometheus, beside those kube_node_labels and the history name.
+def known_pools(inputs: KubernetesInputs | None) -> KnownPools | None:
+    """Node pools known from outside Prometheus, beside those kube_node_labels and the history name:
+    the Karpenter NodePools the Kubernetes inputs watch, so a pool with no node yet is known too."""
+    if inputs is None:
+        return None
+    watched = inputs
 
-    None for now: this is where a Karpenter NodePool watch (``settings.inputs``) will name its pools.
-    """
-    return None
+    def names() -> list[str]:
+        return [pool_name(nodepool) for nodepool in watched.nodepools() or ()]
+
+    return names
 
 
 # The demo declares a nightly training window so that gpu_headroom visibly rises one lead time
@@ -127,10 +132,11 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
         yield demo_pipeline()
         return
     async with contextlib.AsyncExitStack() as stack:
+        inputs = await _start_kubernetes_inputs(settings, kube, stack)
         sources: list[SignalSource] = []
         if settings.prometheus is not None:
             prometheus = await stack.enter_async_context(PrometheusSource(client_settings(settings.prometheus)))
-            pools = known_pools(settings)
+            pools = known_pools(inputs)
             sources = [
                 PrometheusSignalSource(prometheus, signal_query(spec), settings.forecast.lookback, pools)
                 for spec in settings.signals
@@ -142,14 +148,7 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
         pending_gpus: PendingGpusFunction | None = None
         pending_placement: PendingPlacementFunction | None = None
         unplaced: Callable[[], Sequence[UnplacedDemand]] | None = None
-        if settings.inputs is not None and kube is not None:
-            # CronJob windows count GPUs in the units of the signals they are added to.
-            time_slicing = {name: replicas for spec in settings.signals for name, replicas in spec.time_slicing.items()}
-            inputs = KubernetesInputs(
-                inputs=settings.inputs, forecast=settings.forecast, declared=settings.windows, time_slicing=time_slicing
-            )
-            group = await stack.enter_async_context(WatchGroup(watch_settings(settings.kubernetes)))
-            inputs.start(group, kube)
+        if settings.inputs is not None and inputs is not None and kube is not None:
             windows, lead_time, health = inputs.windows, inputs.lead_time, inputs.health
             if settings.inputs.pending_pods:
                 pending_gpus, pending_placement = inputs.pending_gpus, inputs.pending_placement
@@ -182,6 +181,22 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
             pending_placement=pending_placement,
             unplaced=unplaced,
         )
+
+
+async def _start_kubernetes_inputs(
+    settings: Settings, kube: ApiClient | None, stack: contextlib.AsyncExitStack
+) -> KubernetesInputs | None:
+    """The watches of ``settings.inputs`` (CronJobs, Jobs, NodeClaims, NodePools, Pending pods), started."""
+    if settings.inputs is None or kube is None:
+        return None
+    # CronJob windows count GPUs in the units of the signals they are added to.
+    time_slicing = {name: replicas for spec in settings.signals for name, replicas in spec.time_slicing.items()}
+    inputs = KubernetesInputs(
+        inputs=settings.inputs, forecast=settings.forecast, declared=settings.windows, time_slicing=time_slicing
+    )
+    group = await stack.enter_async_context(WatchGroup(watch_settings(settings.kubernetes)))
+    inputs.start(group, kube)
+    return inputs
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:

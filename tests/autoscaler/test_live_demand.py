@@ -19,10 +19,14 @@ import pytest
 import yaml
 from aiohttp.test_utils import TestClient, TestServer
 
+from adapters.kube_watch import WatchGroup
 from adapters.prometheus import PrometheusClientSettings, PrometheusSource
 from adapters.types import Signal
 from autoscaler.app.factory import build_api_app, update_readiness
+from autoscaler.kube_inputs import KubernetesInputs, watch_settings
+from autoscaler.pipeline import known_pools
 from autoscaler.provider import MetricNotFound
+from autoscaler.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings
 from autoscaler.settings_loader import load_settings
 from autoscaler.simulation.hpa import SYNC_PERIOD_S, HPASpec, milli_value, placeholder_replicas
 from autoscaler.sources import PrometheusSignalSource, SourceDown, signal_query
@@ -39,6 +43,8 @@ from tests.autoscaler.live_cluster import (
     running_service,
     service_settings,
 )
+from tests.eventually import eventually
+from tests.kube_objects import nodepool
 
 pytestmark = pytest.mark.prometheus
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gpu-autoscaler.yaml"
@@ -254,3 +260,25 @@ def assert_alerts(tmp_path: Path, scraped: dict[str, list[str]], expected: list[
         [promtool, "test", "rules", "ksm_down_test.yaml"], cwd=tmp_path, capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+async def test_a_nodepool_with_no_node_yet_is_known_from_the_nodepool_watch(cluster: LiveCluster, fake_kube, kube_api):
+    """A pool Karpenter has not launched a node for has no kube_node_labels series and no history:
+    the NodePool watch makes it known, so it is 0 (not missing) and its Pending pods have a series."""
+    fake_kube.add("nodepools", nodepool("b200"))
+    inputs = KubernetesInputs(inputs=KubernetesInputsSettings(), forecast=ForecastSettings(), declared=())
+    query = signal_query(service_settings(cluster.server.url).signals[0])
+    moment = cluster.last_window_end + pd.Timedelta(minutes=30)
+    async with (
+        WatchGroup(watch_settings(KubernetesSettings())) as group,
+        PrometheusSource(PrometheusClientSettings(cluster.server.url, timeout_s=30)) as prometheus,
+    ):
+        inputs.start(group, kube_api)
+        await eventually(lambda: inputs.nodepools() is not None, message="the NodePools listed", timeout=10)
+        without = await PrometheusSignalSource(prometheus, query, timedelta(hours=2)).pull(moment.to_pydatetime())
+        watched = PrometheusSignalSource(prometheus, query, timedelta(hours=2), known_pools(inputs))
+        with_watch = await watched.pull(moment.to_pydatetime())
+    assert "b200" not in pools(without)
+    b200 = pools(with_watch)["b200"]
+    assert (b200 == 0).all() and len(b200) > 0
+    assert pools(with_watch).keys() - {"b200"} == pools(without).keys()
