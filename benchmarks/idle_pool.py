@@ -29,6 +29,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -64,6 +65,9 @@ from autoscaler.simulation.lead_times import LeadTimeDistribution  # noqa: E402
 from autoscaler.simulation.provisioner import PoolConfig  # noqa: E402
 from autoscaler.workers import ForecastPools  # noqa: E402
 from tests.cluster_scenario import Node, Pod, Scenario, start_prometheus  # noqa: E402
+
+if TYPE_CHECKING:
+    from autoscaler.plans import WindowsFunction
 
 MINUTE, HOUR, DAY = pd.Timedelta(minutes=1), pd.Timedelta(hours=1), pd.Timedelta(days=1)
 NIGHTS = 8
@@ -101,9 +105,11 @@ def settings(url: str) -> Settings:
     )
 
 
-async def served_headroom(url: str, moments: pd.DatetimeIndex) -> tuple[np.ndarray, str]:
+async def served_headroom(
+    url: str, moments: pd.DatetimeIndex, windows: WindowsFunction | None = None
+) -> tuple[np.ndarray, str]:
     """gpu_headroom{nodepool=a100} as the API serves it at each moment (NaN: unreadable), and what
-    demand and headroom are at the last one."""
+    demand and headroom are at the last one; ``windows``: the scheduled windows the refresher knows."""
     now = {"moment": moments[0]}
 
     def clock() -> datetime:
@@ -114,7 +120,11 @@ async def served_headroom(url: str, moments: pd.DatetimeIndex) -> tuple[np.ndarr
         with ThreadPoolExecutor(max_workers=2) as pool:
             provider = SnapshotProvider(empty_snapshot(pipeline.metrics), clock=clock)
             inputs = RefreshInputs(
-                metrics=pipeline.metrics, plans=pipeline.plans, sources=pipeline.sources, refresh=pipeline.refresh
+                metrics=pipeline.metrics,
+                plans=pipeline.plans,
+                sources=pipeline.sources,
+                refresh=pipeline.refresh,
+                windows=windows,
             )
             refresher = Refresher(provider=provider, inputs=inputs, pools=ForecastPools([pool]), clock=clock)
             for position, moment in enumerate(moments):
