@@ -90,7 +90,7 @@ def nightly_pool(last_end: pd.Timestamp) -> tuple[list[Node], list[Pod]]:
     return nodes, pods
 
 
-def settings(url: str) -> Settings:
+def settings(url: str, lead_time: str = "5m") -> Settings:
     # Only fields both versions of the service know.
     return Settings.model_validate(
         {
@@ -100,13 +100,13 @@ def settings(url: str) -> Settings:
                 "gpu_demand_forecast": {"signal": "gpus_requested", "kind": "demand"},
                 "gpu_headroom": {"signal": "gpus_requested", "kind": "headroom"},
             },
-            "forecast": {"lookback": "7d", "interval": "1m", "default_lead_time": "5m", "reselect_every": "1d"},
+            "forecast": {"lookback": "7d", "interval": "1m", "default_lead_time": lead_time, "reselect_every": "1d"},
         }
     )
 
 
 async def served_headroom(
-    url: str, moments: pd.DatetimeIndex, windows: WindowsFunction | None = None
+    url: str, moments: pd.DatetimeIndex, windows: WindowsFunction | None = None, lead_time: str = "5m"
 ) -> tuple[np.ndarray, str]:
     """gpu_headroom{nodepool=a100} as the API serves it at each moment (NaN: unreadable), and what
     demand and headroom are at the last one; ``windows``: the scheduled windows the refresher knows."""
@@ -116,7 +116,7 @@ async def served_headroom(
         return now["moment"].to_pydatetime()
 
     values = np.full(len(moments), np.nan)
-    async with open_pipeline(settings(url), None) as pipeline:
+    async with open_pipeline(settings(url, lead_time), None) as pipeline:
         with ThreadPoolExecutor(max_workers=2) as pool:
             provider = SnapshotProvider(empty_snapshot(pipeline.metrics), clock=clock)
             inputs = RefreshInputs(
