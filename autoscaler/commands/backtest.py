@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +9,7 @@ import click
 import numpy as np
 import pandas as pd
 
-from autoscaler.commands.errors import writing
+from autoscaler.commands.output import emit
 from autoscaler.commands.progress import progress_bar
 from forecast.backtest import AUTO, METRICS, BacktestRun, run_backtest_records, summarize
 from forecast.durations import parse_positive_duration, steps_in
@@ -120,11 +119,4 @@ def backtest(
     except (SeriesFileError, ValueError, TypeError) as error:
         # Flags, the file and a series too short for these flags: all the input's fault.
         raise click.UsageError(str(error)) from None
-    report = summarize(run)
-    if output_format == "json":
-        click.echo(json.dumps(report, indent=2))
-    else:
-        _table(report)
-    if plot_path is not None:
-        with writing(plot_path):
-            _plot(run, plot_path)
+    emit(summarize(run), output_format, _table, plot_path, lambda path: _plot(run, path))

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 import pandas as pd
 
-from autoscaler.commands.errors import writing
+from autoscaler.commands.output import emit
 from autoscaler.commands.progress import progress_bar
 from autoscaler.settings import ForecastSettings
 from autoscaler.simulation.forecasting import ForecastCadence
@@ -205,10 +204,4 @@ def _output(
 ) -> None:
     """The report on stdout (JSON or a table), and the pictures when asked for."""
     report = build_report(result, input_name=input_name, pods=pods, gpu_hour_price=gpu_hour_price)
-    if output_format == "json":
-        click.echo(json.dumps(report, indent=2))
-    else:
-        render_table(report)
-    if plot_path is not None:
-        with writing(plot_path):
-            plot(result, plot_path)
+    emit(report, output_format, render_table, plot_path, lambda path: plot(result, path))
