@@ -20,6 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from adapters.types import KARPENTER_NODEPOOL_LABEL
+
 # Go's int on the 64-bit platforms Karpenter runs on.
 _MAX_INT = 2**63 - 1
 _MIN_INT = -(2**63)
@@ -33,7 +35,7 @@ _ONLY_EXCLUDE = ("NotIn", "DoesNotExist")
 # domains are taken as well-known whole, since every label they define there is.
 WELL_KNOWN_LABELS = frozenset(
     {
-        "karpenter.sh/nodepool",
+        KARPENTER_NODEPOOL_LABEL,
         "topology.kubernetes.io/zone",
         "topology.kubernetes.io/region",
         "node.kubernetes.io/instance-type",

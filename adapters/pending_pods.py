@@ -18,7 +18,7 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
-from adapters.gpu_requests import WHOLE_GPU, pod_gpu_requests
+from adapters.gpu_requests import WHOLE_GPU, gpu_share, pod_gpu_requests
 from adapters.kube_watch import WatchedResource
 from adapters.pool_matching import NodePool, PoolChoice, UnplacedDemand, choose_pool, selected_pool
 
@@ -60,11 +60,14 @@ def pending_gpus(
     pods: Iterable[Mapping[str, Any]],
     nodepools: Sequence[NodePool] | None,
     is_placeholder: Callable[[Mapping[str, Any]], bool],
+    time_slicing: Mapping[str, int] | None = None,
 ) -> list[PendingGpus]:
     """The GPUs of every pod waiting for a node, placeholders left out, each with its pool.
 
     ``nodepools`` None: the NodePools are not known, and only a ``karpenter.sh/nodepool`` selector
-    names a pool.
+    names a pool. GPUs are physical ones, as the GPU series count them (``gpu_requests.gpu_share``:
+    a MIG instance by its slices, a time-sliced resource by its replicas); a pool's ``nvidia.com/gpu``
+    limit is checked against the whole GPUs the pod asks for.
     """
     found: list[PendingGpus] = []
     for pod in pods:
@@ -72,13 +75,14 @@ def pending_gpus(
             continue
         spec = pod.get("spec") or {}
         try:
-            gpus = pod_gpu_requests(spec).get(WHOLE_GPU, 0.0)
+            requests = pod_gpu_requests(spec)
         except ValueError:  # a quantity the API would not have accepted
             continue
+        gpus = float(sum(amount * gpu_share(name, time_slicing or {}) for name, amount in requests.items()))
         if gpus <= 0:
             continue
         metadata = pod.get("metadata") or {}
-        choice = _pod_choice(spec, gpus, nodepools)
+        choice = _pod_choice(spec, requests.get(WHOLE_GPU, 0.0), nodepools)
         found.append(PendingGpus(str(metadata.get("namespace", "")), str(metadata.get("name", "")), gpus, choice))
     return found
 

@@ -124,7 +124,12 @@ class KubernetesInputs:
         caches = [cache for cache in (self._pending, self._nodepools) if cache is not None]
         position = tuple(n for cache in caches for n in (cache.events, cache.relists, int(cache.absent)))
         if position != self._resolved[0]:
-            found = pending_pods.pending_gpus(self._pending.objects.values(), self.nodepools(), self.is_placeholder)
+            found = pending_pods.pending_gpus(
+                self._pending.objects.values(),
+                self.nodepools(),
+                self.is_placeholder,
+                self.window_settings.time_slicing,
+            )
             self._resolved = (position, found)
         return self._resolved[1]
 

@@ -99,12 +99,8 @@ def known_pools(inputs: KubernetesInputs | None) -> KnownPools | None:
     the Karpenter NodePools the Kubernetes inputs watch, so a pool with no node yet is known too."""
     if inputs is None:
         return None
-    watched = inputs
-
-    def names() -> list[str]:
-        return [pool_name(nodepool) for nodepool in watched.nodepools() or ()]
-
-    return names
+    nodepools = inputs.nodepools
+    return lambda: [pool_name(nodepool) for nodepool in nodepools() or ()]
 
 
 # The demo declares a nightly training window so that gpu_headroom visibly rises one lead time

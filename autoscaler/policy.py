@@ -65,7 +65,7 @@ class Decision:
         return replace(self, value=value, explanation=explanation, adjustments=(*self.adjustments, adjustment))
 
 
-def _lead_slice(forecast: Forecast, now: datetime, lead_time: timedelta) -> np.ndarray:
+def lead_slice(forecast: Forecast, now: datetime, lead_time: timedelta) -> np.ndarray:
     """Positions of forecast steps that cover ``[now, now + lead_time]`` (at least one step).
 
     A step that ended before ``now`` no longer matters: a last-good forecast kept through an outage
@@ -101,7 +101,7 @@ def forecast_demand(
     The maximum of the ``quantile`` forecast over ``[now, now + lead_time]`` plus the GPUs of
     scheduled windows that are open in that interval (known demand is added, not forecast).
     """
-    mask = _lead_slice(forecast, now, lead_time)
+    mask = lead_slice(forecast, now, lead_time)
     upper = forecast.quantile(quantile)[mask]
     minutes = int(lead_time.total_seconds() // 60)
     if not np.isfinite(upper).any():

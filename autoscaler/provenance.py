@@ -35,6 +35,7 @@ class Provenance:
     work: WorkKind
     fit_seconds: float
     lead_time: LeadTime
+    decided_at: datetime  # the moment the policy looked ahead from (its lead time starts here)
     windows: tuple[ScheduledWindow, ...]  # the scheduled windows the series provisions for
     peak_at: datetime | None  # when the forecast peak over the lead time falls
     requested_now: float | None  # for headroom: what was subtracted

@@ -325,6 +325,7 @@ class Refresher:
             work=result.work,
             fit_seconds=engine.fit_seconds,
             lead_time=lead_time,
+            decided_at=now,
             windows=tuple(relevant),
             peak_at=decision.peak_at,
             requested_now=requested_now,
@@ -340,7 +341,7 @@ class Refresher:
             provenance=provenance,
         )
 
-    def _requested_now(self, signal: Signal) -> tuple[float | None, str]:
+    def _requested_now(self, signal: Signal) -> tuple[float, str]:
         """GPUs requested now in the series' pool, and what besides its signal that holds.
 
         The signal joins pods to pools through their node, so a pod waiting for one is in the
@@ -349,7 +350,7 @@ class Refresher:
         """
         observed = policy.last_observed(signal.series)
         pending = self.inputs.pending_gpus
-        if observed is None or pending is None or NODEPOOL_LABEL not in signal.labels:
+        if math.isnan(observed) or pending is None or NODEPOOL_LABEL not in signal.labels:
             return observed, ""
         pool = signal.labels[NODEPOOL_LABEL]
         if pool:

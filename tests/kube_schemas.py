@@ -38,7 +38,7 @@ CRDS = {
     ("karpenter.sh", "NodePool"): "karpenter.sh_nodepools.yaml",
     ("karpenter.sh", "NodeClaim"): "karpenter.sh_nodeclaims.yaml",
 }
-CORE_KINDS = frozenset({("", "Pod"), ("batch", "CronJob"), ("batch", "Job")})
+CORE_KINDS = frozenset({("", "Pod"), ("", "ConfigMap"), ("", "ResourceQuota"), ("batch", "CronJob"), ("batch", "Job")})
 
 
 class Refused(Exception):

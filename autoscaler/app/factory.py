@@ -116,11 +116,12 @@ async def build_access(settings: Settings, kube: ApiClient | None = None) -> Acc
             "auth.mode is 'none': every caller is trusted (loopback address %s only)", settings.server.bind_address
         )
         return AccessControl(authenticator=None, authorizer=None)
-    if needs_kubernetes_api(settings) and kube is None:
+    uses_kubernetes = needs_kubernetes_api(settings)
+    if uses_kubernetes and kube is None:
         raise ValueError("this auth configuration needs the Kubernetes API, but no client was given")
     authorizer: Authorizer = (
         kubernetes_auth.kubernetes_authorizer(kube, auth)
-        if kube is not None and needs_kubernetes_api(settings)
+        if kube is not None and uses_kubernetes
         else AllowAuthenticated()
     )
     if auth.mode == "kubernetes" and kube is not None:

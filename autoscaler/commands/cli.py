@@ -97,7 +97,6 @@ def serve(
     }
     if demo or config_file is None:
         overrides["demo.enabled"] = True
-        overrides.setdefault("server.bind_address", None)
         if bind_address is None:
             overrides["server.bind_address"] = "127.0.0.1"
     settings = _load_settings(config_file, overrides)

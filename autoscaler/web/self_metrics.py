@@ -13,12 +13,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 
 import numpy as np
-import pandas as pd
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from adapters.pool_matching import UnplacedDemand
+from autoscaler.policy import lead_slice
 from autoscaler.provider import ServedSeries, Snapshot
 from autoscaler.refresher import RefreshStats
 
@@ -32,7 +32,7 @@ def series_labels(metric: str, labels: Mapping[str, str]) -> dict[str, str]:
 
 
 def lead_time_peaks(series: ServedSeries) -> tuple[float, float, float] | None:
-    """(quantile level, max upper quantile, max mean) over ``[timestamp, timestamp + lead time]``.
+    """(quantile level, max upper quantile, max mean) over the lead time the policy looked at.
 
     The same span the policy takes its peak over; ``None`` when the series carries no forecast.
     """
@@ -42,10 +42,7 @@ def lead_time_peaks(series: ServedSeries) -> tuple[float, float, float] | None:
     forecast, level = provenance.forecast, provenance.quantile
     if level not in forecast.quantiles:
         return None
-    horizon_end = pd.Timestamp(series.timestamp) + provenance.lead_time.value
-    inside = np.asarray(forecast.timestamps <= horizon_end)
-    if not inside.any():  # the first step is always inside, as in the policy
-        inside[0] = True
+    inside = lead_slice(forecast, provenance.decided_at, provenance.lead_time.value)
     upper, mean = forecast.quantiles[level][inside], forecast.mean[inside]
     if not (np.isfinite(upper).any() and np.isfinite(mean).any()):
         return None

@@ -61,7 +61,13 @@ def test_without_nodepools_only_a_nodepool_selector_names_a_pool():
     assert [(p.name, p.choice.pool) for p in found] == [("named", "a"), ("affine", None)]
 
 
-def test_only_whole_gpus_count_as_the_signal_counts_them():
+def test_slices_count_in_physical_gpus_as_the_signal_counts_them():
     mig = gpu_pod_spec()
     mig["containers"][0]["resources"] = {"limits": {"nvidia.com/mig-1g.10gb": "2"}}
-    assert pending_gpus([pending_pod("mig", mig)], [B], nobody_is_a_placeholder) == []
+    shared = gpu_pod_spec()
+    shared["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu.shared": "2"}}
+    pods = [pending_pod("mig", mig), pending_pod("shared", shared)]
+    found = pending_gpus(pods, None, nobody_is_a_placeholder, {"nvidia.com/gpu.shared": 4})
+    assert [(p.name, p.gpus) for p in found] == [("mig", 2 / 7), ("shared", 0.5)]
+    # Without the device plugin's replicas a shared GPU counts whole, as the signal counts it then.
+    assert [p.gpus for p in pending_gpus(pods, None, nobody_is_a_placeholder)] == [2 / 7, 2.0]

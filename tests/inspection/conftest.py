@@ -84,6 +84,7 @@ def served(metric: str, kind: PlanKind, result: EngineResult, history: Any, requ
         work="select",
         fit_seconds=result.fit_seconds,
         lead_time=lead_time,
+        decided_at=NOW,
         windows=(WINDOW,),
         peak_at=decision.peak_at,
         requested_now=requested_now if kind == "headroom" else None,
