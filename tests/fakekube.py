@@ -38,7 +38,7 @@ import json
 import re
 import ssl
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -50,6 +50,21 @@ from aiohttp import web
 from kubernetes_asyncio.client import ApiClient
 
 from adapters.kube_client import KubeClientSettings, create_api_client
+from tests.fakekube_writes import (
+    APPLY_PATCH,
+    JSON_PATCH,
+    MERGE_PATCH,
+    PATCH_TYPES,
+    STRATEGIC_MERGE_PATCH,
+    PatchError,
+    apply_merge,
+    conflict_message,
+    discovery_resources,
+    json_patch,
+    kept_apart,
+    merge_patch,
+    spec_changed,
+)
 from tests.kube_schemas import Refused, validate
 
 
@@ -60,10 +75,20 @@ class ResourceType:
     plural: str
     kind: str
     namespaced: bool
+    other_versions: tuple[str, ...] = ()  # served besides ``version`` (the storage version)
+    status_subresource: bool = False
+    custom: bool = False  # a custom resource: updates need a resourceVersion, generation counts spec changes
 
     @property
     def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
+        return self.api_version_of(self.version)
+
+    def api_version_of(self, version: str) -> str:
+        return f"{self.group}/{version}" if self.group else version
+
+    @property
+    def versions(self) -> tuple[str, ...]:
+        return (self.version, *self.other_versions)
 
 
 RESOURCE_TYPES: dict[str, ResourceType] = {
@@ -71,13 +96,69 @@ RESOURCE_TYPES: dict[str, ResourceType] = {
     for rt in (
         ResourceType("batch", "v1", "cronjobs", "CronJob", True),
         ResourceType("batch", "v1", "jobs", "Job", True),
-        ResourceType("karpenter.sh", "v1", "nodeclaims", "NodeClaim", False),
-        ResourceType("karpenter.sh", "v1", "nodepools", "NodePool", False),
+        ResourceType("karpenter.sh", "v1", "nodeclaims", "NodeClaim", False, status_subresource=True, custom=True),
+        ResourceType("karpenter.sh", "v1", "nodepools", "NodePool", False, status_subresource=True, custom=True),
+        ResourceType(
+            "autoscaling.x-k8s.io",
+            "v1beta1",
+            "capacitybuffers",
+            "CapacityBuffer",
+            True,
+            other_versions=("v1alpha1",),
+            status_subresource=True,
+            custom=True,
+        ),
+        ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
+        ResourceType("", "v1", "podtemplates", "PodTemplate", True),
+        ResourceType("apiregistration.k8s.io", "v1", "apiservices", "APIService", False, status_subresource=True),
+        ResourceType(
+            "apiextensions.k8s.io",
+            "v1",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            False,
+            status_subresource=True,
+        ),
         ResourceType("", "v1", "resourcequotas", "ResourceQuota", True),
         ResourceType("", "v1", "configmaps", "ConfigMap", True),
         ResourceType("", "v1", "pods", "Pod", True),
     )
 }
+
+
+@dataclass(frozen=True)
+class ApiPath:
+    """``/apis/{group}/{version}/namespaces/{namespace}/{plural}/{name}/{subresource}``."""
+
+    group: str
+    version: str
+    namespace: str | None
+    plural: str
+    name: str | None
+    subresource: str | None
+
+
+def _as_version(obj: Mapping[str, Any], api_version: str) -> dict[str, Any]:
+    """A copy of a stored object as a client of ``api_version`` reads it (the versions the fake
+    serves for one resource share a schema, so conversion is the apiVersion alone)."""
+    seen = copy.deepcopy(dict(obj))
+    seen["apiVersion"] = api_version
+    return seen
+
+
+def _typed_body(body: Any, rt: ResourceType, api_version: str) -> dict[str, Any] | None:
+    """A create or update body; kind and apiVersion default to the URL's (as the API server decodes
+    built-in kinds), and a body naming another kind or version is refused (None)."""
+    if not isinstance(body, dict):
+        return None
+    body.setdefault("kind", rt.kind)
+    body.setdefault("apiVersion", api_version)
+    return body if (body["kind"], body["apiVersion"]) == (rt.kind, api_version) else None
+
+
+def _resource_name(rt: ResourceType) -> str:
+    return f"{rt.plural}.{rt.group}" if rt.group else rt.plural
+
 
 FAKE_ADMIN_TOKEN = "fake-admin-token"  # what the kubeconfig's user sends; the fake checks it
 REQUEST_HEADER_CONFIGMAP = ("kube-system", "extension-apiserver-authentication")
@@ -88,6 +169,7 @@ _REASONS = {
     403: "Forbidden",
     404: "NotFound",
     409: "AlreadyExists",
+    415: "UnsupportedMediaType",
     410: "Expired",
     422: "Invalid",
     429: "TooManyRequests",
@@ -199,6 +281,7 @@ class _Watcher:
     namespace: str | None
     bookmarks: bool
     selector: FieldSelector
+    api_version: str
     queue: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
 
 
@@ -218,6 +301,9 @@ class FakeKube:
         self.bearer_token = bearer_token
         self.require_auth = True  # 401 unless the client sends ``Authorization: Bearer <bearer_token>``
         self.installed: set[str] = set(RESOURCE_TYPES)  # drop "nodeclaims" to act as if Karpenter is absent
+        # The versions served per resource, e.g. ``{"capacitybuffers": ("v1alpha1",)}`` for a cluster
+        # whose Cluster Autoscaler still serves only the deprecated version.
+        self.served_versions: dict[str, tuple[str, ...]] = {p: rt.versions for p, rt in RESOURCE_TYPES.items()}
         self.resource_version = 1
         self.compacted_rv = 0  # watches/lists from an older resourceVersion get 410 Gone
         self._objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {p: {} for p in RESOURCE_TYPES}
@@ -310,6 +396,8 @@ class FakeKube:
         key = self._key(rt, stored)
         if key in self._objects[plural]:
             raise ValueError(f"{plural} {key} already exists")
+        if rt.custom:
+            metadata.setdefault("generation", 1)
         validate(rt.group, rt.kind, stored)
         return self._store(rt, key, stored, "ADDED")
 
@@ -328,6 +416,9 @@ class FakeKube:
             raise KeyError(f"{plural} {key} does not exist")
         metadata.setdefault("uid", old["metadata"]["uid"])
         metadata.setdefault("creationTimestamp", old["metadata"]["creationTimestamp"])
+        if rt.custom:
+            generation = int(old["metadata"].get("generation", 1))
+            metadata["generation"] = generation + 1 if spec_changed(old, stored) else generation
         validate(rt.group, rt.kind, stored)
         return self._store(rt, key, stored, "MODIFIED")
 
@@ -366,7 +457,8 @@ class FakeKube:
             if watcher.resource is rt and watcher.namespace in (None, namespace):
                 seen_as = _event_through(watcher.selector, event_type, snapshot, old)
                 if seen_as is not None:
-                    watcher.queue.put_nowait(("event", {"type": seen_as, "object": snapshot}))
+                    seen = _as_version(snapshot, watcher.api_version)
+                    watcher.queue.put_nowait(("event", {"type": seen_as, "object": seen}))
 
     def compact(self) -> None:
         """Forget history up to now: any older resourceVersion now gets 410 Gone."""
@@ -451,8 +543,8 @@ class FakeKube:
     # ----------------------------------------------------------------- HTTP
 
     @staticmethod
-    def _parse_path(path: str) -> tuple[str, str, str | None, str | None, str | None] | None:
-        """(group, version, namespace, plural, name) of an API path, or None if it is not one."""
+    def _parse_path(path: str) -> ApiPath | None:
+        """The parts of an API path, or None if it is not one."""
         parts = [p for p in path.split("/") if p]
         if len(parts) >= 2 and parts[0] == "api":
             group, version, rest = "", parts[1], parts[2:]
@@ -463,13 +555,14 @@ class FakeKube:
         namespace = None
         if len(rest) >= 3 and rest[0] == "namespaces":
             namespace, rest = rest[1], rest[2:]
-        if not rest or len(rest) > 2:
+        if not rest or len(rest) > 3:
             return None
-        return group, version, namespace, rest[0], rest[1] if len(rest) == 2 else None
+        name = rest[1] if len(rest) >= 2 else None
+        return ApiPath(group, version, namespace, rest[0], name, rest[2] if len(rest) == 3 else None)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         parsed = self._parse_path(request.path)
-        plural = parsed[3] if parsed else None
+        plural = parsed.plural if parsed else None
         watch = _query_bool(request.query.get("watch"))
         record = RecordedRequest(
             method=request.method,
@@ -509,14 +602,8 @@ class FakeKube:
         if request.transport is not None:
             request.transport.abort()
 
-    async def _answer(
-        self,
-        request: web.Request,
-        parsed: tuple[str, str, str | None, str | None, str | None] | None,
-        watch: bool,
-    ) -> web.StreamResponse | None:
-        plural = parsed[3] if parsed else None
-        faulted = await self._apply_fault(request, plural, watch)
+    async def _answer(self, request: web.Request, parsed: ApiPath | None, watch: bool) -> web.StreamResponse | None:
+        faulted = await self._apply_fault(request, parsed.plural if parsed else None, watch)
         if faulted is not None:
             return faulted
         if request.transport is None or request.transport.is_closing():
@@ -525,51 +612,214 @@ class FakeKube:
             return web.json_response({"major": "1", "minor": "31", "gitVersion": "v1.31.0-fake"})
         if self.require_auth and request.headers.get("Authorization") != f"Bearer {self.bearer_token}":
             return status_response(401, "Unauthorized")
+        discovery = self._discovery(request.path) if request.method == "GET" else None
+        if discovery is not None:
+            return web.json_response(discovery)
         if parsed is None:
             return status_response(404, f"the server could not find the requested resource {request.path}")
-        group, version, namespace, plural, name = parsed
-        if request.method == "POST" and (group, version, plural) == (
-            "authentication.k8s.io",
-            "v1",
-            "tokenreviews",
-        ):
-            return await self._token_review(request)
-        if request.method == "POST" and (group, version, plural) == (
-            "authorization.k8s.io",
-            "v1",
-            "subjectaccessreviews",
-        ):
-            return await self._subject_access_review(request)
-        rt = RESOURCE_TYPES.get(plural or "")
-        if rt is None or plural not in self.installed or (rt.group, rt.version) != (group, version):
-            return status_response(404, f"the server could not find the requested resource ({plural})")
-        if request.method == "POST" and name is None:
-            return await self._create(request, rt, namespace)
+        if request.method == "POST" and parsed.name is None:
+            review = self._reviews().get((parsed.group, parsed.version, parsed.plural))
+            if review is not None:
+                return await review(request)
+        rt = RESOURCE_TYPES.get(parsed.plural)
+        if rt is None or not self._serves(rt, parsed.group, parsed.version):
+            return status_response(404, f"the server could not find the requested resource ({parsed.plural})")
+        if parsed.subresource not in (None, "status") or (parsed.subresource and not rt.status_subresource):
+            return status_response(404, f"the server could not find the requested resource ({request.path})")
+        return await self._resource_request(request, rt, parsed, watch)
+
+    def _reviews(self) -> dict[tuple[str, str, str], Callable[[web.Request], Awaitable[web.Response | None]]]:
+        return {
+            ("authentication.k8s.io", "v1", "tokenreviews"): self._token_review,
+            ("authorization.k8s.io", "v1", "subjectaccessreviews"): self._subject_access_review,
+        }
+
+    def _serves(self, rt: ResourceType, group: str, version: str) -> bool:
+        return rt.plural in self.installed and rt.group == group and version in self.served_versions[rt.plural]
+
+    async def _resource_request(
+        self, request: web.Request, rt: ResourceType, parsed: ApiPath, watch: bool
+    ) -> web.StreamResponse | None:
+        api_version = rt.api_version_of(parsed.version)
+        if request.method == "POST" and parsed.name is None:
+            return await self._create(request, rt, parsed.namespace, api_version)
+        if parsed.name is not None and request.method in ("PUT", "PATCH"):
+            return await self._write(request, rt, parsed, api_version)
+        if parsed.name is not None and request.method == "DELETE":
+            return self._delete_request(rt, parsed)
         if request.method != "GET":
             return status_response(405, f"{request.method} is not supported by the fake")
-        if name is not None:
-            obj = self._objects[rt.plural].get((namespace or "" if rt.namespaced else "", name))
+        if parsed.name is not None:
+            obj = self._objects[rt.plural].get((parsed.namespace or "" if rt.namespaced else "", parsed.name))
             if obj is None:
-                return status_response(404, f'{rt.plural} "{name}" not found')
-            return web.json_response(obj)
+                return status_response(404, f'{_resource_name(rt)} "{parsed.name}" not found')
+            return web.json_response(_as_version(obj, api_version))
         if watch:
-            return await self._watch(request, rt, namespace)
-        return self._list(request, rt, namespace)
+            return await self._watch(request, rt, parsed.namespace, api_version)
+        return self._list(request, rt, parsed.namespace, api_version)
 
-    async def _create(self, request: web.Request, rt: ResourceType, namespace: str | None) -> web.Response:
+    async def _create(
+        self, request: web.Request, rt: ResourceType, namespace: str | None, api_version: str
+    ) -> web.Response:
         """POST to a collection: validated like kube-apiserver (422 Invalid, 400 unknown field)."""
-        body = await request.json()
-        if not isinstance(body, dict) or body.get("kind") != rt.kind or body.get("apiVersion") != rt.api_version:
-            return status_response(400, f"the body is not a {rt.api_version} {rt.kind}")
+        body = _typed_body(await request.json(), rt, api_version)
+        if body is None:
+            return status_response(400, f"the body is not a {api_version} {rt.kind}")
         if rt.namespaced:
             body.setdefault("metadata", {})["namespace"] = namespace or "default"
+        name = str(body.get("metadata", {}).get("name", ""))
+        if self.get(rt.plural, name, namespace or "default") is not None:
+            message = f'{_resource_name(rt)} "{name}" already exists'
+            return web.json_response(status_object(409, message, "AlreadyExists"), status=409)
+        if rt.status_subresource:
+            body.pop("status", None)  # status is written through /status only
         try:
             created = self.add(rt.plural, body)
         except Refused as refused:
             return web.json_response(refused.status, status=refused.status["code"])
-        except ValueError as exists:
-            return status_response(409, str(exists))
-        return web.json_response(created, status=201)
+        return web.json_response(_as_version(created, api_version), status=201)
+
+    async def _write(self, request: web.Request, rt: ResourceType, parsed: ApiPath, api_version: str) -> web.Response:
+        """PUT or PATCH of one object or its status (``tests/fakekube_writes.py`` says how)."""
+        assert parsed.name is not None
+        key = (parsed.namespace or "default" if rt.namespaced else "", parsed.name)
+        stored = self._objects[rt.plural].get(key)
+        to_status = parsed.subresource == "status"
+        try:
+            if request.method == "PUT":
+                written = self._put_body(rt, parsed.name, stored, await request.json(), api_version)
+            else:
+                written = self._patched(request, rt, parsed.name, stored, await request.text(), api_version)
+        except PatchError as refused:
+            return web.json_response(status_object(refused.code, str(refused), refused.reason), status=refused.code)
+        if stored is None and to_status:
+            return status_response(404, f'{_resource_name(rt)} "{parsed.name}" not found')
+        metadata = written.setdefault("metadata", {})
+        metadata["name"] = parsed.name
+        if rt.namespaced:
+            metadata["namespace"] = key[0]
+        if rt.status_subresource:
+            written = kept_apart(stored, written, to_status=to_status)
+        try:
+            result = self.add(rt.plural, written) if stored is None else self.modify(rt.plural, written)
+        except Refused as refused:
+            return web.json_response(refused.status, status=refused.status["code"])
+        return web.json_response(_as_version(result, api_version), status=201 if stored is None else 200)
+
+    @staticmethod
+    def _precondition(rt: ResourceType, name: str, stored: Mapping[str, Any], written: Any, *, required: bool) -> None:
+        sent = (written.get("metadata") or {}).get("resourceVersion") if isinstance(written, Mapping) else None
+        if sent is None and required:
+            raise PatchError(422, f'{rt.kind}.{rt.group} "{name}" is invalid: metadata.resourceVersion: '
+                             "Invalid value: 0x0: must be specified for an update", "Invalid")  # fmt: skip
+        if sent is not None and str(sent) != stored["metadata"]["resourceVersion"]:
+            raise PatchError(409, conflict_message(rt.plural, rt.group, name), "Conflict")
+
+    def _put_body(
+        self, rt: ResourceType, name: str, stored: Mapping[str, Any] | None, body: Any, api_version: str
+    ) -> dict[str, Any]:
+        body = _typed_body(body, rt, api_version)
+        if body is None:
+            raise PatchError(400, f"the body is not a {api_version} {rt.kind}", "BadRequest")
+        if (body.get("metadata") or {}).get("name") != name:
+            raise PatchError(400, f"the name of the object does not match the name on the URL ({name})", "BadRequest")
+        if stored is None:
+            raise PatchError(404, f'{_resource_name(rt)} "{name}" not found', "NotFound")
+        self._precondition(rt, name, stored, body, required=rt.custom)
+        return body
+
+    def _patched(
+        self, request: web.Request, rt: ResourceType, name: str, stored: Mapping[str, Any] | None, text: str,
+        api_version: str,
+    ) -> dict[str, Any]:  # fmt: skip
+        patch_type = request.content_type
+        if patch_type not in PATCH_TYPES or (patch_type == STRATEGIC_MERGE_PATCH and rt.custom):
+            accepted = ", ".join(t for t in PATCH_TYPES if not (rt.custom and t == STRATEGIC_MERGE_PATCH))
+            message = f"the body of the request was in an unknown format - accepted media types include: {accepted}"
+            raise PatchError(415, message)
+        if patch_type == APPLY_PATCH:
+            return self._applied(request, rt, name, stored, text, api_version)
+        if stored is None:
+            raise PatchError(404, f'{_resource_name(rt)} "{name}" not found', "NotFound")
+        try:
+            patch = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise PatchError(400, f"the patch is not JSON: {error}", "BadRequest") from error
+        current = _as_version(stored, api_version)
+        if patch_type == JSON_PATCH:
+            patched: dict[str, Any] = json_patch(current, patch)
+        else:
+            assert patch_type in (MERGE_PATCH, STRATEGIC_MERGE_PATCH)
+            self._precondition(rt, name, stored, patch, required=False)
+            patched = merge_patch(current, patch)
+        self._precondition(rt, name, stored, patched, required=False)
+        return patched
+
+    def _applied(
+        self, request: web.Request, rt: ResourceType, name: str, stored: Mapping[str, Any] | None, text: str,
+        api_version: str,
+    ) -> dict[str, Any]:  # fmt: skip
+        manager = request.query.get("fieldManager")
+        if not manager:
+            message = (
+                'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch'
+            )
+            raise PatchError(422, message, "Invalid")
+        applied = yaml.safe_load(text)
+        if not isinstance(applied, dict) or applied.get("kind") != rt.kind or applied.get("apiVersion") != api_version:
+            raise PatchError(400, f"the applied configuration is not a {api_version} {rt.kind}", "BadRequest")
+        if stored is not None:
+            self._precondition(rt, name, stored, applied, required=False)
+        result: dict[str, Any] = apply_merge(_as_version(stored, api_version) if stored else {}, applied)
+        entries = [e for e in result.get("metadata", {}).get("managedFields") or [] if e.get("manager") != manager]
+        entries.append(
+            {"manager": manager, "operation": "Apply", "apiVersion": api_version, "time": rfc3339(datetime.now(UTC)),
+             "fieldsType": "FieldsV1", "fieldsV1": {}}
+        )  # fmt: skip
+        result.setdefault("metadata", {})["managedFields"] = entries
+        return result
+
+    def _delete_request(self, rt: ResourceType, parsed: ApiPath) -> web.Response:
+        assert parsed.name is not None
+        namespace = parsed.namespace or "default"
+        if parsed.subresource is not None or self.get(rt.plural, parsed.name, namespace) is None:
+            return status_response(404, f'{_resource_name(rt)} "{parsed.name}" not found')
+        deleted = self.delete(rt.plural, parsed.name, namespace)
+        details = {"name": parsed.name, "group": rt.group, "kind": rt.plural, "uid": deleted["metadata"]["uid"]}
+        body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+        return web.json_response(body)
+
+    def _discovery(self, path: str) -> dict[str, Any] | None:
+        """/api, /api/v1, /apis, /apis/{group}, /apis/{group}/{version} for the installed resources."""
+        installed = [rt for plural, rt in RESOURCE_TYPES.items() if plural in self.installed]
+        parts = [p for p in path.split("/") if p]
+        if parts == ["api"]:
+            addresses = [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]
+            return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": addresses}
+        groups: dict[str, list[str]] = {}
+        for rt in installed:
+            for version in self.served_versions[rt.plural]:
+                if version not in groups.setdefault(rt.group, []):
+                    groups[rt.group].append(version)
+
+        def group_document(group: str) -> dict[str, Any]:
+            versions = [{"groupVersion": f"{group}/{v}", "version": v} for v in groups[group]]
+            return {"name": group, "versions": versions, "preferredVersion": versions[0]}
+
+        if parts == ["apis"]:
+            named = [group_document(g) for g in sorted(groups) if g]
+            return {"kind": "APIGroupList", "apiVersion": "v1", "groups": named}
+        if len(parts) == 2 and parts[0] == "apis" and parts[1] in groups:
+            return {"kind": "APIGroup", "apiVersion": "v1", **group_document(parts[1])}
+        group, version = ("", parts[1]) if parts[:1] == ["api"] else (parts[1] if len(parts) > 1 else "", parts[-1])
+        if not ((len(parts) == 2 and parts[0] == "api") or (len(parts) == 3 and parts[0] == "apis")):
+            return None
+        served = [rt for rt in installed if rt.group == group and version in self.served_versions[rt.plural]]
+        if not served:
+            return None
+        group_version = f"{group}/{version}" if group else version
+        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version,
+                "resources": discovery_resources(served)}  # fmt: skip
 
     def _select(
         self, rt: ResourceType, namespace: str | None, selector: FieldSelector | None = None
@@ -580,7 +830,7 @@ class FakeKube:
             if (namespace is None or ns == namespace) and field_selector_matches(selector or [], obj)
         ]
 
-    def _list(self, request: web.Request, rt: ResourceType, namespace: str | None) -> web.Response:
+    def _list(self, request: web.Request, rt: ResourceType, namespace: str | None, api_version: str) -> web.Response:
         requested_rv = request.query.get("resourceVersion", "")
         if requested_rv not in ("", "0") and int(requested_rv) < self.compacted_rv:
             return status_response(410, f"too old resource version: {requested_rv} ({self.compacted_rv})")
@@ -601,10 +851,13 @@ class FakeKube:
             after = list(self._key(rt, page[-1]))
             raw = json.dumps({"rv": list_rv, "after": after}).encode()
             metadata["continue"] = base64.urlsafe_b64encode(raw).decode()
-        body = {"kind": f"{rt.kind}List", "apiVersion": rt.api_version, "metadata": metadata, "items": page}
+        items_seen = [_as_version(obj, api_version) for obj in page]
+        body = {"kind": f"{rt.kind}List", "apiVersion": api_version, "metadata": metadata, "items": items_seen}
         return web.json_response(body)
 
-    async def _watch(self, request: web.Request, rt: ResourceType, namespace: str | None) -> web.StreamResponse:
+    async def _watch(
+        self, request: web.Request, rt: ResourceType, namespace: str | None, api_version: str
+    ) -> web.StreamResponse:
         loop = asyncio.get_running_loop()
         requested_rv = request.query.get("resourceVersion", "")
         timeout = request.query.get("timeoutSeconds")
@@ -624,13 +877,14 @@ class FakeKube:
 
         # Register and take the backlog in one synchronous step: no event can slip in between.
         selector = parse_field_selector(request.query.get("fieldSelector"))
-        watcher = _Watcher(rt, namespace, _query_bool(request.query.get("allowWatchBookmarks")), selector)
+        bookmarks = _query_bool(request.query.get("allowWatchBookmarks"))
+        watcher = _Watcher(rt, namespace, bookmarks, selector, api_version)
         if requested_rv in ("", "0"):
             current = self._select(rt, namespace, selector)
-            backlog = [{"type": "ADDED", "object": copy.deepcopy(o)} for o in current]
+            backlog = [{"type": "ADDED", "object": _as_version(o, api_version)} for o in current]
         else:
             backlog = [
-                {"type": seen_as, "object": obj}
+                {"type": seen_as, "object": _as_version(obj, api_version)}
                 for rv, plural, event_type, obj, old in self._history
                 if rv > int(requested_rv)
                 and plural == rt.plural
@@ -656,7 +910,7 @@ class FakeKube:
                 elif signal == "bookmark" and watcher.bookmarks:
                     bookmark = {
                         "kind": rt.kind,
-                        "apiVersion": rt.api_version,
+                        "apiVersion": api_version,
                         "metadata": {"resourceVersion": str(self.resource_version)},
                     }
                     await send({"type": "BOOKMARK", "object": bookmark})

@@ -6,12 +6,13 @@
   (``CEL_RULES``; a rule the code does not know fails loudly, so a CRD update is noticed),
   ``x-kubernetes-list-type`` ``set``/``map`` as uniqueness; the other ``x-kubernetes-*`` keywords
   (int-or-string, map types) are annotations jsonschema ignores.
-- Pods, CronJobs and Jobs: ``kubernetes-validate``'s JSON schemas of Kubernetes 1.32.
+- Pods, CronJobs, Jobs, ConfigMaps, ResourceQuotas, PodTemplates, Leases, APIServices and
+  CustomResourceDefinitions: ``kubernetes-validate``'s JSON schemas of Kubernetes 1.32.
 
 Unknown fields are refused (HTTP 400, as with ``fieldValidation=Strict``, kubectl's default), so a
 misspelt fixture field fails instead of being dropped. Not checked: ``metadata`` (names, label
-syntax), the transition rules that compare with ``oldSelf`` (``TRANSITION_RULES``: the fake has no
-update path that could break them), and defaulting (stored objects keep only what was sent).
+syntax), the transition rules that compare with ``oldSelf`` (``TRANSITION_RULES``), and defaulting
+(stored objects keep only what was sent).
 """
 
 from __future__ import annotations
@@ -38,7 +39,13 @@ CRDS = {
     ("karpenter.sh", "NodePool"): "karpenter.sh_nodepools.yaml",
     ("karpenter.sh", "NodeClaim"): "karpenter.sh_nodeclaims.yaml",
 }
-CORE_KINDS = frozenset({("", "Pod"), ("", "ConfigMap"), ("", "ResourceQuota"), ("batch", "CronJob"), ("batch", "Job")})
+CORE_KINDS = frozenset(
+    {
+        ("", "Pod"), ("", "ConfigMap"), ("", "ResourceQuota"), ("", "PodTemplate"), ("batch", "CronJob"),
+        ("batch", "Job"), ("coordination.k8s.io", "Lease"), ("apiregistration.k8s.io", "APIService"),
+        ("apiextensions.k8s.io", "CustomResourceDefinition"),
+    }
+)  # fmt: skip
 
 
 class Refused(Exception):
@@ -314,7 +321,8 @@ def core_validator(api_version: str, kind: str) -> Validator:
 
 def _errors(group: str, kind: str, obj: Mapping[str, Any]) -> list[ValidationError]:
     if (group, kind) in CRDS:
-        validator = CrdValidator(crd_schema(CRDS[(group, kind)]))
+        version = str(obj.get("apiVersion", "")).rpartition("/")[2]
+        validator = CrdValidator(crd_schema(CRDS[(group, kind)], version))
     else:
         validator = core_validator(str(obj.get("apiVersion", "")), kind)
     return sorted(validator.iter_errors(dict(obj)), key=lambda e: [str(p) for p in e.absolute_path])
