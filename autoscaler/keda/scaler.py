@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator
 from typing import Any, NoReturn
 
 import grpc
+from cachetools import LRUCache
 
 from autoscaler.keda import externalscaler_pb2 as pb
 from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerServicer
@@ -63,6 +64,7 @@ class ExternalScaler(ExternalScalerServicer):
         self._recheck_interval_s = recheck_interval_s
         self._closing = False
         self._wakes: set[asyncio.Event] = set()
+        self._triggers: LRUCache[tuple[str, tuple[tuple[str, str], ...]], Trigger] = LRUCache(maxsize=1024)
 
     def close(self) -> None:
         self._closing = True
@@ -71,14 +73,20 @@ class ExternalScaler(ExternalScalerServicer):
 
     def trigger(self, ref: pb.ScaledObjectRef) -> Trigger:
         """The trigger a ScaledObjectRef describes, if its namespace, metadata and metric are valid."""
-        fault = namespace_fault(ref.namespace)
-        if fault is not None:
-            raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, f"invalid scaledObjectRef.namespace: {fault}")
-        try:
-            trigger = parse_trigger(ref.scalerMetadata)
-        except MetadataError as error:
-            raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, str(error)) from None
-        if trigger.metric.lower() not in {info.name for info in self._provider.list_metrics()}:
+        # KEDA sends the same few triggers again and again: parse each once (a selector costs more
+        # than the rest of a call). Refusals are not kept, so a stranger cannot fill the cache.
+        key = (ref.namespace, tuple(sorted(ref.scalerMetadata.items())))
+        trigger = self._triggers.get(key)
+        if trigger is None:
+            fault = namespace_fault(ref.namespace)
+            if fault is not None:
+                raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, f"invalid scaledObjectRef.namespace: {fault}")
+            try:
+                trigger = parse_trigger(ref.scalerMetadata)
+            except MetadataError as error:
+                raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, str(error)) from None
+            self._triggers[key] = trigger
+        if trigger.metric.lower() not in self._provider.snapshot.metrics:
             message = f"external metric {trigger.metric!r} is not served by gpu-autoscaler"
             raise Refusal(grpc.StatusCode.NOT_FOUND, message)
         return trigger

@@ -47,6 +47,8 @@ async def test_stream_is_active_pushes_when_the_activity_changes(stub, scaler):
     assert scaler.sample("gpu_autoscaler_grpc_requests_total", {"method": "StreamIsActive", "code": "CANCELLED"}) == 1
 
 
+# Not on looptime: gRPC's network I/O is not loop activity looptime sees, so fast-forwarded time would
+# run out the deadline while the answer is on its way; the fixture's recheck interval is 0.2 s instead.
 async def test_stream_is_active_ends_unavailable_when_the_metric_turns_stale(stub, scaler):
     snapshot = scaler.provider.snapshot
     info = replace(snapshot.metrics["gpu_headroom"], fallback="error")
