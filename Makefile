@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: run test lint system-deps bench clean
+.PHONY: run test lint system-deps bench keda-stubs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,10 @@ test: $(STAMP) system-deps lint
 ## bench: speed and memory figures (prints them; not part of the suite)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_forecast.py
+
+## keda-stubs: regenerate autoscaler/keda's gRPC stubs from the vendored proto (commit the result)
+keda-stubs: $(STAMP)
+	PYTHON=$(BIN)/python scripts/generate-keda-stubs.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache test-artifacts

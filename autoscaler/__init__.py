@@ -7,6 +7,7 @@ The package in layers, outermost first (``lint-imports`` holds them; nothing imp
 - ``app``: the composition root (``factory.create_app`` builds both aiohttp apps, their state and
   the refresher) and the serving process (``serving.serve``: TLS, sockets, signals, shutdown delay, draining).
   ``simulation`` sits beside it: the cluster simulator behind ``simulate``.
+- ``keda``: KEDA's external scaler over gRPC (``server.grpc_port``), answered from the same provider.
 - ``web``: everything that answers HTTP (external metrics API, inspection API and page, probes,
   self-metrics, authentication, TLS); its own ``__init__`` maps it.
 - The core, flat: ``pipeline`` assembles, from ``settings`` (its ``server`` section in

@@ -7,7 +7,7 @@ single assignment, so a reader sees either the old snapshot or the new one, neve
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
@@ -158,10 +158,17 @@ class SnapshotProvider:
     def __init__(self, snapshot: Snapshot, clock: Any = None) -> None:
         self.snapshot = snapshot
         self._clock = clock or (lambda: datetime.now(UTC))
+        self._on_swap: list[Callable[[], None]] = []
 
     def swap(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
+        for listener in tuple(self._on_swap):
+            listener()
 
+    def on_swap(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` after every swap (a push stream re-reads then); returns its unsubscribe."""
+        self._on_swap.append(listener)
+        return lambda: self._on_swap.remove(listener)
     def list_metrics(self) -> Sequence[MetricInfo]:
         return list(self.snapshot.metrics.values())
 

@@ -61,11 +61,21 @@ class TLSSettings(_Strict):
         return self
 
 
+# The demo's gRPC port when none is configured: next to its 6443 (HTTPS) and 8080 (HTTP).
+DEMO_GRPC_PORT = 9443
+
+
 class ServerSettings(_Strict):
     bind_address: str = "0.0.0.0"  # noqa: S104 - in-cluster the service must listen on the pod IP
     secure_port: int = Field(default=6443, ge=0, le=65535)  # 0: any free port (tests)
     # None switches the plain port off; 0 picks any free port (tests).
     http_port: int | None = Field(default=8080, ge=0, le=65535)
+    # KEDA's external scaler (gRPC over TLS, same serving certificate as secure_port). None switches it
+    # off (the default outside the demo, which serves it on DEMO_GRPC_PORT); 0 picks any free port (tests).
+    grpc_port: int | None = Field(default=None, ge=0, le=65535)
+    # CA bundle that KEDA's client certificate (trigger key tlsClientCert) must chain to: when set the
+    # gRPC port requires mutual TLS; when unset it asks for no client certificate. The demo sets its CA.
+    grpc_client_ca_file: Path | None = None
     tls: TLSSettings = TLSSettings()
     # After SIGTERM, /readyz fails at once but both ports keep serving this long, so that endpoints,
     # load balancers and the aggregator stop sending before the listeners close (kube-apiserver's
@@ -84,8 +94,12 @@ class ServerSettings(_Strict):
 
     @model_validator(mode="after")
     def _ports_differ(self) -> ServerSettings:
-        if self.http_port and self.secure_port and self.http_port == self.secure_port:
-            raise ValueError("secure_port and http_port must differ")
+        ports = {"secure_port": self.secure_port, "http_port": self.http_port, "grpc_port": self.grpc_port}
+        chosen = [(name, port) for name, port in ports.items() if port]  # None is off, 0 any free port
+        for index, (name, port) in enumerate(chosen):
+            for other, other_port in chosen[index + 1 :]:
+                if port == other_port:
+                    raise ValueError(f"{name} and {other} must differ")
         return self
 
     @property

@@ -28,7 +28,17 @@ from autoscaler.web.auth import AccessControl, AllowAuthenticated, Authenticator
 from autoscaler.web.certificates import CertificateFileError, common_name, read_certificates, validity_fault
 from autoscaler.web.external_metrics import add_external_metrics_routes
 from autoscaler.web.inspection import add_inspection_routes
-from autoscaler.web.keys import ACCESS, CLOCK, METRICS_PROVIDER, READINESS, SELF_METRICS, SNAPSHOTS, UNPLACED, Clock
+from autoscaler.web.keys import (
+    ACCESS,
+    CLOCK,
+    METRICS_PROVIDER,
+    PROVIDER,
+    READINESS,
+    SELF_METRICS,
+    SNAPSHOTS,
+    UNPLACED,
+    Clock,
+)
 from autoscaler.web.middleware import authenticate, errors_and_metrics
 from autoscaler.web.page import add_page_routes
 from autoscaler.web.probes import add_metrics_route, add_probe_routes
@@ -211,6 +221,7 @@ def create_app(
     self_metrics.watch_snapshots(lambda: provider.snapshot)
     api_app = build_api_app(provider=provider, access=access, readiness=readiness, self_metrics=self_metrics)
     ops_app = build_ops_app(provider=provider, readiness=readiness, self_metrics=self_metrics)
+    api_app[PROVIDER] = provider
 
     def refresh_stats() -> RefreshStats | None:
         refresher = api_app.get(REFRESHER)

@@ -17,13 +17,15 @@ from kubernetes_asyncio.client import ApiClient
 
 from adapters.kube_client import KubeClientSettings, create_api_client
 from autoscaler.app.factory import build_access, client_ca_pems, create_app, needs_kubernetes_api
+from autoscaler.keda.server import serving_grpc
 from autoscaler.pipeline import open_pipeline
+from autoscaler.server_settings import DEMO_GRPC_PORT
 from autoscaler.settings import Settings
 from autoscaler.web import demo_pki
 from autoscaler.web.auth import AccessControl
 from autoscaler.web.certificates import CertificateFileError
 from autoscaler.web.http_server import ParserLimits, StatusAppRunner
-from autoscaler.web.keys import READINESS, SELF_METRICS
+from autoscaler.web.keys import PROVIDER, READINESS, SELF_METRICS
 from autoscaler.web.tls import ServerTLS, ServingFiles, ensure_self_signed
 from autoscaler.web.tls_accept import TLSAcceptSite
 
@@ -57,6 +59,11 @@ def prepare_demo(settings: Settings) -> Settings:
     server_update: dict[str, object] = {
         "tls": settings.server.tls.model_copy(update={"cert_file": files.serving_cert, "key_file": files.serving_key})
     }
+    # KEDA's external scaler next to kubectl: the demo CA's serving certificate, the kubeconfig's client one.
+    if "grpc_port" not in settings.server.model_fields_set:
+        server_update["grpc_port"] = DEMO_GRPC_PORT
+    if settings.server.grpc_client_ca_file is None:
+        server_update["grpc_client_ca_file"] = files.ca_file
     if "shutdown_delay" not in settings.server.model_fields_set:
         server_update["shutdown_delay"] = timedelta(0)
     return settings.model_copy(
@@ -73,6 +80,7 @@ def prepare_demo(settings: Settings) -> Settings:
 class Listening:
     secure_port: int
     http_port: int | None
+    grpc_port: int | None = None
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -88,7 +96,8 @@ def _bind(host: str, port: int) -> socket.socket:
 async def running(
     settings: Settings, *, api_app: web.Application, ops_app: web.Application, tls: ServerTLS
 ) -> AsyncIterator[Listening]:
-    """Serve both apps on the configured address (port 0 picks a free one) until the block ends.
+    """Serve both apps, and KEDA's gRPC scaler if ``server.grpc_port`` is set, on the configured
+    address (port 0 picks a free one) until the block ends.
 
     /readyz fails while the serving certificate is not valid or a handshake check failed.
     """
@@ -106,7 +115,9 @@ async def running(
     host = server.bind_address
     secure_socket = _bind(host, server.secure_port)
     http_socket = _bind(host, server.http_port) if server.http_port is not None else None
+    stack = contextlib.AsyncExitStack()
     try:
+        grpc_port = await _start_grpc(stack, settings, api_app, tls)
         await runners[0].setup()
         await TLSAcceptSite(
             runners[0], secure_socket, context=tls.context, handshake_timeout_s=idle, on_refused=refused.inc
@@ -118,14 +129,28 @@ async def running(
             yield Listening(
                 secure_port=secure_socket.getsockname()[1],
                 http_port=http_socket.getsockname()[1] if http_socket is not None else None,
+                grpc_port=grpc_port,
             )
     finally:
         log.info("shutting down: draining in-flight requests for up to %.0f s", grace)
-        for runner in runners:
-            await runner.cleanup()
+        await asyncio.gather(stack.aclose(), *(runner.cleanup() for runner in runners))
         for sock in (secure_socket, http_socket):
             if sock is not None:
                 sock.close()
+
+
+async def _start_grpc(
+    stack: contextlib.AsyncExitStack, settings: Settings, api_app: web.Application, tls: ServerTLS
+) -> int | None:
+    """Start KEDA's external scaler on ``stack`` if its port is switched on; its port, or ``None``."""
+    if settings.server.grpc_port is None:
+        return None
+    listening = await stack.enter_async_context(
+        serving_grpc(
+            settings.server, provider=api_app[PROVIDER], self_metrics=api_app[SELF_METRICS], serving=tls.serving
+        )
+    )
+    return listening.port
 
 
 async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
@@ -216,6 +241,9 @@ def _url_host(host: str) -> str:
 def _announce(settings: Settings, listening: Listening) -> None:
     shown = _url_host(settings.server.bind_address)
     log.info("external metrics API on https://%s:%d", shown, listening.secure_port)
+    if listening.grpc_port:
+        mutual = " (mutual TLS)" if settings.server.grpc_client_ca_file is not None else ""
+        log.info("KEDA external scaler (gRPC over TLS%s) on %s:%d", mutual, shown, listening.grpc_port)
     if listening.http_port:
         log.info("probes and /metrics on http://%s:%d", shown, listening.http_port)
     if settings.demo.enabled:

@@ -69,11 +69,33 @@ def main() -> None:
     """
 
 
+class PortOrOff(click.ParamType[int | str]):
+    """A port number, or ``off`` to switch the port off (the setting's ``null``)."""
+
+    name = "PORT|off"
+    OFF = "off"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
+        if isinstance(value, int):
+            return value
+        if value == self.OFF:
+            return self.OFF
+        try:
+            return int(value)
+        except ValueError:
+            self.fail(f"{value!r} is neither a port number nor 'off'", param, ctx)
+
+
 @main.command()
 @click.option("--config", "config_file", type=click.Path(path_type=Path, dir_okay=False), help="Settings YAML file.")
 @click.option("--demo", is_flag=True, help="Run the embedded demo (the default when no --config is given).")
 @click.option("--secure-port", type=int, help="HTTPS port of the external metrics API [default: 6443].")
 @click.option("--http-port", type=int, help="Plain HTTP port for probes and /metrics [default: 8080].")
+@click.option(
+    "--grpc-port",
+    type=PortOrOff(),
+    help="gRPC port of KEDA's external scaler; 0 any free port, 'off' none [default: off; demo: 9443].",
+)
 @click.option("--bind-address", help="Address to listen on [default: 0.0.0.0; demo: 127.0.0.1].")
 @click.option(
     "--state-dir",
@@ -85,13 +107,15 @@ def serve(
     demo: bool,
     secure_port: int | None,
     http_port: int | None,
+    grpc_port: int | str | None,
     bind_address: str | None,
     state_dir: Path | None,
 ) -> None:
-    """Serve the external metrics API (HTTPS) and probes/metrics (HTTP)."""
+    """Serve the external metrics API (HTTPS), probes/metrics (HTTP) and KEDA's external scaler (gRPC)."""
     overrides: dict[str, Any] = {
         "server.secure_port": secure_port,
         "server.http_port": http_port,
+        "server.grpc_port": None if grpc_port == PortOrOff.OFF else grpc_port,
         "server.bind_address": bind_address,
         "state_dir": str(state_dir) if state_dir else None,
     }
@@ -100,6 +124,8 @@ def serve(
         if bind_address is None:
             overrides["server.bind_address"] = "127.0.0.1"
     settings = _load_settings(config_file, overrides)
+    if grpc_port == PortOrOff.OFF:  # an override of None means "not given", so switch it off here
+        settings = settings.model_copy(update={"server": settings.server.model_copy(update={"grpc_port": None})})
     if settings.demo.enabled and not settings.server.is_loopback:
         raise click.UsageError("the demo binds to a loopback address only (it trusts its own local CA)")
     configure_logging(settings.log_level, settings.log_format)

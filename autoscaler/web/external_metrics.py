@@ -28,14 +28,19 @@ _NAMESPACE_RULE = (
 )
 
 
-def invalid_namespace(request: web.Request) -> web.Response | None:
-    """A 400 Status when the path's namespace is not a valid namespace name, else ``None``."""
-    namespace = request.match_info["namespace"]
+def namespace_fault(namespace: str) -> str | None:
+    """kube-apiserver's message for a namespace name that is not valid, else ``None`` (gRPC shares it)."""
     if len(namespace) <= 63 and _NAMESPACE.fullmatch(namespace):
         return None
     shown = namespace if len(namespace) <= 80 else namespace[:77] + "..."
     rule = "must be no more than 63 characters" if len(namespace) > 63 else _NAMESPACE_RULE
-    return status_response(400, f'invalid namespace "{shown}": {rule}')
+    return f'invalid namespace "{shown}": {rule}'
+
+
+def invalid_namespace(request: web.Request) -> web.Response | None:
+    """A 400 Status when the path's namespace is not a valid namespace name, else ``None``."""
+    fault = namespace_fault(request.match_info["namespace"])
+    return None if fault is None else status_response(400, fault)
 
 
 async def _authorize(request: web.Request, namespace: str, metric: str) -> web.Response | None:

@@ -13,7 +13,7 @@ from datetime import datetime
 from aiohttp import web
 
 from adapters.pool_matching import UnplacedDemand
-from autoscaler.provider import MetricsProvider, SnapshotSource
+from autoscaler.provider import MetricsProvider, SnapshotProvider, SnapshotSource
 from autoscaler.web.auth import AccessControl, User
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.self_metrics import SelfMetrics
@@ -23,6 +23,8 @@ Unplaced = Callable[[], Sequence[UnplacedDemand]]
 
 METRICS_PROVIDER = web.AppKey("metrics_provider", MetricsProvider)
 SNAPSHOTS = web.AppKey("snapshots", SnapshotSource)
+# The provider itself, on the API app: KEDA's gRPC scaler (started beside it) reads it and follows its swaps.
+PROVIDER = web.AppKey("provider", SnapshotProvider)
 ACCESS = web.AppKey("access", AccessControl)
 READINESS = web.AppKey("readiness", Readiness)
 SELF_METRICS = web.AppKey("self_metrics", SelfMetrics)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -210,6 +210,25 @@ class SelfMetrics:
             "API request latency by route",
             ["route"],
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=self.registry,
+        )
+        # KEDA's external scaler (autoscaler.keda): its own families, as its methods and status codes
+        # are gRPC's (a stream lasts as long as its caller, so only unary calls have a latency).
+        self.grpc_requests = Counter(
+            "gpu_autoscaler_grpc_requests",
+            "gRPC calls to the KEDA external scaler by method and status code (streams counted when they end)",
+            ["method", "code"],
+            registry=self.registry,
+        )
+        self.grpc_latency = Histogram(
+            "gpu_autoscaler_grpc_request_duration_seconds",
+            "Latency of unary gRPC calls to the KEDA external scaler by method",
+            ["method"],
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=self.registry,
+        )
+        self.grpc_streams = Gauge(
+            "gpu_autoscaler_grpc_streams_open", "Open gRPC streams of the KEDA external scaler", ["method"],
             registry=self.registry,
         )
         self.auth_failures = Counter(

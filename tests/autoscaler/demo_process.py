@@ -35,7 +35,8 @@ class DemoProcess:
 
     def command(self) -> list[str]:
         ports = ["--state-dir", str(self.state), "--secure-port", "0", "--http-port", "0"]
-        config = ["--config", str(self.config)] if self.config is not None else []
+        # The demo serves KEDA's gRPC scaler too (on 9443 unless told): a free port, like the others.
+        config = ["--config", str(self.config)] if self.config is not None else ["--grpc-port", "0"]
         return [sys.executable, "-m", "autoscaler", "serve", *config, *ports]
 
     def start(self, timeout_s: float = 60) -> float:

@@ -51,7 +51,8 @@ def test_serve_port_in_use_is_a_runtime_failure(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        serve = ["serve", "--demo", "--http-port", str(port), "--secure-port", "0", "--state-dir", str(tmp_path)]
+        serve = ["serve", "--demo", "--http-port", str(port), "--secure-port", "0", "--grpc-port", "0"]
+        serve += ["--state-dir", str(tmp_path)]
         completed = subprocess.run(
             [sys.executable, "-m", "autoscaler", *serve],
             capture_output=True,

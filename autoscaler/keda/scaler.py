@@ -1,0 +1,190 @@
+"""KEDA's ``ExternalScaler`` service, answered from the provider's current snapshot (no I/O).
+
+One trigger serves one value: the **sum** of the series its ``labelSelector`` matches in the
+ScaledObject's namespace. That is what an HPA computes from the external metrics API's list
+(DESIGN.md §3: a Value target compares sum(items) with the target, an AverageValue target takes
+ceil(sum/target) replicas), and KEDA's HPA has an AverageValue target of ``targetValue``: so a
+ScaledObject scales exactly as an HPA reading the same metric and selector over HTTPS would.
+Staleness and fallbacks are the provider's, applied per series before the sum, as over HTTPS.
+
+Refusals, with the external metrics API's messages: bad metadata or namespace ``INVALID_ARGUMENT``
+(naming the key), a metric not served or no matching series ``NOT_FOUND``, a stale metric whose
+fallback is ``error`` ``UNAVAILABLE``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import AsyncIterator
+from typing import Any, NoReturn
+
+import grpc
+from cachetools import LRUCache
+
+from autoscaler.keda import externalscaler_pb2 as pb
+from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerServicer
+from autoscaler.keda.metadata import MetadataError, Trigger, parse_trigger
+from autoscaler.provider import MetricNotFound, MetricUnavailable, SnapshotProvider
+from autoscaler.web.external_metrics import namespace_fault
+
+log = logging.getLogger(__name__)
+
+Context = grpc.aio.ServicerContext[Any, Any]
+# Streams re-read at least this often besides every snapshot swap: a value turns stale with time alone.
+RECHECK_INTERVAL_S = 5.0
+
+
+class Refusal(Exception):
+    """An answer that is a gRPC error status; the message is what the caller reads."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+async def _refuse(context: Context, refusal: Refusal) -> NoReturn:
+    await context.abort(refusal.code, refusal.details)
+    raise AssertionError("unreachable: abort raises")  # pragma: no cover
+
+
+def _ceil(value: float) -> int:
+    """The deprecated int64 fields: rounded up, as the HPA rounds quantities up to milli-units."""
+    return math.ceil(value)
+
+
+class ExternalScaler(ExternalScalerServicer):
+    """The servicer; ``close`` ends the open streams (at shutdown) so callers reconnect elsewhere."""
+
+    def __init__(self, provider: SnapshotProvider, *, recheck_interval_s: float = RECHECK_INTERVAL_S) -> None:
+        self._provider = provider
+        self._recheck_interval_s = recheck_interval_s
+        self._closing = False
+        self._wakes: set[asyncio.Event] = set()
+        self._triggers: LRUCache[tuple[str, tuple[tuple[str, str], ...]], Trigger] = LRUCache(maxsize=1024)
+
+    def close(self) -> None:
+        self._closing = True
+        for wake in self._wakes:
+            wake.set()
+
+    def trigger(self, ref: pb.ScaledObjectRef) -> Trigger:
+        """The trigger a ScaledObjectRef describes, if its namespace, metadata and metric are valid."""
+        # KEDA sends the same few triggers again and again: parse each once (a selector costs more
+        # than the rest of a call). Refusals are not kept, so a stranger cannot fill the cache.
+        key = (ref.namespace, tuple(sorted(ref.scalerMetadata.items())))
+        trigger = self._triggers.get(key)
+        if trigger is None:
+            fault = namespace_fault(ref.namespace)
+            if fault is not None:
+                raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, f"invalid scaledObjectRef.namespace: {fault}")
+            try:
+                trigger = parse_trigger(ref.scalerMetadata)
+            except MetadataError as error:
+                raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, str(error)) from None
+            self._triggers[key] = trigger
+        if trigger.metric.lower() not in self._provider.snapshot.metrics:
+            message = f"external metric {trigger.metric!r} is not served by gpu-autoscaler"
+            raise Refusal(grpc.StatusCode.NOT_FOUND, message)
+        return trigger
+
+    def value(self, ref: pb.ScaledObjectRef, trigger: Trigger) -> float:
+        """The sum of the matching series, as served now (staleness fallbacks applied)."""
+        try:
+            series = self._provider.get_metric(ref.namespace, trigger.metric, trigger.selector)
+        except MetricNotFound as error:
+            raise Refusal(grpc.StatusCode.NOT_FOUND, str(error)) from None
+        except MetricUnavailable as error:
+            raise Refusal(grpc.StatusCode.UNAVAILABLE, str(error)) from None
+        return math.fsum(one.value for one in series)
+
+    def active(self, ref: pb.ScaledObjectRef, trigger: Trigger) -> bool:
+        """KEDA's activation rule: active while the value is above ``activationValue``."""
+        return self.value(ref, trigger) > trigger.activation
+
+    @staticmethod
+    def spec(trigger: Trigger) -> pb.GetMetricSpecResponse:
+        metric = trigger.metric.lower()
+        return pb.GetMetricSpecResponse(
+            metricSpecs=[
+                pb.MetricSpec(metricName=metric, targetSize=_ceil(trigger.target), targetSizeFloat=trigger.target)
+            ]
+        )
+
+    async def IsActive(self, request: pb.ScaledObjectRef, context: Context) -> pb.IsActiveResponse:
+        try:
+            return pb.IsActiveResponse(result=self.active(request, self.trigger(request)))
+        except Refusal as refusal:
+            await _refuse(context, refusal)
+
+    async def GetMetricSpec(self, request: pb.ScaledObjectRef, context: Context) -> pb.GetMetricSpecResponse:
+        try:
+            return self.spec(self.trigger(request))
+        except Refusal as refusal:
+            await _refuse(context, refusal)
+
+    async def GetMetrics(self, request: pb.GetMetricsRequest, context: Context) -> pb.GetMetricsResponse:
+        ref = request.scaledObjectRef
+        try:
+            trigger = self.trigger(ref)
+            metric = trigger.metric.lower()
+            if request.metricName and request.metricName.lower() != metric:
+                raise Refusal(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"invalid metricName: {request.metricName!r} is not the metric of this trigger ({metric!r}, "
+                    "from its metadata key metric)",
+                )
+            value = self.value(ref, trigger)
+        except Refusal as refusal:
+            await _refuse(context, refusal)
+        return pb.GetMetricsResponse(
+            metricValues=[pb.MetricValue(metricName=metric, metricValue=_ceil(value), metricValueFloat=value)]
+        )
+
+    async def StreamIsActive(
+        self, request: pb.ScaledObjectRef, context: Context
+    ) -> AsyncIterator[pb.IsActiveResponse]:
+        """The activity now, then again each time it changes; ends with an error status when it has none."""
+        last: bool | None = None
+        try:
+            trigger = self.trigger(request)
+            async for _ in self._rereads():
+                active = self.active(request, trigger)
+                if active != last:
+                    last = active
+                    yield pb.IsActiveResponse(result=active)
+        except Refusal as refusal:
+            await _refuse(context, refusal)
+
+    async def StreamMetricSpec(
+        self, request: pb.ScaledObjectRef, context: Context
+    ) -> AsyncIterator[pb.GetMetricSpecResponse]:
+        """The proto's two rules: the spec at once, and always what GetMetricSpec answers.
+
+        The target comes from the trigger's metadata, which cannot change under an open stream, so
+        after the first message the stream stays open with nothing new to say until it is closed.
+        """
+        try:
+            yield self.spec(self.trigger(request))
+        except Refusal as refusal:
+            await _refuse(context, refusal)
+        async for _ in self._rereads():
+            pass
+
+    async def _rereads(self) -> AsyncIterator[None]:
+        """Once at once, then after each snapshot swap or recheck interval, until :meth:`close`."""
+        wake = asyncio.Event()
+        self._wakes.add(wake)
+        unsubscribe = self._provider.on_swap(wake.set)
+        try:
+            while not self._closing:
+                yield
+                wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), self._recheck_interval_s)
+        finally:
+            unsubscribe()
+            self._wakes.discard(wake)
