@@ -6,8 +6,8 @@
   (``CEL_RULES``; a rule the code does not know fails loudly, so a CRD update is noticed),
   ``x-kubernetes-list-type`` ``set``/``map`` as uniqueness; the other ``x-kubernetes-*`` keywords
   (int-or-string, map types) are annotations jsonschema ignores.
-- Pods, CronJobs, Jobs, ConfigMaps, ResourceQuotas, PodTemplates, Leases, APIServices and
-  CustomResourceDefinitions: ``kubernetes-validate``'s JSON schemas of Kubernetes 1.32.
+- Pods, CronJobs, Jobs, ConfigMaps, ResourceQuotas, PodTemplates, Leases, APIServices,
+  CustomResourceDefinitions and SelfSubjectAccessReviews: ``kubernetes-validate``'s JSON schemas of Kubernetes 1.32.
 
 Unknown fields are refused (HTTP 400, as with ``fieldValidation=Strict``, kubectl's default), so a
 misspelt fixture field fails instead of being dropped. Not checked: ``metadata`` (names, label
@@ -43,7 +43,7 @@ CORE_KINDS = frozenset(
     {
         ("", "Pod"), ("", "ConfigMap"), ("", "ResourceQuota"), ("", "PodTemplate"), ("batch", "CronJob"),
         ("batch", "Job"), ("coordination.k8s.io", "Lease"), ("apiregistration.k8s.io", "APIService"),
-        ("apiextensions.k8s.io", "CustomResourceDefinition"),
+        ("apiextensions.k8s.io", "CustomResourceDefinition"), ("authorization.k8s.io", "SelfSubjectAccessReview"),
     }
 )  # fmt: skip
 

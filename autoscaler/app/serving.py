@@ -18,6 +18,7 @@ from kubernetes_asyncio.client import ApiClient
 from adapters.kube_client import KubeClientSettings, create_api_client
 from autoscaler.app.factory import build_access, client_ca_pems, create_app, needs_kubernetes_api
 from autoscaler.pipeline import open_pipeline
+from autoscaler.preflight import PreflightFailed, run_checks
 from autoscaler.settings import Settings
 from autoscaler.web import demo_pki
 from autoscaler.web.auth import AccessControl
@@ -134,11 +135,22 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
         settings = prepare_demo(settings)
     async with contextlib.AsyncExitStack() as stack:
         kube = await stack.enter_async_context(kubernetes_client(settings)) if needs_kubernetes_api(settings) else None
+        if kube is not None and settings.preflight.on_start:
+            await _preflight(kube, settings)
         pipeline = await stack.enter_async_context(open_pipeline(settings, kube))
         access = await build_access(settings, kube)
         tls = server_tls(settings, access)
         api_app, ops_app = create_app(settings, pipeline=pipeline, access=access)
         await _serve_until_stopped(settings, api_app, ops_app, tls, stop)
+
+
+async def _preflight(kube: ApiClient, settings: Settings) -> None:
+    """The checks of ``gpu-autoscaler preflight``, logged; raises ``PreflightFailed`` on a problem."""
+    checks = await run_checks(kube, settings)
+    for check in checks:
+        (log.info if check.ok else log.error)("preflight %s", check.line())
+    if not all(check.ok for check in checks):
+        raise PreflightFailed(checks)
 
 
 @contextlib.asynccontextmanager

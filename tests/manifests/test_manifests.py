@@ -451,10 +451,33 @@ def test_rbac():
         ("authentication.k8s.io", "tokenreviews"),
         ("authorization.k8s.io", "subjectaccessreviews"),
     }
+    assert ("apiregistration.k8s.io", "apiservices", "get") in reads
     assert grants("gpu-autoscaler:external-metrics-reader") == {
         ("external.metrics.k8s.io", "*", "get"),
         ("external.metrics.k8s.io", "*", "list"),
     }
+
+
+@pytest.mark.parametrize("kustomization", [*SERVICE_RENDERS, "overlays/keda"])
+def test_rbac_grants_what_preflight_checks(kustomization, config_file):
+    """Every permission ``gpu-autoscaler preflight`` asks about for the shipped config is granted here."""
+    from autoscaler.preflight import required_permissions
+
+    settings = load_settings(config_file(kustomization), environ={})
+    role = one(kustomization, "ClusterRole", "gpu-autoscaler")
+    for permission in required_permissions(settings):
+        access = permission.access
+        if (access.resource, access.namespace) == ("configmaps", "kube-system"):
+            continue  # the built-in Role extension-apiserver-authentication-reader (test_rbac: its binding)
+        for verb in permission.verbs:
+            assert any(
+                access.group in rule["apiGroups"]
+                and access.resource in rule["resources"]
+                and verb in rule["verbs"]
+                and (access.name is None or "resourceNames" not in rule or access.name in rule["resourceNames"])
+                and ("resourceNames" not in rule or access.name is not None)
+                for rule in role["rules"]
+            ), f"{kustomization}: ClusterRole gpu-autoscaler does not grant {verb} {access}"
 
 
 def test_network_policy():
