@@ -192,8 +192,10 @@ async def test_keda_overlay_leaves_the_apiservice_to_keda(cluster, config):
 async def test_rbac_denied_names_the_verbs_the_setting_and_the_fix(cluster, config):
     cluster.ssar_rule = lambda spec: spec["resourceAttributes"]["resource"] != "nodeclaims"
     result = await preflight("--config", str(config))
-    assert "problem rbac list,watch nodeclaims.karpenter.sh: denied: list (denied by the fake's ssar_rule), watch "
-    f"(denied by the fake's ssar_rule); needed by inputs.nodeclaims: {CLUSTER_ROLE_FIX}" in result.stdout
+    assert (
+        "problem rbac list,watch nodeclaims.karpenter.sh: denied: list (denied by the fake's ssar_rule), watch "
+        f"(denied by the fake's ssar_rule); needed by inputs.nodeclaims: {CLUSTER_ROLE_FIX}"
+    ) in result.stdout.splitlines()
     assert [line.split()[0] for line in result.stdout.splitlines()].count("problem") == 1
     assert_runtime_failure(result, "preflight: 1 of 10 checks found a problem")
 
