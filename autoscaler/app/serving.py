@@ -17,10 +17,11 @@ from kubernetes_asyncio.client import ApiClient
 
 from adapters.kube_client import KubeClientSettings, create_api_client
 from autoscaler.app.factory import build_access, client_ca_pems, create_app, needs_kubernetes_api
+from autoscaler.kube_inputs import watch_settings
 from autoscaler.pipeline import open_pipeline
 from autoscaler.preflight import PreflightFailed, run_checks
 from autoscaler.settings import Settings
-from autoscaler.web import demo_pki
+from autoscaler.web import demo_pki, kubernetes_auth
 from autoscaler.web.auth import AccessControl
 from autoscaler.web.certificates import CertificateFileError
 from autoscaler.web.http_server import ParserLimits, StatusAppRunner
@@ -110,7 +111,7 @@ async def running(
     try:
         await runners[0].setup()
         await TLSAcceptSite(
-            runners[0], secure_socket, context=tls.context, handshake_timeout_s=idle, on_refused=refused.inc
+            runners[0], secure_socket, context=lambda: tls.context, handshake_timeout_s=idle, on_refused=refused.inc
         ).start()
         if http_socket is not None:
             await runners[1].setup()
@@ -141,6 +142,17 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
         access = await build_access(settings, kube)
         tls = server_tls(settings, access)
         api_app, ops_app = create_app(settings, pipeline=pipeline, access=access)
+        if kube is not None and settings.auth.mode == "kubernetes" and access.authenticator is not None:
+            follower = await stack.enter_async_context(
+                kubernetes_auth.following_authentication(
+                    kube,
+                    settings.auth,
+                    access.authenticator,
+                    tls.set_client_authorities,
+                    watch_settings(settings.kubernetes),
+                )
+            )
+            api_app[READINESS].notes["authentication"] = follower.note
         await _serve_until_stopped(settings, api_app, ops_app, tls, stop)
 
 
