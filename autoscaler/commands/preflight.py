@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,8 @@ def run_preflight(settings: Settings, fmt: str) -> None:
 @click.option(
     "--kubeconfig",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="Kubeconfig file [default: kubernetes.kubeconfig, else the in-cluster service account].",
+    help="Kubeconfig file [default: kubernetes.kubeconfig; in a pod its service account; else $KUBECONFIG or "
+    "~/.kube/config].",
 )
 @click.option(
     "--take-over",
@@ -64,4 +66,9 @@ def preflight_command(config_file: Path | None, kubeconfig: Path | None, take_ov
         settings = load_settings(config_file, overrides=overrides)
     except SettingsError as error:
         raise click.UsageError(str(error)) from None
+    if settings.kubernetes.kubeconfig is None and "KUBERNETES_SERVICE_HOST" not in os.environ:
+        # Run before installing, from a workstation: the cluster kubectl talks to.
+        default = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or "~/.kube/config"
+        kubernetes = settings.kubernetes.model_copy(update={"kubeconfig": Path(default).expanduser()})
+        settings = settings.model_copy(update={"kubernetes": kubernetes})
     run_preflight(settings, fmt)

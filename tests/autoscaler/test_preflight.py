@@ -273,3 +273,20 @@ def test_serve_flags_set_the_preflight_settings(config, monkeypatch, flags, on_s
     result = CliRunner().invoke(main, ["serve", "--config", str(config), *flags])
     assert result.exit_code == 0, result.output
     assert [(p.on_start, p.take_over) for p in seen] == [(on_start, take_over)]
+
+
+async def test_without_settings_it_checks_the_cluster_kubectl_talks_to(cluster, monkeypatch):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig_path))
+    cluster.add("apiservices", PROMETHEUS_ADAPTER)
+    result = await preflight()
+    # The default settings: auth.mode kubernetes and no Kubernetes inputs.
+    assert [line.split(":")[0] for line in result.stdout.splitlines()] == [
+        f"problem apiservice {APISERVICE}",
+        "ok      configmap kube-system/extension-apiserver-authentication",
+        f"ok      rbac get apiservices.apiregistration.k8s.io/{APISERVICE}",
+        "ok      rbac get,list,watch configmaps/extension-apiserver-authentication in namespace kube-system",
+        "ok      rbac create tokenreviews.authentication.k8s.io",
+        "ok      rbac create subjectaccessreviews.authorization.k8s.io",
+    ]
+    assert_runtime_failure(result, "preflight: 1 of 6 checks found a problem")
