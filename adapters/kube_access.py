@@ -38,11 +38,15 @@ class Access:
     namespace: str | None = None
     name: str | None = None
 
-    def __str__(self) -> str:
+    @property
+    def target(self) -> str:
+        """``configmaps/NAME in namespace NS``, ``cronjobs.batch``: what the verb applies to."""
         resource = f"{self.resource}.{self.group}" if self.group else self.resource
         target = f"{resource}/{self.name}" if self.name else resource
-        where = f" in namespace {self.namespace}" if self.namespace else ""
-        return f"{self.verb} {target}{where}"
+        return f"{target} in namespace {self.namespace}" if self.namespace else target
+
+    def __str__(self) -> str:
+        return f"{self.verb} {self.target}"
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ kubeconfig's user.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -123,15 +124,10 @@ def required_resources(settings: Settings) -> list[RequiredResource]:
 
 async def check_permission(api: ApiClient, permission: Permission) -> Check:
     access = permission.access
-    name = (
-        f"rbac {','.join(permission.verbs)} {Access('', access.group, access.resource, access.namespace, access.name)}"
-    )
-    name = " ".join(name.split())
+    name = f"rbac {','.join(permission.verbs)} {access.target}"
     denied: list[str] = []
     for verb in permission.verbs:
-        answer = await kube_access.self_review(
-            api, Access(verb, access.group, access.resource, access.namespace, access.name)
-        )
+        answer = await kube_access.self_review(api, dataclasses.replace(access, verb=verb))
         if not answer.allowed:
             denied.append(verb + (f" ({answer.reason})" if answer.reason else ""))
     if not denied:
