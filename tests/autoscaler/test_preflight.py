@@ -244,6 +244,10 @@ async def test_serve_refuses_to_start_while_keda_owns_the_apiservice(cluster, co
     result = await asyncio.to_thread(CliRunner().invoke, main, ["serve", "--config", str(config)])
     assert_runtime_failure(result, f"cannot serve: preflight found 1 problem(s): apiservice {APISERVICE}: already")
     assert "--take-over" in result.stderr.splitlines()[-1]
+    # Each check is logged first, so the pod's log shows the whole picture.
+    logged = [line.split("autoscaler.app.serving: ")[1] for line in result.stderr.splitlines() if "serving: " in line]
+    assert logged[0].startswith(f"preflight problem apiservice {APISERVICE}: already served by {KEDA_OWNER}")
+    assert logged[1:] == [f"preflight {line}" for line in ALL_OK]
     # Nothing was served: the refusal came before the pipeline started its watches.
     assert cluster.requests_for("cronjobs") == []
 
