@@ -164,6 +164,11 @@ async def read_request_header_config(api_client: ApiClient) -> RequestHeaderConf
         ),
         f"read configmap {REQUEST_HEADER_NAMESPACE}/{REQUEST_HEADER_CONFIGMAP}",
     )
+    return parse_request_header_config(document)
+
+
+def parse_request_header_config(document: Mapping[str, Any]) -> RequestHeaderConfig:
+    """The ConfigMap's contents; raises ``KubeError`` naming a key that does not hold what it should."""
     data: Mapping[str, str] = document.get("data") or {}
     return RequestHeaderConfig(
         client_ca_pem=data.get("requestheader-client-ca-file") or None,

@@ -291,6 +291,22 @@ class KubernetesInputsSettings(_Strict):
         return self
 
 
+class PreflightSettings(_Strict):
+    """``gpu-autoscaler preflight``, and the same checks when ``serve`` starts (README, "Coexisting
+    with KEDA or prometheus-adapter")."""
+
+    # serve runs the checks first and refuses to start while one fails (serve --skip-preflight).
+    on_start: bool = True
+    # The Service in front of this service (manifests/base): an APIService naming it is ours.
+    service_namespace: str = Field(default="gpu-autoscaler", min_length=1)
+    service_name: str = Field(default="gpu-autoscaler", min_length=1)
+    # The APIService v1beta1.external.metrics.k8s.io is to be this service's: another owner is a
+    # problem. false where another provider keeps it (manifests/overlays/keda: KEDA calls over gRPC).
+    claim_apiservice: bool = True
+    # Accept replacing another owner's APIService (serve --take-over, preflight --take-over).
+    take_over: bool = False
+
+
 class DemoSettings(_Strict):
     enabled: bool = False
     # Simulated minutes per real second: 1.0 replays the trace in real time.
@@ -302,6 +318,7 @@ class Settings(_Strict):
     auth: AuthSettings = AuthSettings()
     kubernetes: KubernetesSettings = KubernetesSettings()
     demo: DemoSettings = DemoSettings()
+    preflight: PreflightSettings = PreflightSettings()
     prometheus: PrometheusSettings | None = None
     signals: tuple[SignalSettings, ...] = ()
     metrics: dict[str, MetricSettings] = {}

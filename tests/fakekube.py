@@ -13,6 +13,7 @@ It speaks the real JSON wire format, so tests drive the real kubernetes-asyncio 
 - field selectors on lists and watches (``status.phase=Pending``): a watched object that stops
   matching arrives as DELETED, one that starts matching as ADDED, as the API server sends them;
 - TokenReview and SubjectAccessReview (POST), answered from ``tokens`` and ``sar_rule``;
+  SelfSubjectAccessReview (POST, schema-checked), answered by ``ssar_rule`` for the caller ``caller``;
 - fault injection: ``fail(...)`` for statuses (429 with Retry-After, 5xx), delays and dropped
   connections; ``cut_watches``/``expire_watches``/``end_watches`` for open streams; ``compact()``.
 
@@ -319,6 +320,12 @@ class FakeKube:
         # SubjectAccessReview: spec -> allowed? (default: deny everything); every spec is recorded.
         self.sar_rule: Callable[[Mapping[str, Any]], bool] = lambda spec: False
         self.sar_requests: list[dict[str, Any]] = []
+        # SelfSubjectAccessReview: who the kubeconfig's bearer token is, and a rule given a
+        # SubjectAccessReview-like spec (``resourceAttributes`` plus the caller's ``user``/``groups``).
+        # Default: allow everything, as for the cluster-admin a kubeconfig usually names.
+        self.caller: dict[str, Any] = {"username": "fake-admin", "groups": ["system:masters", "system:authenticated"]}
+        self.ssar_rule: Callable[[Mapping[str, Any]], bool] = lambda spec: True
+        self.ssar_requests: list[dict[str, Any]] = []
         # Failure of both review endpoints: None, "unreachable" (connection dropped), "error" or "500",
         # "forbidden" (403: the service lacks system:auth-delegator), "timeout" (never answers).
         self.fail_mode: str | None = None
@@ -632,6 +639,7 @@ class FakeKube:
         return {
             ("authentication.k8s.io", "v1", "tokenreviews"): self._token_review,
             ("authorization.k8s.io", "v1", "subjectaccessreviews"): self._subject_access_review,
+            ("authorization.k8s.io", "v1", "selfsubjectaccessreviews"): self._self_subject_access_review,
         }
 
     def _serves(self, rt: ResourceType, group: str, version: str) -> bool:
@@ -995,6 +1003,31 @@ class FakeKube:
             status["reason"] = "denied by the fake's sar_rule"
         answer = {
             "kind": "SubjectAccessReview",
+            "apiVersion": "authorization.k8s.io/v1",
+            "metadata": {"creationTimestamp": None},
+            "spec": spec,
+            "status": status,
+        }
+        return web.json_response(answer, status=201)
+
+    async def _self_subject_access_review(self, request: web.Request) -> web.Response | None:
+        """The caller's own permission; the body is checked as kube-apiserver checks it (400/422)."""
+        body = await request.json()
+        try:
+            validate("authorization.k8s.io", "SelfSubjectAccessReview", body)
+        except Refused as refused:
+            return web.json_response(refused.status, status=refused.status["code"])
+        spec = body.get("spec") or {}
+        self.ssar_requests.append(spec)
+        failed, failure = await self._review_failure(request)
+        if failed:
+            return failure
+        allowed = bool(self.ssar_rule({**spec, "user": self.caller["username"], "groups": self.caller["groups"]}))
+        status: dict[str, Any] = {"allowed": allowed}
+        if not allowed:
+            status["reason"] = "denied by the fake's ssar_rule"
+        answer = {
+            "kind": "SelfSubjectAccessReview",
             "apiVersion": "authorization.k8s.io/v1",
             "metadata": {"creationTimestamp": None},
             "spec": spec,

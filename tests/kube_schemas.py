@@ -1,13 +1,14 @@
 """What kube-apiserver would refuse, for the objects the fake API (``tests/fakekube.py``) stores or accepts.
 
-- Karpenter NodePools and NodeClaims: the ``openAPIV3Schema`` of the upstream CRDs vendored in
+- Karpenter NodePools and NodeClaims, KEDA ScaledObjects and (Cluster)TriggerAuthentications: the
+  ``openAPIV3Schema`` of the upstream CRDs vendored in
   ``tests/data/schemas/`` (jsonschema, Draft 2020-12), with the Kubernetes extensions handled as the
   API server does: ``x-kubernetes-validations`` CEL rules by explicit code per rule text
   (``CEL_RULES``; a rule the code does not know fails loudly, so a CRD update is noticed),
   ``x-kubernetes-list-type`` ``set``/``map`` as uniqueness; the other ``x-kubernetes-*`` keywords
   (int-or-string, map types) are annotations jsonschema ignores.
-- Pods, CronJobs, Jobs, ConfigMaps, ResourceQuotas, PodTemplates, Leases, APIServices and
-  CustomResourceDefinitions: ``kubernetes-validate``'s JSON schemas of Kubernetes 1.32.
+- Pods, CronJobs, Jobs, ConfigMaps, ResourceQuotas, PodTemplates, Leases, APIServices,
+  CustomResourceDefinitions and SelfSubjectAccessReviews: ``kubernetes-validate``'s JSON schemas of Kubernetes 1.32.
 
 Unknown fields are refused (HTTP 400, as with ``fieldValidation=Strict``, kubectl's default), so a
 misspelt fixture field fails instead of being dropped. Not checked: ``metadata`` (names, label
@@ -38,12 +39,15 @@ KUBERNETES_VERSION = "1.32"
 CRDS = {
     ("karpenter.sh", "NodePool"): "karpenter.sh_nodepools.yaml",
     ("karpenter.sh", "NodeClaim"): "karpenter.sh_nodeclaims.yaml",
+    ("keda.sh", "ScaledObject"): "keda.sh_scaledobjects.yaml",
+    ("keda.sh", "TriggerAuthentication"): "keda.sh_triggerauthentications.yaml",
+    ("keda.sh", "ClusterTriggerAuthentication"): "keda.sh_clustertriggerauthentications.yaml",
 }
 CORE_KINDS = frozenset(
     {
         ("", "Pod"), ("", "ConfigMap"), ("", "ResourceQuota"), ("", "PodTemplate"), ("batch", "CronJob"),
         ("batch", "Job"), ("coordination.k8s.io", "Lease"), ("apiregistration.k8s.io", "APIService"),
-        ("apiextensions.k8s.io", "CustomResourceDefinition"),
+        ("apiextensions.k8s.io", "CustomResourceDefinition"), ("authorization.k8s.io", "SelfSubjectAccessReview"),
     }
 )  # fmt: skip
 
@@ -116,6 +120,10 @@ CEL_RULES: dict[str, Callable[[Any], bool]] = {
         "self.all(x, (x.operator == 'Gt' || x.operator == 'Lt' || x.operator == 'Gte' || x.operator == 'Lte') ? "
         "(x.values.size() == 1 && int(x.values[0]) >= 0) : true)"
     ): _bounded_operators_have_one_integer,
+    # KEDA ScaledObject (spec): without maxReplicaCount KEDA's default of 100 is the bound.
+    (
+        "!has(self.minReplicaCount) || self.minReplicaCount <= (has(self.maxReplicaCount) ? self.maxReplicaCount : 100)"
+    ): lambda spec: spec.get("minReplicaCount") is None or spec["minReplicaCount"] <= spec.get("maxReplicaCount", 100),
     "self.all(x, (x.operator == 'In' && has(x.minValues)) ? x.values.size() >= x.minValues : true)": lambda reqs: all(
         len(item.get("values") or []) >= item["minValues"]
         for item in reqs
@@ -195,10 +203,10 @@ CrdValidator = jsonschema.validators.extend(
 
 
 @functools.cache
-def crd_schema(file_name: str, version: str = "v1") -> dict[str, Any]:
-    """The openAPIV3Schema of one served version of a vendored CRD."""
+def crd_schema(file_name: str, version: str | None = None) -> dict[str, Any]:
+    """The openAPIV3Schema of one served version (default: the storage version) of a vendored CRD."""
     crd = yaml.safe_load((SCHEMAS / file_name).read_text())
-    (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
+    (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version or (version is None and v["storage"])]
     schema: dict[str, Any] = served["schema"]["openAPIV3Schema"]
     return schema
 

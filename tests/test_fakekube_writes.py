@@ -246,3 +246,29 @@ async def test_a_watch_sees_patches_as_modified(fake_kube, kube_api):
     assert event["type"] == "MODIFIED"
     assert event["object"]["spec"]["replicas"] == 8
     response.close()
+
+
+async def test_self_subject_access_review_answers_for_the_caller_and_checks_its_body(fake_kube, kube_api):
+    from kubernetes_asyncio.client import AuthorizationV1Api
+
+    fake_kube.ssar_rule = lambda spec: spec["user"] == "fake-admin" and spec["resourceAttributes"]["verb"] == "get"
+    api = AuthorizationV1Api(kube_api)
+
+    async def review(attributes: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": attributes}}  # fmt: skip
+        try:
+            response = await api.create_self_subject_access_review(body, _preload_content=False)
+        except ApiException as error:
+            return error.status, json.loads(error.body)
+        return response.status, await response.json()
+
+    code, answer = await review({"verb": "get", "resource": "pods", "namespace": "ml"})
+    assert (code, answer["kind"], answer["status"]) == (201, "SelfSubjectAccessReview", {"allowed": True})
+    code, answer = await review({"verb": "list", "resource": "pods"})
+    assert answer["status"] == {"allowed": False, "reason": "denied by the fake's ssar_rule"}
+    # A field SelfSubjectAccessReview does not have: kube-apiserver's strict decoding refuses it.
+    code, answer = await review({"verb": "get", "resource": "pods", "verbb": "list"})
+    assert code == 400
+    assert answer["message"] == 'strict decoding error: unknown field "spec.resourceAttributes.verbb"'
+    assert [spec["resourceAttributes"]["verb"] for spec in fake_kube.ssar_requests] == ["get", "list"]

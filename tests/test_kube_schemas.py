@@ -34,7 +34,7 @@ def refusal(group: str, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize("crd", sorted(CRDS.values()))
 def test_every_cel_rule_of_the_served_crds_is_checked_or_an_update_rule(crd):
     rules = {rule for rule, _ in cel_rules(crd_schema(crd))}
-    assert rules, crd
+    assert crd_schema(crd)["properties"]["spec"], crd  # loaded; KEDA's TriggerAuthentications have no rules
     assert rules <= CEL_RULES.keys() | TRANSITION_RULES, rules - CEL_RULES.keys() - TRANSITION_RULES
     assert all("oldSelf" in rule for rule in TRANSITION_RULES)
     assert not any("oldSelf" in rule for rule in CEL_RULES)

@@ -160,15 +160,7 @@ async def build_access(settings: Settings, kube: ApiClient | None = None) -> Acc
 
 
 def client_ca_pems(access: AccessControl) -> list[bytes]:
-    from cryptography.hazmat.primitives.serialization import Encoding
-
-    authenticator = access.authenticator
-    if authenticator is None:
-        return []
-    authorities = list(authenticator.client_authorities)
-    if authenticator.requestheader is not None:
-        authorities += list(authenticator.requestheader.authorities)
-    return [authority.public_bytes(Encoding.PEM) for authority in authorities]
+    return [] if access.authenticator is None else access.authenticator.trusted_pems()
 
 
 def build_api_app(

@@ -18,10 +18,12 @@ from kubernetes_asyncio.client import ApiClient
 from adapters.kube_client import KubeClientSettings, create_api_client
 from autoscaler.app.factory import build_access, client_ca_pems, create_app, needs_kubernetes_api
 from autoscaler.keda.server import serving_grpc
+from autoscaler.kube_inputs import watch_settings
 from autoscaler.pipeline import open_pipeline
+from autoscaler.preflight import PreflightFailed, run_checks
 from autoscaler.server_settings import DEMO_GRPC_PORT
 from autoscaler.settings import Settings
-from autoscaler.web import demo_pki
+from autoscaler.web import demo_pki, kubernetes_auth
 from autoscaler.web.auth import AccessControl
 from autoscaler.web.certificates import CertificateFileError
 from autoscaler.web.http_server import ParserLimits, StatusAppRunner
@@ -120,7 +122,7 @@ async def running(
         grpc_port = await _start_grpc(stack, settings, api_app, tls)
         await runners[0].setup()
         await TLSAcceptSite(
-            runners[0], secure_socket, context=tls.context, handshake_timeout_s=idle, on_refused=refused.inc
+            runners[0], secure_socket, context=lambda: tls.context, handshake_timeout_s=idle, on_refused=refused.inc
         ).start()
         if http_socket is not None:
             await runners[1].setup()
@@ -159,11 +161,37 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
         settings = prepare_demo(settings)
     async with contextlib.AsyncExitStack() as stack:
         kube = await stack.enter_async_context(kubernetes_client(settings)) if needs_kubernetes_api(settings) else None
+        if kube is not None and settings.preflight.on_start:
+            await _preflight(kube, settings)
         pipeline = await stack.enter_async_context(open_pipeline(settings, kube))
         access = await build_access(settings, kube)
         tls = server_tls(settings, access)
         api_app, ops_app = create_app(settings, pipeline=pipeline, access=access)
+        if kube is not None and settings.auth.mode == "kubernetes" and access.authenticator is not None:
+            follower = await stack.enter_async_context(
+                kubernetes_auth.following_authentication(
+                    kube,
+                    settings.auth,
+                    access.authenticator,
+                    tls.set_client_authorities,
+                    watch_settings(settings.kubernetes),
+                )
+            )
+            api_app[READINESS].notes["authentication"] = follower.note
         await _serve_until_stopped(settings, api_app, ops_app, tls, stop)
+
+
+async def _preflight(kube: ApiClient, settings: Settings) -> None:
+    """The checks of ``gpu-autoscaler preflight``, logged; raises ``PreflightFailed`` when a check that
+    blocks the start found a problem (the others are logged as warnings: the service starts degraded)."""
+    checks = await run_checks(kube, settings)
+    for check in checks:
+        if check.ok:
+            log.info("preflight %s", check.line())
+        else:
+            (log.error if check.blocks_start else log.warning)("preflight %s", check.line())
+    if any(check.blocks_start and not check.ok for check in checks):
+        raise PreflightFailed(checks, blocking_only=True)
 
 
 @contextlib.asynccontextmanager

@@ -102,6 +102,16 @@ class PortOrOff(click.ParamType[int | str]):
     type=click.Path(path_type=Path, file_okay=False),
     help="Where generated certificates live [default: .gpu-autoscaler].",
 )
+@click.option(
+    "--skip-preflight",
+    is_flag=True,
+    help="Start without the preflight checks (preflight.on_start: false); see `gpu-autoscaler preflight`.",
+)
+@click.option(
+    "--take-over",
+    is_flag=True,
+    help="Start even though another provider serves the external metrics APIService (preflight.take_over).",
+)
 def serve(
     config_file: Path | None,
     demo: bool,
@@ -110,9 +120,18 @@ def serve(
     grpc_port: int | str | None,
     bind_address: str | None,
     state_dir: Path | None,
+    skip_preflight: bool,
+    take_over: bool,
 ) -> None:
-    """Serve the external metrics API (HTTPS), probes/metrics (HTTP) and KEDA's external scaler (gRPC)."""
+    """Serve the external metrics API (HTTPS), probes/metrics (HTTP) and KEDA's external scaler (gRPC).
+
+    With the Kubernetes API in use, the checks of `gpu-autoscaler preflight` run first: another
+    provider owning the external metrics APIService stops the start (exit 1) unless --skip-preflight
+    or --take-over; other problems are logged as warnings.
+    """
     overrides: dict[str, Any] = {
+        "preflight.on_start": False if skip_preflight else None,
+        "preflight.take_over": True if take_over else None,
         "server.secure_port": secure_port,
         "server.http_port": http_port,
         "server.grpc_port": None if grpc_port == PortOrOff.OFF else grpc_port,
@@ -133,12 +152,13 @@ def serve(
 
     from adapters.types import AdapterError
     from autoscaler.app.serving import serve as run_server  # heavy imports only when serving
+    from autoscaler.preflight import PreflightFailed
 
     try:
         # uvloop's event loop and TLS transport serve about twice the requests per core.
         uvloop.run(run_server(settings))
-    except (OSError, AdapterError) as error:
-        # A port in use, unreadable certificates, or a Kubernetes API that cannot be reached.
+    except (OSError, AdapterError, PreflightFailed) as error:
+        # A port in use, unreadable certificates, a Kubernetes API that cannot be reached, a failed preflight.
         raise CommandFailed(f"cannot serve: {error}") from None
 
 
@@ -162,10 +182,12 @@ def _register_commands() -> None:
     # Each command lives in its own module; registering here keeps `--help` listing all of them.
     from autoscaler.commands.backtest import backtest
     from autoscaler.commands.forecast import forecast_command
+    from autoscaler.commands.preflight import preflight_command
     from autoscaler.commands.simulate import simulate_command
 
     main.add_command(backtest)
     main.add_command(forecast_command)
+    main.add_command(preflight_command)
     main.add_command(simulate_command)
 
 

@@ -19,6 +19,7 @@ from typing import Protocol
 
 from cachetools import LRUCache, TTLCache
 from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
 from multidict import MultiMapping
 
 from adapters.kube_auth import UserInfo as User
@@ -83,6 +84,21 @@ class Authenticator:
         # What a certificate proves never changes, and parsing plus a signature check per request
         # costs more than the rest of the request; TLS has already checked validity dates.
         self._certificate_verdicts: LRUCache[bytes, CertificateVerdict] = LRUCache(maxsize=1024)
+
+    def reconfigure(
+        self, *, requestheader: RequestHeaderConfig | None, client_authorities: tuple[x509.Certificate, ...]
+    ) -> None:
+        """Trust new CAs (and proxy names and headers) from the next request on, forgetting every verdict."""
+        self.requestheader = requestheader
+        self.client_authorities = client_authorities
+        self._certificate_verdicts.clear()
+
+    def trusted_pems(self) -> list[bytes]:
+        """The CAs (PEM) the TLS handshake must accept client certificates from."""
+        authorities = list(self.client_authorities)
+        if self.requestheader is not None:
+            authorities += list(self.requestheader.authorities)
+        return [authority.public_bytes(Encoding.PEM) for authority in authorities]
 
     async def authenticate(self, peer_certificate_der: bytes | None, headers: MultiMapping[str]) -> User:
         if peer_certificate_der:

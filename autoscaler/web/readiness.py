@@ -21,6 +21,8 @@ class Readiness:
     reason: str = "warming up: no forecast yet"
     checks: dict[str, str] = field(default_factory=dict)
     gates: dict[str, Gate] = field(default_factory=dict)
+    # Lines computed when shown, informative like ``checks`` (the authentication ConfigMap's state).
+    notes: dict[str, Callable[[], str]] = field(default_factory=dict)
 
     def _gate_problems(self) -> dict[str, str | None]:
         return {name: gate() for name, gate in sorted(self.gates.items())}
@@ -43,9 +45,10 @@ class Readiness:
         # Check lines inform; readiness itself is "is a forecast served", so a failing signal that still
         # serves its last good values does not take the pod out of the Service. Warnings (demand that
         # fits no NodePool) are marked like failures, for people to look at.
+        details = {**self.checks, **{name: note() for name, note in self.notes.items()}}
         lines += [
             f"[{'-' if detail.startswith(('failing', 'warning')) else '+'}]{name}: {detail}"
-            for name, detail in sorted(self.checks.items())
+            for name, detail in sorted(details.items())
         ]
         lines.append("readyz check passed" if ready else "readyz check failed")
         return "\n".join(lines) + "\n"

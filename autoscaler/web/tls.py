@@ -78,20 +78,46 @@ class ServerTLS:
         cipher_suites: Sequence[TLSCipherSuite] = AEAD_CIPHER_SUITES,
     ) -> None:
         self.serving = serving
-        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
-        # TLS 1.2 only: OpenSSL has no way to narrow TLS 1.3's suites from Python, and all are AEAD.
-        self.context.set_ciphers(":".join(OPENSSL_CIPHERS[suite] for suite in cipher_suites))
+        self._cipher_suites = tuple(cipher_suites)
+        self.client_ca_pems = list(client_ca_pems)
+        self.context = self._new_context(self.client_ca_pems)
         self.certificate = self._load()
-        if client_ca_pems:
-            # Ask for a client certificate but let requests without one through to bearer-token auth.
-            self.context.verify_mode = ssl.CERT_OPTIONAL
-            for pem in client_ca_pems:
-                self.context.load_verify_locations(cadata=pem.decode("ascii"))
         self._stamp = self._file_stamp()
         self.reloads = 0
+        self.authority_updates = 0
         # Set when a handshake check of the running service failed (the demo checks its kubeconfig).
         self.handshake_problem: str | None = None
+
+    def _new_context(self, client_ca_pems: list[bytes]) -> ssl.SSLContext:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        # TLS 1.2 only: OpenSSL has no way to narrow TLS 1.3's suites from Python, and all are AEAD.
+        context.set_ciphers(":".join(OPENSSL_CIPHERS[suite] for suite in self._cipher_suites))
+        if client_ca_pems:
+            # Ask for a client certificate but let requests without one through to bearer-token auth.
+            context.verify_mode = ssl.CERT_OPTIONAL
+            for pem in client_ca_pems:
+                context.load_verify_locations(cadata=pem.decode("ascii"))
+        return context
+
+    def set_client_authorities(self, client_ca_pems: list[bytes]) -> None:
+        """Trust these client CAs from the next handshake on (the cluster rotated its CA).
+
+        A context only ever adds trusted CAs, so a new one replaces it: the old CA's certificates are
+        refused in the handshake at once. Connections already open keep their TLS session; the
+        authenticator refuses their requests when it no longer trusts the issuer.
+        """
+        if client_ca_pems == self.client_ca_pems:
+            return
+        context = self._new_context(client_ca_pems)
+        try:
+            context.load_cert_chain(self.serving.cert_file, self.serving.key_file)
+        except (OSError, ssl.SSLError) as error:  # keep serving with the old CAs; the next change retries
+            log.error("client CAs not updated: the serving certificate cannot be loaded (%s)", error)
+            return
+        self.context, self.client_ca_pems = context, list(client_ca_pems)
+        self.authority_updates += 1
+        log.info("TLS client CAs updated (%d certificates)", len(client_ca_pems))
 
     def _load(self) -> x509.Certificate:
         certificate, _ = check_pair(self.serving.cert_file, self.serving.key_file)

@@ -37,14 +37,18 @@ def _address(peer: Any) -> str:
 
 
 class TLSAcceptSite(web.BaseSite):
-    """Serve ``runner`` over TLS on a bound socket, one visible handshake per accepted connection."""
+    """Serve ``runner`` over TLS on a bound socket, one visible handshake per accepted connection.
+
+    ``context`` may be a function returning the context to use, asked for each handshake, so that a
+    replaced context (new client CAs) takes effect for the next connection.
+    """
 
     def __init__(
         self,
         runner: web.BaseRunner,
         sock: socket.socket,
         *,
-        context: ssl.SSLContext,
+        context: ssl.SSLContext | Callable[[], ssl.SSLContext],
         handshake_timeout_s: float,
         on_refused: Callable[[], None],
         backlog: int = 128,
@@ -101,9 +105,10 @@ class TLSAcceptSite(web.BaseSite):
             connection.close()
             return
         loop = asyncio.get_running_loop()
+        context = self._context if isinstance(self._context, ssl.SSLContext) else self._context()
         try:
             await loop.connect_accepted_socket(
-                server, connection, ssl=self._context, ssl_handshake_timeout=self._handshake_timeout_s
+                server, connection, ssl=context, ssl_handshake_timeout=self._handshake_timeout_s
             )
         except ssl.SSLCertVerificationError as error:
             self._on_refused()

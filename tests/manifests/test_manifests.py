@@ -43,8 +43,10 @@ MANIFESTS = ROOT / "manifests"
 HERE = Path(__file__).resolve().parent
 SCHEMAS = HERE / "schemas"
 
-KUSTOMIZATIONS = ("base", "overlays/cert-manager", "overlays/insecure", "monitoring", "examples")
+KUSTOMIZATIONS = ("base", "overlays/cert-manager", "overlays/insecure", "overlays/keda", "monitoring", "examples")
+# The service with its APIService; SERVICES adds the KEDA overlay, which has none (test_keda_overlay.py).
 SERVICE_RENDERS = ("base", "overlays/cert-manager", "overlays/insecure")
+SERVICES = (*SERVICE_RENDERS, "overlays/keda")
 KUBERNETES_VERSION = "1.32"
 CRD_SCHEMAS = {
     ("cert-manager.io/v1", "Certificate"): "cert-manager.io/certificate_v1.json",
@@ -330,7 +332,7 @@ def check_config(path: Path) -> subprocess.CompletedProcess[str]:
     return CHECKED_CONFIGS[text]
 
 
-@pytest.mark.parametrize("kustomization", SERVICE_RENDERS)
+@pytest.mark.parametrize("kustomization", SERVICES)
 def test_configmap_passes_check_config(kustomization, config_file):
     path = config_file(kustomization)
     result = check_config(path)
@@ -341,7 +343,7 @@ def test_configmap_passes_check_config(kustomization, config_file):
     assert (settings.server.secure_port, settings.server.http_port) == (6443, 8080)
 
 
-@pytest.mark.parametrize("kustomization", SERVICE_RENDERS)
+@pytest.mark.parametrize("kustomization", SERVICES)
 def test_deployment_mounts_what_the_config_names(kustomization, config_file):
     deployment = one(kustomization, "Deployment", "gpu-autoscaler")
     pod = deployment["spec"]["template"]["spec"]
@@ -372,7 +374,7 @@ def test_deployment_mounts_what_the_config_names(kustomization, config_file):
     assert pod["topologySpreadConstraints"]
 
 
-@pytest.mark.parametrize("kustomization", SERVICE_RENDERS)
+@pytest.mark.parametrize("kustomization", SERVICES)
 def test_shutdown_fits_the_termination_grace_period(kustomization, config_file):
     """SIGKILL never lands inside the shutdown delay or the drain that follows it."""
     pod = one(kustomization, "Deployment", "gpu-autoscaler")["spec"]["template"]["spec"]
@@ -382,7 +384,7 @@ def test_shutdown_fits_the_termination_grace_period(kustomization, config_file):
     assert pod["terminationGracePeriodSeconds"] >= needed.total_seconds() + 5
 
 
-@pytest.mark.parametrize("kustomization", [*SERVICE_RENDERS, "examples"])
+@pytest.mark.parametrize("kustomization", [*SERVICES, "examples"])
 def test_every_container_is_locked_down(kustomization):
     for name, pod in pod_specs(kustomization):
         pod_context = pod.get("securityContext", {})
@@ -451,10 +453,33 @@ def test_rbac():
         ("authentication.k8s.io", "tokenreviews"),
         ("authorization.k8s.io", "subjectaccessreviews"),
     }
+    assert ("apiregistration.k8s.io", "apiservices", "get") in reads
     assert grants("gpu-autoscaler:external-metrics-reader") == {
         ("external.metrics.k8s.io", "*", "get"),
         ("external.metrics.k8s.io", "*", "list"),
     }
+
+
+@pytest.mark.parametrize("kustomization", SERVICES)
+def test_rbac_grants_what_preflight_checks(kustomization, config_file):
+    """Every permission ``gpu-autoscaler preflight`` asks about for the shipped config is granted here."""
+    from autoscaler.preflight import required_permissions
+
+    settings = load_settings(config_file(kustomization), environ={})
+    role = one(kustomization, "ClusterRole", "gpu-autoscaler")
+    for permission in required_permissions(settings):
+        access = permission.access
+        if (access.resource, access.namespace) == ("configmaps", "kube-system"):
+            continue  # the built-in Role extension-apiserver-authentication-reader (test_rbac: its binding)
+        for verb in permission.verbs:
+            assert any(
+                access.group in rule["apiGroups"]
+                and access.resource in rule["resources"]
+                and verb in rule["verbs"]
+                and (access.name is None or "resourceNames" not in rule or access.name in rule["resourceNames"])
+                and ("resourceNames" not in rule or access.name is not None)
+                for rule in role["rules"]
+            ), f"{kustomization}: ClusterRole gpu-autoscaler does not grant {verb} {access}"
 
 
 def test_network_policy():

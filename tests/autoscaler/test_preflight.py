@@ -1,0 +1,313 @@
+"""``gpu-autoscaler preflight`` and serve's start-up check against states of the fake Kubernetes API:
+the external metrics APIService absent, ours, KEDA's, prometheus-adapter's; RBAC denied (per
+SelfSubjectAccessReview); the authentication ConfigMap missing; a CRD not served; ``--take-over``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner, Result
+
+from autoscaler.app.serving import serve
+from autoscaler.commands.cli import main
+from autoscaler.preflight import PreflightFailed
+from autoscaler.settings_loader import load_settings
+from tests.cli_helpers import assert_runtime_failure
+from tests.fakekube import FakeKube
+from tests.pki import make_pki
+
+APISERVICE = "v1beta1.external.metrics.k8s.io"
+CLUSTER_ROLE_FIX = "grant it in the service's ClusterRole (manifests/base/clusterrole.yaml)"
+
+
+def apiservice(namespace: str, name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": APISERVICE, "labels": labels or {}},
+        "spec": {
+            "service": {"namespace": namespace, "name": name, "port": 443},
+            "group": "external.metrics.k8s.io",
+            "version": "v1beta1",
+            "groupPriorityMinimum": 100,
+            "versionPriority": 100,
+        },
+    }
+
+
+# As KEDA's Helm chart (kedacore/charts keda/templates/metrics-server/apiservice.yaml) labels it.
+KEDA = apiservice(
+    "keda",
+    "keda-operator-metrics-apiserver",
+    {
+        "app.kubernetes.io/name": APISERVICE,
+        "app.kubernetes.io/part-of": "keda-operator",
+        "app.kubernetes.io/managed-by": "Helm",
+        "helm.sh/chart": "keda-2.16.0",
+    },
+)
+PROMETHEUS_ADAPTER = apiservice(
+    "monitoring",
+    "prometheus-adapter",
+    {"app.kubernetes.io/name": "prometheus-adapter", "helm.sh/chart": "prometheus-adapter-4.11.0"},
+)
+
+
+@pytest.fixture
+def cluster(fake_kube: FakeKube, tmp_path: Path) -> FakeKube:
+    """A cluster where everything the configuration needs is in place."""
+    pki = make_pki(tmp_path / "pki")
+    fake_kube.set_request_header_config(
+        requestheader_client_ca=pki.proxy_ca.read_text(), allowed_names=["front-proxy-client"]
+    )
+    return fake_kube
+
+
+@pytest.fixture
+def config(fake_kube: FakeKube, tmp_path: Path) -> Path:
+    path = tmp_path / "config.yaml"
+    document = {
+        "server": {"bind_address": "127.0.0.1", "secure_port": 0, "http_port": 0, "shutdown_delay": "0s"},
+        "kubernetes": {"kubeconfig": str(fake_kube.kubeconfig_path)},
+        "inputs": {"cronjobs": True, "nodeclaims": True, "nodepools": False, "pending_pods": False},
+        "state_dir": str(tmp_path / "state"),
+    }
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+async def preflight(*args: str) -> Result:
+    # The CLI runs its own event loop; the fake API answers from this one, so the CLI gets a thread.
+    return await asyncio.to_thread(CliRunner().invoke, main, ["preflight", *args])
+
+
+ALL_OK = [
+    "ok      configmap kube-system/extension-apiserver-authentication: request-header CA present "
+    "(allowed client names: front-proxy-client)",
+    "ok      rbac get apiservices.apiregistration.k8s.io/v1beta1.external.metrics.k8s.io: allowed "
+    "(needed by preflight (the APIService's owner))",
+    "ok      rbac get,list,watch configmaps/extension-apiserver-authentication in namespace kube-system: "
+    "allowed (needed by auth.mode: kubernetes)",
+    "ok      rbac create tokenreviews.authentication.k8s.io: allowed (needed by bearer tokens (TokenReview))",
+    "ok      rbac create subjectaccessreviews.authorization.k8s.io: allowed (needed by auth.authorization: kubernetes)",
+    "ok      rbac list,watch cronjobs.batch: allowed (needed by inputs.cronjobs)",
+    "ok      rbac list,watch jobs.batch: allowed (needed by inputs.cronjobs)",
+    "ok      rbac list,watch nodeclaims.karpenter.sh: allowed (needed by inputs.nodeclaims)",
+    "ok      crd nodeclaims.karpenter.sh/v1: served (needed by inputs.nodeclaims)",
+]
+
+
+async def test_no_apiservice_yet_passes_every_check(cluster, config):
+    result = await preflight("--config", str(config))
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == [
+        f"ok      apiservice {APISERVICE}: absent; the manifests create it for Service gpu-autoscaler/gpu-autoscaler",
+        *ALL_OK,
+    ]
+    # Every permission was asked about, verb by verb, in the shape kube-apiserver validated.
+    asked = [spec["resourceAttributes"] for spec in cluster.ssar_requests]
+    assert {"verb": "watch", "group": "batch", "resource": "cronjobs"} in asked
+    assert {
+        "verb": "list",
+        "group": "",
+        "resource": "configmaps",
+        "namespace": "kube-system",
+        "name": "extension-apiserver-authentication",
+    } in asked
+    assert len(asked) == 12
+
+
+async def test_our_own_apiservice_passes(cluster, config):
+    cluster.add("apiservices", apiservice("gpu-autoscaler", "gpu-autoscaler"))
+    result = await preflight("--config", str(config))
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == (
+        f"ok      apiservice {APISERVICE}: served by this service (Service gpu-autoscaler/gpu-autoscaler)"
+    )
+
+
+KEDA_OWNER = (
+    "Service keda/keda-operator-metrics-apiserver (KEDA; labels app.kubernetes.io/part-of=keda-operator, "
+    "app.kubernetes.io/name=v1beta1.external.metrics.k8s.io, app.kubernetes.io/managed-by=Helm, "
+    "helm.sh/chart=keda-2.16.0)"
+)
+WAYS_FORWARD = (
+    "applying this service's APIService would cut every HPA and ScaledObject that reads external metrics "
+    "from it off its metrics. Either install beside it with the KEDA overlay (kubectl apply -k "
+    "manifests/overlays/keda: KEDA keeps the APIService and calls this service over gRPC), or replace it "
+    "on purpose with --take-over"
+)
+
+
+async def test_keda_owns_the_apiservice_refused_naming_it_and_the_ways_forward(cluster, config):
+    cluster.add("apiservices", KEDA)
+    result = await preflight("--config", str(config))
+    assert result.stdout.splitlines() == [
+        f"problem apiservice {APISERVICE}: already served by {KEDA_OWNER}; {WAYS_FORWARD}",
+        *ALL_OK,
+    ]
+    assert_runtime_failure(result, "preflight: 1 of 10 checks found a problem (see above)")
+
+
+async def test_prometheus_adapter_owns_the_apiservice_refused(cluster, config):
+    cluster.add("apiservices", PROMETHEUS_ADAPTER)
+    result = await preflight("--config", str(config), "--format", "json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert report["ok"] is False
+    assert report["checks"][0] == {
+        "name": f"apiservice {APISERVICE}",
+        "ok": False,
+        "message": "already served by Service monitoring/prometheus-adapter (prometheus-adapter; labels "
+        "app.kubernetes.io/name=prometheus-adapter, helm.sh/chart=prometheus-adapter-4.11.0); " + WAYS_FORWARD,
+        "blocks_start": True,
+    }
+    assert all(check["ok"] and not check["blocks_start"] for check in report["checks"][1:])
+
+
+async def test_take_over_accepts_another_owner_and_says_what_it_means(cluster, config):
+    cluster.add("apiservices", KEDA)
+    result = await preflight("--config", str(config), "--take-over")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == (
+        f"ok      apiservice {APISERVICE}: served by {KEDA_OWNER}; taken over (--take-over): once this "
+        "service's APIService is applied, everything that read external metrics from it reads this service's instead"
+    )
+
+
+async def test_keda_overlay_leaves_the_apiservice_to_keda(cluster, config):
+    cluster.add("apiservices", KEDA)
+    document = yaml.safe_load(config.read_text())
+    document["preflight"] = {"claim_apiservice": False}
+    config.write_text(yaml.safe_dump(document))
+    result = await preflight("--config", str(config))
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == (
+        f"ok      apiservice {APISERVICE}: served by {KEDA_OWNER}; left to it (preflight.claim_apiservice: false)"
+    )
+
+
+async def test_rbac_denied_names_the_verbs_the_setting_and_the_fix(cluster, config):
+    cluster.ssar_rule = lambda spec: spec["resourceAttributes"]["resource"] != "nodeclaims"
+    result = await preflight("--config", str(config))
+    assert (
+        "problem rbac list,watch nodeclaims.karpenter.sh: denied: list (denied by the fake's ssar_rule), watch "
+        f"(denied by the fake's ssar_rule); needed by inputs.nodeclaims: {CLUSTER_ROLE_FIX}"
+    ) in result.stdout.splitlines()
+    assert [line.split()[0] for line in result.stdout.splitlines()].count("problem") == 1
+    assert_runtime_failure(result, "preflight: 1 of 10 checks found a problem")
+
+
+async def test_authentication_configmap_missing(fake_kube, config):
+    result = await preflight("--config", str(config))
+    assert result.stdout.splitlines()[1] == (
+        "problem configmap kube-system/extension-apiserver-authentication: does not exist: kube-apiserver "
+        "publishes it when it runs with --requestheader-client-ca-file; without it the aggregator's requests "
+        "cannot be authenticated"
+    )
+    assert_runtime_failure(result, "preflight: 1 of 10 checks found a problem")
+
+
+async def test_authentication_configmap_without_request_header_ca(fake_kube, config):
+    fake_kube.set_request_header_config(requestheader_client_ca=None, client_ca="")
+    result = await preflight("--config", str(config))
+    assert result.stdout.splitlines()[1].startswith(
+        "problem configmap kube-system/extension-apiserver-authentication: has no requestheader-client-ca-file"
+    )
+    assert result.exit_code == 1
+
+
+@pytest.mark.parametrize("absent", [{"nodeclaims"}, {"nodeclaims", "nodepools"}], ids=["resource", "group-version"])
+async def test_crd_not_served(cluster, config, absent):
+    cluster.installed -= absent  # without either, discovery has no karpenter.sh/v1 at all (404)
+    result = await preflight("--config", str(config))
+    assert result.stdout.splitlines()[-1] == (
+        "problem crd nodeclaims.karpenter.sh/v1: not served by the API; needed by inputs.nodeclaims: "
+        "install Karpenter (v1 API) or set inputs.nodeclaims: false"
+    )
+    assert_runtime_failure(result, "preflight: 1 of 10 checks found a problem")
+
+
+async def test_unreachable_api_is_a_runtime_failure(cluster, config):
+    await cluster.stop()
+    result = await preflight("--config", str(config))
+    assert_runtime_failure(result, "cannot check the cluster: read apiservice v1beta1.external.metrics.k8s.io:")
+
+
+# --- serve's start-up check -------------------------------------------------------------------------------
+
+
+async def test_serve_refuses_to_start_while_keda_owns_the_apiservice(cluster, config):
+    cluster.add("apiservices", KEDA)
+    result = await asyncio.to_thread(CliRunner().invoke, main, ["serve", "--config", str(config)])
+    assert_runtime_failure(result, f"cannot serve: preflight found 1 problem(s): apiservice {APISERVICE}: already")
+    assert "--take-over" in result.stderr.splitlines()[-1]
+    # Each check is logged first, so the pod's log shows the whole picture.
+    logged = [line.split("autoscaler.app.serving: ")[1] for line in result.stderr.splitlines() if "serving: " in line]
+    assert logged[0].startswith(f"preflight problem apiservice {APISERVICE}: already served by {KEDA_OWNER}")
+    assert logged[1:] == [f"preflight {line}" for line in ALL_OK]
+    # Nothing was served: the refusal came before the pipeline started its watches.
+    assert cluster.requests_for("cronjobs") == []
+
+
+@pytest.mark.parametrize("override", [{"preflight.on_start": False}, {"preflight.take_over": True}])
+async def test_serve_starts_with_skip_preflight_or_take_over(cluster, config, override):
+    cluster.add("apiservices", KEDA)
+    settings = load_settings(config, overrides=override)
+    with pytest.raises(PreflightFailed):
+        await serve(load_settings(config), stop=asyncio.Event())
+    stop = asyncio.Event()
+    stop.set()  # serve to the end at once: returning normally means it got past the check and served
+    await serve(settings, stop=stop)
+    assert cluster.requests_for("cronjobs"), "the pipeline started"
+
+
+async def test_serve_starts_degraded_when_only_an_input_is_missing(cluster, config, caplog):
+    cluster.installed.discard("nodeclaims")  # Karpenter absent: the lead time falls back to the default
+    stop = asyncio.Event()
+    stop.set()
+    with caplog.at_level(logging.WARNING, logger="autoscaler.app.serving"):
+        await serve(load_settings(config), stop=stop)
+    assert cluster.requests_for("cronjobs"), "the pipeline started"
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "preflight" in r.getMessage()]
+    assert warned == [
+        "preflight problem crd nodeclaims.karpenter.sh/v1: not served by the API; needed by inputs.nodeclaims: "
+        "install Karpenter (v1 API) or set inputs.nodeclaims: false"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("flags", "on_start", "take_over"),
+    [([], True, False), (["--skip-preflight"], False, False), (["--take-over"], True, True)],
+)
+def test_serve_flags_set_the_preflight_settings(config, monkeypatch, flags, on_start, take_over):
+    seen = []
+
+    async def recording_serve(settings, *, stop=None):
+        seen.append(settings.preflight)
+
+    monkeypatch.setattr("autoscaler.app.serving.serve", recording_serve)
+    result = CliRunner().invoke(main, ["serve", "--config", str(config), *flags])
+    assert result.exit_code == 0, result.output
+    assert [(p.on_start, p.take_over) for p in seen] == [(on_start, take_over)]
+
+
+async def test_without_settings_it_checks_the_cluster_kubectl_talks_to(cluster, monkeypatch):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig_path))
+    cluster.add("apiservices", PROMETHEUS_ADAPTER)
+    result = await preflight()
+    # The default settings: auth.mode kubernetes and no Kubernetes inputs.
+    assert [line.split(":")[0] for line in result.stdout.splitlines()] == [
+        f"problem apiservice {APISERVICE}",
+        "ok      configmap kube-system/extension-apiserver-authentication",
+        f"ok      rbac get apiservices.apiregistration.k8s.io/{APISERVICE}",
+        "ok      rbac get,list,watch configmaps/extension-apiserver-authentication in namespace kube-system",
+        "ok      rbac create tokenreviews.authentication.k8s.io",
+        "ok      rbac create subjectaccessreviews.authorization.k8s.io",
+    ]
+    assert_runtime_failure(result, "preflight: 1 of 6 checks found a problem")
