@@ -133,7 +133,7 @@ async def test_without_the_crd_nothing_is_written_and_readiness_says_so(fake_kub
     fake_kube.installed.discard(PLURAL)
     async with running_writer(buffer_settings(), kube_api) as writer:
         await eventually(lambda: writer.discovered, message="discovery answered")
-        await show(writer, headroom(30.0))
+        writer.on_snapshot(headroom(30.0))  # computed and shown all the same
         assert writer.states["a100"].desired.replicas == 4
         assert writer.mode == "unavailable"
         assert writer.health() == {
