@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,9 +40,9 @@ def headroom(value: float, *, labels: dict[str, str] | None = None, at: datetime
 
 @contextlib.asynccontextmanager
 async def running_writer(
-    settings: CapacityBufferSettings, api: Any, identity: str = "a"
+    settings: CapacityBufferSettings, api: Any, identity: str = "a", clock: Callable[[], datetime] | None = None
 ) -> AsyncIterator[BufferActuator]:
-    actuator = BufferActuator(settings, api, watch=WATCH, identity=identity)
+    actuator = BufferActuator(settings, api, watch=WATCH, identity=identity, clock=clock)
     async with actuator.running():
         yield actuator
 
