@@ -3,6 +3,7 @@ snapshots handed to the writer, the fake API's buffer checked after every refres
 
 from __future__ import annotations
 
+import itertools
 import math
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -76,5 +77,5 @@ async def test_replicas_track_the_served_headroom_refresh_after_refresh(fake_kub
         pool.shutdown()
     distinct = sorted({replicas for _, replicas in seen})
     assert len(distinct) >= 3, seen  # the test would prove nothing on a flat headroom
-    changes = sum(1 for (_, a), (_, b) in zip(seen, seen[1:], strict=False) if a != b)
+    changes = sum(1 for (_, a), (_, b) in itertools.pairwise(seen) if a != b)
     assert writes(fake_kube, "POST") + writes(fake_kube, "PATCH") == 1 + changes  # one write per change

@@ -85,7 +85,7 @@ def test_bad_buffer_settings_name_the_field_and_fault(tmp_path, section, expecte
 
 def test_the_demo_takes_buffers_only_as_a_dry_run(tmp_path):
     text = f"demo: {{enabled: true}}\nactuators:\n  capacity_buffers:\n    pools: [{POOL}]\n"
-    with pytest.raises(SettingsError, match="actuators.capacity_buffers in demo mode needs dry_run: true"):
+    with pytest.raises(SettingsError, match=r"actuators\.capacity_buffers in demo mode needs dry_run: true"):
         load_settings(write(tmp_path, text), environ={})
     dry = text.replace("pools:", "dry_run: true\n    pools:")
     assert load_settings(write(tmp_path, dry), environ={}).actuators.capacity_buffers.dry_run
