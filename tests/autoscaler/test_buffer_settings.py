@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -89,3 +90,14 @@ def test_the_demo_takes_buffers_only_as_a_dry_run(tmp_path):
         load_settings(write(tmp_path, text), environ={})
     dry = text.replace("pools:", "dry_run: true\n    pools:")
     assert load_settings(write(tmp_path, dry), environ={}).actuators.capacity_buffers.dry_run
+
+
+def test_the_readme_example_is_valid_settings(tmp_path):
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Pre-provisioning with CapacityBuffers", 1)[1]
+    block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
+    buffers = load_settings(write(tmp_path, SERVED + block), environ={}).actuators.capacity_buffers
+    assert buffers is not None and buffers.dry_run
+    assert [(p.pool, p.namespace, p.name, p.template_name) for p in buffers.pools] == [
+        ("gpu", "gpu-placeholders", "gpu-buffer", "gpu-buffer-chunk")
+    ]
