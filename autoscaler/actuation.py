@@ -139,9 +139,14 @@ class BufferActuator:
 
     def _read_back(self, cache: WatchCache, event: WatchEvent | None) -> None:
         objects: Mapping[str, object] = cache.objects
+        namespace = cache.kind.partition("/")[2]
         for state in self.states.values():
-            obj = objects.get(f"{state.pool.namespace}/{state.pool.name}")
+            if state.pool.namespace != namespace:
+                continue
+            obj = objects.get(f"{namespace}/{state.pool.name}")
             state.reported, state.conditions = reported_status(obj) if isinstance(obj, Mapping) else (None, ())
+            if isinstance(event, WatchEvent) and event.type == "DELETED" and obj is None:
+                state.written = None  # deleted by someone: read (and re-create) at the next write
 
     # ------------------------------------------------------------------ running
 

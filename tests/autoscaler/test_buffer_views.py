@@ -10,7 +10,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from autoscaler.actuation import BufferActuator
-from autoscaler.app.factory import create_app
+from autoscaler.actuator_settings import ActuatorSettings
+from autoscaler.app.factory import buffer_actuator, create_app, needs_kubernetes_api
 from autoscaler.pipeline import Pipeline
 from autoscaler.plans import RefreshSettings
 from autoscaler.settings import Settings
@@ -141,3 +142,15 @@ async def test_without_a_writer_the_inspection_api_says_so():
         body = await response.json()
         assert body["message"] == "no CapacityBuffer writer is configured (settings actuators.capacity_buffers)"
         assert (body["kind"], body["code"], body["reason"]) == ("Status", 404, "NotFound")
+
+
+def test_the_composition_root_builds_the_writer_the_settings_ask_for():
+    settings = Settings.model_validate(
+        {"auth": {"mode": "files", "client_ca_file": "/x", "authorization": "allow-authenticated"}}
+    )
+    assert not needs_kubernetes_api(settings) and buffer_actuator(settings, None) is None
+    with_buffers = settings.model_copy(update={"actuators": ActuatorSettings(capacity_buffers=buffer_settings())})
+    assert needs_kubernetes_api(with_buffers)  # the writer talks to the cluster
+    actuator = buffer_actuator(with_buffers, None)
+    assert actuator is not None and list(actuator.states) == ["a100"]
+    assert actuator.mode == "unavailable"  # no cluster: nothing to write to

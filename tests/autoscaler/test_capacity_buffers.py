@@ -160,3 +160,32 @@ async def test_a_dry_run_computes_and_shows_but_writes_nothing(fake_kube, kube_a
     assert not fake_kube.requests_for("podtemplates")
     assert not fake_kube.requests_for("leases")
     assert stored_replicas(fake_kube) == 1
+
+
+@pytest.mark.looptime
+async def test_a_refused_write_is_shown_and_retried_at_the_next_refresh(fake_kube, kube_api):
+    fake_kube.fail(status=403, method="POST", plural=PLURAL)
+    async with running_writer(buffer_settings(), kube_api) as writer:
+        await eventually(lambda: writer.mode == "writing", message="the writer holds the Lease")
+        await show(writer, headroom(16.0))
+        assert stored_replicas(fake_kube) is None
+        line = writer.health()["capacity buffers"]
+        assert line.startswith("failing: a100: create capacitybuffer gpu/a100-buffer: HTTP 403: "), line
+        await show(writer, headroom(16.0))  # the same value, but nothing was written: tried again
+        assert stored_replicas(fake_kube) == 2
+        assert writer.states["a100"].last_error is None
+        assert writer.health()["capacity buffers"].startswith("writing autoscaling.x-k8s.io/v1beta1")
+
+
+@pytest.mark.looptime
+async def test_a_buffer_deleted_by_someone_is_created_again(fake_kube, kube_api):
+    async with running_writer(buffer_settings(), kube_api) as writer:
+        await eventually(lambda: writer.mode == "writing", message="the writer holds the Lease")
+        await show(writer, headroom(16.0))
+        await eventually(lambda: writer.states["a100"].reported is None and stored_replicas(fake_kube) == 2,
+                         message="created")  # fmt: skip
+        fake_kube.delete(PLURAL, "a100-buffer", "gpu")
+        await eventually(lambda: writer.states["a100"].written is None, message="the watch saw the deletion")
+        await show(writer, headroom(16.0))
+        assert stored_replicas(fake_kube) == 2
+        assert writes(fake_kube, "POST") == 2
