@@ -39,6 +39,14 @@ VALID = [
     {"podTemplateRef": {"name": "chunk"}, "replicas": 0, "provisioningStrategy": "buffer.x-k8s.io/active-capacity"},
     {"scalableRef": {"apiGroup": "apps", "kind": "Deployment", "name": "web"}, "percentage": 20},
     {"scalableRef": {"kind": "Deployment", "name": "web"}, "replicas": 2},
+    # The two examples of SIG Autoscaling's buffer proposal: a Deployment's buffer by percentage and
+    # replicas, and a PodTemplate buffer bounded by limits only.
+    {
+        "scalableRef": {"apiGroup": "apps", "kind": "Deployment", "name": "my-deployment"},
+        "percentage": 10,
+        "replicas": 1,
+    },
+    {"limits": {"memory": "5120Mi", "cpu": 40}, "podTemplateRef": {"name": "my-custom-template"}},
 ]
 
 
