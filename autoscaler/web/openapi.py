@@ -193,6 +193,21 @@ def _schemas() -> dict[str, Any]:
     }
 
 
+def _buffer_paths(error: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "/api/v1/capacity-buffers": {
+            "get": {
+                "operationId": "getCapacityBuffers",
+                "summary": "Each pool's CapacityBuffer: desired, written and reported replicas, conditions",
+                "responses": {
+                    "200": _json(_ref("CapacityBuffers"), "the CapacityBuffer writer's state"),
+                    "404": {**error, "description": "no CapacityBuffer writer is configured"},
+                },
+            }
+        }
+    }
+
+
 def _paths() -> dict[str, Any]:
     error = _json(_ref("Status"), "")
     label_selector = {
@@ -242,16 +257,7 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
-        "/api/v1/capacity-buffers": {
-            "get": {
-                "operationId": "getCapacityBuffers",
-                "summary": "Each pool's CapacityBuffer: desired, written and reported replicas, conditions",
-                "responses": {
-                    "200": _json(_ref("CapacityBuffers"), "the CapacityBuffer writer's state"),
-                    "404": {**error, "description": "no CapacityBuffer writer is configured"},
-                },
-            }
-        },
+        **_buffer_paths(error),
         "/openapi.json": {
             "get": {
                 "operationId": "getOpenAPI",
