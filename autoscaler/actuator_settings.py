@@ -118,13 +118,15 @@ class LeaseSettings(_Strict):
 class CapacityBufferSettings(_Strict):
     # Compute, show and export what would be written; write nothing (try it on a live cluster first).
     dry_run: bool = False
-    pools: tuple[BufferPoolSettings, ...] = Field(min_length=1)
+    pools: tuple[BufferPoolSettings, ...] = ()
     lease: LeaseSettings = LeaseSettings()
     # A write refused with 409 Conflict is retried from a fresh read, at most this many times in a row.
     conflict_retries: int = Field(default=3, ge=0, le=20)
 
     @model_validator(mode="after")
     def _unique(self) -> CapacityBufferSettings:
+        if not self.pools:
+            raise ValueError("pools must name at least one pool (or leave capacity_buffers out)")
         for what, keys in (
             ("pool", [p.pool for p in self.pools]),
             ("buffer", [f"{p.namespace}/{p.name}" for p in self.pools]),

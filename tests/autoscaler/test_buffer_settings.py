@@ -49,7 +49,7 @@ def test_a_pool_with_defaults(tmp_path):
         ),
         (
             "pools: []",
-            "actuators.capacity_buffers.pools: Tuple should have at least 1 item after validation, not 0 (got [])",
+            "actuators.capacity_buffers: Value error, pools must name at least one pool",
         ),
         (
             "pools: [{pool: a100, namespace: gpu, name: b, gpus_per_chunk: 8, metric: gpu_demand}]",
