@@ -70,6 +70,8 @@ class RequiredResource:
     plural: str
     needed_by: str
     fix: str
+    # Older versions the reader also accepts (a CapacityBuffer served as the deprecated v1alpha1 only).
+    fallback_versions: tuple[str, ...] = ()
 
 
 def _watch(group: str, resource: str, needed_by: str) -> Permission:
@@ -106,24 +108,54 @@ def required_permissions(settings: Settings) -> list[Permission]:
         ):
             quota = Access("list", "", "resourcequotas", namespace=namespace)
             permissions.append(Permission(("list",), quota, "metrics.*.placeholder_namespace (GPU quota)"))
-    return permissions
+    return permissions + _buffer_permissions(settings)
 
 
 KARPENTER_FIX = "install Karpenter (v1 API) or set {setting}: false"
+BUFFERS_FIX = (
+    "enable CapacityBuffers (Karpenter: FEATURE_GATES CapacityBuffer=true; Cluster Autoscaler: "
+    "--capacity-buffer-controller-enabled) or remove actuators.capacity_buffers"
+)
+
+
+def _buffer_permissions(settings: Settings) -> list[Permission]:
+    """The CapacityBuffer writer's: read buffers everywhere it sizes one; write them, create chunk
+    PodTemplates and hold its Lease unless it only dry-runs."""
+    buffers = settings.actuators.capacity_buffers
+    if buffers is None:
+        return []
+    needed_by = "actuators.capacity_buffers"
+    permissions: list[Permission] = []
+    for namespace in sorted({pool.namespace for pool in buffers.pools}):
+        target = Access("list", "autoscaling.x-k8s.io", "capacitybuffers", namespace=namespace)
+        verbs = ("list", "watch") if buffers.dry_run else ("get", "list", "watch", "create", "patch")
+        permissions.append(Permission(verbs, target, needed_by))
+        if not buffers.dry_run:
+            template = Access("create", "", "podtemplates", namespace=namespace)
+            permissions.append(Permission(("get", "create"), template, needed_by))
+    if not buffers.dry_run:
+        lease_namespace = buffers.lease.namespace or settings.preflight.service_namespace
+        lease = Access("get", "coordination.k8s.io", "leases", namespace=lease_namespace)
+        permissions.append(Permission(("get", "create", "update"), lease, f"{needed_by}.lease"))
+    return permissions
 
 
 def required_resources(settings: Settings) -> list[RequiredResource]:
     """The custom resources the settings read (one line each; a new reader adds its line here)."""
     inputs = settings.inputs
+    buffers = [
+        RequiredResource("autoscaling.x-k8s.io", "v1beta1", "capacitybuffers", "actuators.capacity_buffers",
+                         BUFFERS_FIX, fallback_versions=("v1alpha1",))
+    ] if settings.actuators.capacity_buffers is not None else []  # fmt: skip
     if inputs is None:
-        return []
+        return buffers
     wanted = [
         (inputs.nodeclaims, RequiredResource("karpenter.sh", "v1", "nodeclaims", "inputs.nodeclaims",
                                              KARPENTER_FIX.format(setting="inputs.nodeclaims"))),
         (inputs.nodepools, RequiredResource("karpenter.sh", "v1", "nodepools", "inputs.nodepools",
                                             KARPENTER_FIX.format(setting="inputs.nodepools"))),
     ]  # fmt: skip
-    return [resource for needed, resource in wanted if needed]
+    return [resource for needed, resource in wanted if needed] + buffers
 
 
 async def check_permission(api: ApiClient, permission: Permission) -> Check:
@@ -143,12 +175,19 @@ async def check_resources(api: ApiClient, resources: Sequence[RequiredResource])
     checks: list[Check] = []
     served: dict[tuple[str, str], frozenset[str] | None] = {}
     for resource in resources:
-        key = (resource.group, resource.version)
-        if key not in served:
-            served[key] = await kube_access.served_resources(api, *key)
         name = f"crd {resource.plural}.{resource.group}/{resource.version}"
-        if resource.plural in (served[key] or ()):
+        found = None
+        for version in (resource.version, *resource.fallback_versions):
+            key = (resource.group, version)
+            if key not in served:
+                served[key] = await kube_access.served_resources(api, *key)
+            if resource.plural in (served[key] or ()):
+                found = version
+                break
+        if found == resource.version:
             checks.append(Check(name, True, f"served (needed by {resource.needed_by})"))
+        elif found is not None:
+            checks.append(Check(name, True, f"served as {found} only (needed by {resource.needed_by})"))
         else:
             checks.append(Check(name, False, f"not served by the API; needed by {resource.needed_by}: {resource.fix}"))
     return checks

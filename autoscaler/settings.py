@@ -17,6 +17,7 @@ from adapters import presets
 from adapters.presets import Aggregation
 from adapters.promql import PerStep
 from adapters.types import AdapterError
+from autoscaler.actuator_settings import ActuatorSettings
 from autoscaler.policy import PlanKind
 from autoscaler.provider import FallbackMode
 from autoscaler.selectors import SelectorError, parse_selector, validate_key, validate_value
@@ -325,6 +326,7 @@ class Settings(_Strict):
     forecast: ForecastSettings = ForecastSettings()
     inputs: KubernetesInputsSettings | None = None
     windows: tuple[WindowSettings, ...] = ()
+    actuators: ActuatorSettings = ActuatorSettings()
     state_dir: Path = Path(".gpu-autoscaler")
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
@@ -351,6 +353,22 @@ class Settings(_Strict):
                 )
         if self.signals and self.prometheus is None and not self.demo.enabled:
             raise ValueError("signals need a prometheus section (its url at least)")
+        return self
+
+    @model_validator(mode="after")
+    def _buffers_name_served_metrics(self) -> Settings:
+        buffers = self.actuators.capacity_buffers
+        if buffers is None:
+            return self
+        for index, pool in enumerate(buffers.pools):
+            if not self.demo.enabled and pool.metric not in self.metrics:  # the demo serves its own metrics
+                served = ", ".join(sorted(self.metrics)) or "none"
+                raise ValueError(
+                    f"actuators.capacity_buffers.pools[{index}].metric {pool.metric!r} is not a served metric "
+                    f"({served})"
+                )
+        if self.demo.enabled and not buffers.dry_run:
+            raise ValueError("actuators.capacity_buffers in demo mode needs dry_run: true (the demo has no cluster)")
         return self
 
     @model_validator(mode="after")

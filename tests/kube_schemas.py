@@ -1,8 +1,10 @@
 """What kube-apiserver would refuse, for the objects the fake API (``tests/fakekube.py``) stores or accepts.
 
-- Karpenter NodePools and NodeClaims, KEDA ScaledObjects and (Cluster)TriggerAuthentications: the
-  ``openAPIV3Schema`` of the upstream CRDs vendored in
-  ``tests/data/schemas/`` (jsonschema, Draft 2020-12), with the Kubernetes extensions handled as the
+- Karpenter NodePools and NodeClaims, KEDA ScaledObjects and (Cluster)TriggerAuthentications, SIG
+  Autoscaling CapacityBuffers (``v1beta1`` from Karpenter's CRD, the deprecated ``v1alpha1`` from
+  Cluster Autoscaler's): the ``openAPIV3Schema`` of the version named by the object's ``apiVersion``
+  in the upstream CRDs vendored in ``tests/data/schemas/`` (jsonschema, Draft 2020-12), with the
+  Kubernetes extensions handled as the
   API server does: ``x-kubernetes-validations`` CEL rules by explicit code per rule text
   (``CEL_RULES``; a rule the code does not know fails loudly, so a CRD update is noticed),
   ``x-kubernetes-list-type`` ``set``/``map`` as uniqueness; the other ``x-kubernetes-*`` keywords
@@ -42,6 +44,14 @@ CRDS = {
     ("keda.sh", "ScaledObject"): "keda.sh_scaledobjects.yaml",
     ("keda.sh", "TriggerAuthentication"): "keda.sh_triggerauthentications.yaml",
     ("keda.sh", "ClusterTriggerAuthentication"): "keda.sh_clustertriggerauthentications.yaml",
+    ("autoscaling.x-k8s.io", "CapacityBuffer"): "autoscaling.x-k8s.io_capacitybuffers.yaml",
+}
+# (group, kind, version) -> the vendored CRD for a version the file in CRDS does not serve: Karpenter's
+# CapacityBuffer CRD has only v1beta1; Cluster Autoscaler's still serves the deprecated v1alpha1.
+CRD_VERSION_FILES = {
+    ("autoscaling.x-k8s.io", "CapacityBuffer", "v1alpha1"): (
+        "cluster-autoscaler_autoscaling.x-k8s.io_capacitybuffers.yaml"
+    ),
 }
 CORE_KINDS = frozenset(
     {
@@ -133,6 +143,13 @@ CEL_RULES: dict[str, Callable[[Any], bool]] = {
         ("schedule" in budget) == ("duration" in budget) for budget in budgets
     ),
     "!has(self.replicas) || !has(self.weight)": lambda spec: "replicas" not in spec or "weight" not in spec,
+    # CapacityBuffer spec (v1beta1 and v1alpha1 alike)
+    "!has(self.podTemplateRef) || has(self.replicas) || has(self.limits)": lambda spec: (
+        "podTemplateRef" not in spec or "replicas" in spec or "limits" in spec
+    ),
+    "!(has(self.podTemplateRef) && has(self.scalableRef))": lambda spec: (
+        not ("podTemplateRef" in spec and "scalableRef" in spec)
+    ),
     (
         "!has(self.replicas) || (!has(self.limits) || size(self.limits) == 0 || "
         "(size(self.limits) == 1 && 'nodes' in self.limits))"
@@ -204,7 +221,7 @@ CrdValidator = jsonschema.validators.extend(
 
 @functools.cache
 def crd_schema(file_name: str, version: str | None = None) -> dict[str, Any]:
-    """The openAPIV3Schema of one served version (default: the storage version) of a vendored CRD."""
+    """The openAPIV3Schema of one served version of a vendored CRD (None: its storage version)."""
     crd = yaml.safe_load((SCHEMAS / file_name).read_text())
     (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version or (version is None and v["storage"])]
     schema: dict[str, Any] = served["schema"]["openAPIV3Schema"]
@@ -330,7 +347,8 @@ def core_validator(api_version: str, kind: str) -> Validator:
 def _errors(group: str, kind: str, obj: Mapping[str, Any]) -> list[ValidationError]:
     if (group, kind) in CRDS:
         version = str(obj.get("apiVersion", "")).rpartition("/")[2]
-        validator = CrdValidator(crd_schema(CRDS[(group, kind)], version))
+        crd = CRD_VERSION_FILES.get((group, kind, version), CRDS[(group, kind)])
+        validator = CrdValidator(crd_schema(crd, version))
     else:
         validator = core_validator(str(obj.get("apiVersion", "")), kind)
     return sorted(validator.iter_errors(dict(obj)), key=lambda e: [str(p) for p in e.absolute_path])

@@ -16,7 +16,16 @@ from adapters.pending_pods import pending_pod_resource
 from tests import fakekube
 from tests.eventually import eventually
 from tests.kube_objects import expression, gpu_pod_spec, nodepool, pending_pod
-from tests.kube_schemas import CEL_RULES, CRDS, TRANSITION_RULES, Refused, cel_rules, crd_schema, validate
+from tests.kube_schemas import (
+    CEL_RULES,
+    CRD_VERSION_FILES,
+    CRDS,
+    TRANSITION_RULES,
+    Refused,
+    cel_rules,
+    crd_schema,
+    validate,
+)
 
 fake_kube = fakekube.fake_kube
 kube_api = fakekube.kube_api
@@ -31,10 +40,14 @@ def refusal(group: str, kind: str, obj: dict[str, Any]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- CEL rules
 
 
-@pytest.mark.parametrize("crd", sorted(CRDS.values()))
-def test_every_cel_rule_of_the_served_crds_is_checked_or_an_update_rule(crd):
-    rules = {rule for rule, _ in cel_rules(crd_schema(crd))}
-    assert crd_schema(crd)["properties"]["spec"], crd  # loaded; KEDA's TriggerAuthentications have no rules
+SERVED_SCHEMAS = [(crd, None) for crd in sorted(CRDS.values())]
+SERVED_SCHEMAS += [(crd, version) for (_, _, version), crd in sorted(CRD_VERSION_FILES.items())]
+
+
+@pytest.mark.parametrize(("crd", "version"), SERVED_SCHEMAS)
+def test_every_cel_rule_of_the_served_crds_is_checked_or_an_update_rule(crd, version):
+    rules = {rule for rule, _ in cel_rules(crd_schema(crd, version))}
+    assert crd_schema(crd, version)["properties"]["spec"], crd  # loaded; KEDA's TriggerAuthentications have no rules
     assert rules <= CEL_RULES.keys() | TRANSITION_RULES, rules - CEL_RULES.keys() - TRANSITION_RULES
     assert all("oldSelf" in rule for rule in TRANSITION_RULES)
     assert not any("oldSelf" in rule for rule in CEL_RULES)

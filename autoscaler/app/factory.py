@@ -19,6 +19,8 @@ from cryptography import x509
 from kubernetes_asyncio.client import ApiClient
 
 from autoscaler import persistence
+from autoscaler.actuation import BufferActuator
+from autoscaler.kube_inputs import watch_settings
 from autoscaler.pipeline import Pipeline
 from autoscaler.provider import MetricsProvider, Snapshot, SnapshotProvider, empty_snapshot
 from autoscaler.refresher import Refresher, RefreshStats
@@ -30,6 +32,7 @@ from autoscaler.web.external_metrics import add_external_metrics_routes
 from autoscaler.web.inspection import add_inspection_routes
 from autoscaler.web.keys import (
     ACCESS,
+    BUFFERS,
     CLOCK,
     METRICS_PROVIDER,
     PROVIDER,
@@ -74,15 +77,31 @@ def needs_kubernetes_api(settings: Settings) -> bool:
         return False
     return (
         settings.inputs is not None
+        or settings.actuators.capacity_buffers is not None
         or auth.mode == "kubernetes"
         or (auth.mode == "files" and auth.authorization == "kubernetes")
     )
 
 
+def buffer_actuator(settings: Settings, kube: ApiClient | None) -> BufferActuator | None:
+    """The CapacityBuffer writer the settings ask for (compute-only without a cluster: the demo's dry run)."""
+    buffers = settings.actuators.capacity_buffers
+    if buffers is None:
+        return None
+    return BufferActuator(buffers, kube, watch=watch_settings(settings.kubernetes))
+
+
 def after_refresh(
-    snapshot: Snapshot, readiness: Readiness, refresher: Refresher, pipeline: Pipeline, settings: Settings
+    snapshot: Snapshot,
+    readiness: Readiness,
+    refresher: Refresher,
+    pipeline: Pipeline,
+    settings: Settings,
+    actuator: BufferActuator | None = None,
 ) -> None:
-    update_readiness(readiness, refresher, pipeline)
+    if actuator is not None:
+        actuator.on_snapshot(snapshot)
+    update_readiness(readiness, refresher, pipeline, actuator)
     # Off the event loop: with thousands of series the file is a few MB.
     path = settings.state_dir / persistence.FILE_NAME
     asyncio.get_running_loop().run_in_executor(None, _save_quietly, path, snapshot)
@@ -96,7 +115,9 @@ def _save_quietly(path: Path, snapshot: Snapshot) -> None:
         log.warning("could not save served values to %s: %s", path, error)
 
 
-def update_readiness(readiness: Readiness, refresher: Refresher, pipeline: Pipeline) -> None:
+def update_readiness(
+    readiness: Readiness, refresher: Refresher, pipeline: Pipeline, actuator: BufferActuator | None = None
+) -> None:
     """/readyz?verbose detail: each signal's last success or its error, and the watches' states.
 
     The refresher records a fit under its signal's name and a pull under its source's name; one
@@ -115,6 +136,8 @@ def update_readiness(readiness: Readiness, refresher: Refresher, pipeline: Pipel
         checks[f"{kind} {name}"] = f"failing: {error} ({last})" if error else last
     if pipeline.health is not None:
         checks.update(pipeline.health())
+    if actuator is not None:
+        checks.update(actuator.health())
     readiness.checks = checks
 
 
@@ -202,10 +225,12 @@ def create_app(
     provider: SnapshotProvider | None = None,
     readiness: Readiness | None = None,
     self_metrics: SelfMetrics | None = None,
+    actuator: BufferActuator | None = None,
 ) -> tuple[web.Application, web.Application]:
     """The composition root: the secure API app and the plain ops app, sharing one provider.
 
-    The API app owns the refresher (started and stopped by its ``cleanup_ctx``).
+    The API app owns the refresher and the CapacityBuffer writer (started and stopped by its
+    ``cleanup_ctx``).
     """
     provider = provider or SnapshotProvider(empty_snapshot(pipeline.metrics))
     readiness = readiness or Readiness()
@@ -223,22 +248,38 @@ def create_app(
     if pipeline.unplaced is not None:
         self_metrics.watch_unplaced(pipeline.unplaced)
         ops_app[UNPLACED] = pipeline.unplaced
+    if actuator is not None:
+        ops_app[BUFFERS] = actuator
+        self_metrics.watch_buffers(lambda: tuple(actuator.states.values()))
+        api_app.cleanup_ctx.append(partial(_actuator_ctx, actuator, readiness))
     if pipeline.sources:
-        api_app.cleanup_ctx.append(partial(_refresher_ctx, settings, pipeline, provider, readiness))
+        api_app.cleanup_ctx.append(partial(_refresher_ctx, settings, pipeline, provider, readiness, actuator))
     else:
         readiness.ready, readiness.reason = True, "no signals configured: nothing to forecast"
     return api_app, ops_app
 
 
+async def _actuator_ctx(actuator: BufferActuator, readiness: Readiness, app: web.Application) -> AsyncIterator[None]:
+    actuator.on_state = lambda: readiness.checks.update(actuator.health())
+    actuator.on_state()
+    async with actuator.running():
+        yield
+
+
 async def _refresher_ctx(
-    settings: Settings, pipeline: Pipeline, provider: SnapshotProvider, readiness: Readiness, app: web.Application
+    settings: Settings,
+    pipeline: Pipeline,
+    provider: SnapshotProvider,
+    readiness: Readiness,
+    actuator: BufferActuator | None,
+    app: web.Application,
 ) -> AsyncIterator[None]:
     """Start the refresher (after restoring saved values) with the app; stop it and its workers after."""
     refresher = Refresher(
         provider=provider,
         inputs=pipeline,
         pools=process_pools(settings.forecast.workers or default_workers()),
-        on_success=lambda snapshot: after_refresh(snapshot, readiness, refresher, pipeline, settings),
+        on_success=lambda snapshot: after_refresh(snapshot, readiness, refresher, pipeline, settings, actuator),
     )
     app[REFRESHER] = refresher
     saved_values = settings.state_dir / persistence.FILE_NAME

@@ -16,7 +16,7 @@ from aiohttp import web
 from kubernetes_asyncio.client import ApiClient
 
 from adapters.kube_client import KubeClientSettings, create_api_client
-from autoscaler.app.factory import build_access, client_ca_pems, create_app, needs_kubernetes_api
+from autoscaler.app.factory import buffer_actuator, build_access, client_ca_pems, create_app, needs_kubernetes_api
 from autoscaler.keda.server import serving_grpc
 from autoscaler.kube_inputs import watch_settings
 from autoscaler.pipeline import open_pipeline
@@ -166,7 +166,8 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
         pipeline = await stack.enter_async_context(open_pipeline(settings, kube))
         access = await build_access(settings, kube)
         tls = server_tls(settings, access)
-        api_app, ops_app = create_app(settings, pipeline=pipeline, access=access)
+        actuator = buffer_actuator(settings, kube)
+        api_app, ops_app = create_app(settings, pipeline=pipeline, access=access, actuator=actuator)
         if kube is not None and settings.auth.mode == "kubernetes" and access.authenticator is not None:
             follower = await stack.enter_async_context(
                 kubernetes_auth.following_authentication(

@@ -20,13 +20,15 @@ from aiohttp import web
 from adapters.types import ScheduledWindow
 from autoscaler.provider import Snapshot
 from autoscaler.selectors import EVERYTHING, Selector, SelectorError, parse_selector
-from autoscaler.web.keys import CLOCK, SNAPSHOTS
+from autoscaler.web.buffer_views import buffers_json
+from autoscaler.web.keys import BUFFERS, CLOCK, SNAPSHOTS
 from autoscaler.web.openapi import openapi_document
 from autoscaler.web.responses import invalid_parameter_response, status_response
 from autoscaler.web.views import InspectionError, SeriesView, find_metric, parse_history, views_of
 from forecast.types import Forecast
 
 FORECASTS_PATH = "/api/v1/forecasts"
+BUFFERS_PATH = "/api/v1/capacity-buffers"
 
 
 # JSON rendering. NaN and infinities are not JSON: they become null.
@@ -159,6 +161,13 @@ async def get_forecast(request: web.Request) -> web.Response:
     return web.json_response([series_json(view) for view in views])
 
 
+async def get_buffers(request: web.Request) -> web.Response:
+    actuator = request.app.get(BUFFERS)
+    if actuator is None:
+        return status_response(404, "no CapacityBuffer writer is configured (settings actuators.capacity_buffers)")
+    return web.json_response(buffers_json(actuator))
+
+
 async def get_openapi(request: web.Request) -> web.Response:
     return web.json_response(openapi_document())
 
@@ -167,4 +176,5 @@ def add_inspection_routes(app: web.Application) -> None:
     """The inspection API and its OpenAPI document."""
     app.router.add_get(FORECASTS_PATH, list_forecasts)
     app.router.add_get(FORECASTS_PATH + "/{metric}", get_forecast)
+    app.router.add_get(BUFFERS_PATH, get_buffers)
     app.router.add_get("/openapi.json", get_openapi)

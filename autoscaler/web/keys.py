@@ -13,6 +13,7 @@ from datetime import datetime
 from aiohttp import web
 
 from adapters.pool_matching import UnplacedDemand
+from autoscaler.actuation import BufferActuator
 from autoscaler.provider import MetricsProvider, SnapshotProvider, SnapshotSource
 from autoscaler.web.auth import AccessControl, User
 from autoscaler.web.readiness import Readiness
@@ -32,4 +33,6 @@ SELF_METRICS = web.AppKey("self_metrics", SelfMetrics)
 CLOCK: web.AppKey[Clock] = web.AppKey("clock")
 # GPU demand that fits no NodePool (the Kubernetes inputs'), noted on the page; absent without them.
 UNPLACED: web.AppKey[Unplaced] = web.AppKey("unplaced")
+# The CapacityBuffer writer, for the inspection API and the page; absent when none is configured.
+BUFFERS = web.AppKey("capacity_buffers", BufferActuator)
 USER = web.RequestKey("user", User)

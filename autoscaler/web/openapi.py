@@ -120,9 +120,38 @@ def _series_schemas() -> dict[str, Any]:
     }
 
 
+def _buffer_schemas() -> dict[str, Any]:
+    count = _nullable({"type": "integer", "minimum": 0})
+    text = {"type": "string"}
+    condition = _object({"type": text, "status": text, "reason": text, "message": text})
+    buffer = _object(
+        {
+            "pool": text, "namespace": text, "name": text, "podTemplate": text,
+            "gpusPerChunk": {"type": "integer", "minimum": 1}, "metric": text, "labels": _LABELS,
+            "servedValue": _NUMBER_OR_NULL, "desired": count, "reason": text, "written": count,
+            "writtenAt": _nullable(_TIMESTAMP), "writes": {"type": "integer", "minimum": 0}, "reported": count,
+            "conditions": {"type": "array", "items": condition}, "lastError": _nullable(text),
+        }
+    )  # fmt: skip
+    lease = _object({"namespace": text, "name": text, "holder": _nullable(text), "held": {"type": "boolean"}})
+    return {
+        "CapacityBuffer": buffer,
+        "CapacityBuffers": _object(
+            {
+                "mode": {"type": "string", "enum": ["writing", "dry-run", "standby", "unavailable"]},
+                "dryRun": {"type": "boolean"},
+                "apiVersion": _nullable(text),
+                "lease": _nullable(lease),
+                "buffers": {"type": "array", "items": _ref("CapacityBuffer")},
+            }
+        ),
+    }
+
+
 def _schemas() -> dict[str, Any]:
     return {
         "Status": _status_schema(),
+        **_buffer_schemas(),
         "Backtest": _object(
             {
                 "quantile": {**_NUMBER_OR_NULL, "description": "the policy quantile the pinball loss is taken at"},
@@ -161,6 +190,21 @@ def _schemas() -> dict[str, Any]:
                 "metrics": {"type": "array", "items": _ref("MetricSummary")},
             }
         ),
+    }
+
+
+def _buffer_paths(error: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "/api/v1/capacity-buffers": {
+            "get": {
+                "operationId": "getCapacityBuffers",
+                "summary": "Each pool's CapacityBuffer: desired, written and reported replicas, conditions",
+                "responses": {
+                    "200": _json(_ref("CapacityBuffers"), "the CapacityBuffer writer's state"),
+                    "404": {**error, "description": "no CapacityBuffer writer is configured"},
+                },
+            }
+        }
     }
 
 
@@ -213,6 +257,7 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        **_buffer_paths(error),
         "/openapi.json": {
             "get": {
                 "operationId": "getOpenAPI",

@@ -22,8 +22,9 @@ from aiohttp import web
 
 from adapters.pool_matching import UnplacedDemand
 from autoscaler.provider import MetricInfo, Snapshot
+from autoscaler.web.buffer_views import buffers_section
 from autoscaler.web.charts import ChartCache, band_level, format_labels, number, render_chart
-from autoscaler.web.keys import CLOCK, SNAPSHOTS, UNPLACED
+from autoscaler.web.keys import BUFFERS, CLOCK, SNAPSHOTS, UNPLACED
 from autoscaler.web.views import InspectionError, SeriesView, find_metric, parse_history, views_of
 
 REFRESH_SECONDS = 30
@@ -303,7 +304,9 @@ def metric_body(
 
 async def index_page(request: web.Request) -> web.Response:
     snapshot = request.app[SNAPSHOTS].snapshot
-    return page(request, "forecasts", index_body(snapshot, request.app[CLOCK](), _unplaced(request)))
+    actuator = request.app.get(BUFFERS)
+    buffers = buffers_section(actuator) if actuator is not None else ""
+    return page(request, "forecasts", index_body(snapshot, request.app[CLOCK](), _unplaced(request)) + buffers)
 
 
 def _error_body(title: str, message: str) -> str:

@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from adapters.pool_matching import UnplacedDemand
+from autoscaler.buffer_sizing import BufferState
 from autoscaler.policy import lead_slice
 from autoscaler.provider import ServedSeries, Snapshot
 from autoscaler.refresher import RefreshStats
@@ -196,6 +197,24 @@ class UnplacedCollector(Collector):
         yield family
 
 
+class BufferCollector(Collector):
+    """Each pool's CapacityBuffer replicas: desired (what the served value asks for; a dry run's would-be
+    write) and reported (the autoscaler's ``status.replicas``), read at scrape time."""
+
+    def __init__(self, states: Callable[[], Sequence[BufferState]]) -> None:
+        self._states = states
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily(
+            "gpu_autoscaler_buffer_replicas", "CapacityBuffer replicas per pool", labels=["pool", "state"]
+        )
+        for state in self._states():
+            for kind, value in (("desired", state.desired.replicas), ("reported", state.reported)):
+                if value is not None:
+                    family.add_metric([state.pool.pool, kind], value)
+        yield family
+
+
 class SelfMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -246,3 +265,6 @@ class SelfMetrics:
 
     def watch_unplaced(self, unplaced: Callable[[], Sequence[UnplacedDemand]]) -> None:
         self.registry.register(UnplacedCollector(unplaced))
+
+    def watch_buffers(self, states: Callable[[], Sequence[BufferState]]) -> None:
+        self.registry.register(BufferCollector(states))

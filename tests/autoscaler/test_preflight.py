@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -311,3 +312,62 @@ async def test_without_settings_it_checks_the_cluster_kubectl_talks_to(cluster, 
         "ok      rbac create subjectaccessreviews.authorization.k8s.io",
     ]
     assert_runtime_failure(result, "preflight: 1 of 6 checks found a problem")
+
+
+# --- the CapacityBuffer writer's requirements -----------------------------------------------------------
+
+
+@pytest.fixture
+def buffer_config(config: Path) -> Callable[[bool], Path]:
+    def write(dry_run: bool) -> Path:
+        document = yaml.safe_load(config.read_text())
+        document |= {
+            "prometheus": {"url": "http://127.0.0.1:9"},
+            "signals": [{"name": "gpus", "preset": "gpus_requested"}],
+            "metrics": {"gpu_headroom": {"signal": "gpus", "kind": "headroom"}},
+            "actuators": {"capacity_buffers": {
+                "dry_run": dry_run,
+                "pools": [{"pool": "a100", "namespace": "gpu", "name": "a100-buffer", "gpus_per_chunk": 8}],
+            }},
+        }  # fmt: skip
+        config.write_text(yaml.safe_dump(document))
+        return config
+
+    return write
+
+
+async def test_buffer_writer_needs_its_permissions_and_the_crd_in_either_version(cluster, buffer_config):
+    result = await preflight("--config", str(buffer_config(False)))
+    lines = result.stdout.splitlines()
+    needed = "(needed by actuators.capacity_buffers)"
+    assert (
+        "ok      rbac get,list,watch,create,patch capacitybuffers.autoscaling.x-k8s.io in namespace gpu: "
+        f"allowed {needed}" in lines
+    )
+    assert f"ok      rbac get,create podtemplates in namespace gpu: allowed {needed}" in lines
+    assert lines[-1] == f"ok      crd capacitybuffers.autoscaling.x-k8s.io/v1beta1: served {needed}"
+    cluster.served_versions["capacitybuffers"] = ("v1alpha1",)  # Cluster Autoscaler's deprecated version only
+    result = await preflight("--config", str(buffer_config(False)))
+    assert result.stdout.splitlines()[-1] == (
+        f"ok      crd capacitybuffers.autoscaling.x-k8s.io/v1beta1: served as v1alpha1 only {needed}"
+    )
+    assert result.exit_code == 0
+    cluster.installed.discard("capacitybuffers")
+    result = await preflight("--config", str(buffer_config(False)))
+    assert result.stdout.splitlines()[-1].startswith(
+        "problem crd capacitybuffers.autoscaling.x-k8s.io/v1beta1: not served by the API; needed by "
+        "actuators.capacity_buffers: enable CapacityBuffers (Karpenter: FEATURE_GATES CapacityBuffer=true"
+    )
+    assert result.exit_code == 1
+
+
+async def test_a_dry_run_needs_only_to_read_buffers(cluster, buffer_config):
+    cluster.ssar_rule = lambda spec: spec["resourceAttributes"]["verb"] in ("get", "list", "watch", "create")
+    result = await preflight("--config", str(buffer_config(True)))
+    lines = [line for line in result.stdout.splitlines() if "capacitybuffers" in line or "podtemplates" in line]
+    assert lines == [
+        "ok      rbac list,watch capacitybuffers.autoscaling.x-k8s.io in namespace gpu: allowed "
+        "(needed by actuators.capacity_buffers)",
+        "ok      crd capacitybuffers.autoscaling.x-k8s.io/v1beta1: served (needed by actuators.capacity_buffers)",
+    ]
+    assert not any("leases" in line for line in result.stdout.splitlines())

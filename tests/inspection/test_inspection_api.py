@@ -256,4 +256,6 @@ def test_openapi_document_is_served(ops_server: OpsServer):
     code, body = ops_server.get_json("/openapi.json")
     assert code == 200
     assert body["openapi"].startswith("3.")
-    assert set(body["paths"]) == {"/api/v1/forecasts", "/api/v1/forecasts/{metric}", "/openapi.json"}
+    assert set(body["paths"]) == {
+        "/api/v1/forecasts", "/api/v1/forecasts/{metric}", "/api/v1/capacity-buffers", "/openapi.json"
+    }  # fmt: skip

@@ -45,6 +45,7 @@ def test_every_operation_conforms(ops_server: OpsServer):
     operations = [result.ok() for result in schema.get_all_operations()]
     # Schemathesis leaves out the document's own path (/openapi.json); it was fetched and validated above.
     assert {f"{op.method.upper()} {op.path}" for op in operations} == {
+        "GET /api/v1/capacity-buffers",
         "GET /api/v1/forecasts",
         "GET /api/v1/forecasts/{metric}",
     }
