@@ -28,7 +28,11 @@ with the buffer is modelled on Karpenter's implementation (the ``CapacityBuffer`
   30 s. A real pod that fits at once on free capacity is bound by the scheduler without ever being
   Pending, so the virtual pods it displaces are provisioned for at the next trigger: up to 30 s later
   (with placeholders, the preempted one is Pending at once). That is modelled: a deficit opens a
-  batch only at a trigger.
+  batch only at a trigger. The requeue's phase comes from when the buffer was created (a write in
+  between adds a reconcile without moving it), unrelated to the trace's minute grid, where fluid
+  demand changes; the requeues are put half a period off that grid (15 s), the mean delay of a
+  random phase. At phase 0 every minute boundary would be a trigger and the delay would vanish on
+  a demand series.
 
 What was read to model this (Karpenter at commit 226646810, not vendored): its capacity-buffer
 design, the provisioner's virtual-pod injection and buffer status, the buffer controller's reconcile
@@ -47,8 +51,10 @@ from autoscaler.simulation.hpa import SYNC_PERIOD_S, HPASpec, milli_value, place
 
 ActuationKind = Literal["placeholder-hpa", "capacity-buffer"]
 ACTUATIONS: tuple[ActuationKind, ...] = ("placeholder-hpa", "capacity-buffer")
-# The buffer controller requeues every buffer this often, and triggers the provisioner each time.
+# The buffer controller requeues every buffer this often, and triggers the provisioner each time;
+# the requeues fall this far after each whole step (see the module's docstring).
 BUFFER_RESYNC_S = 30.0
+BUFFER_RESYNC_OFFSET_S = 15.0
 # A placeholder holds one GPU (the HPA's AverageValue target of 1); a buffer chunk defaults to it.
 PLACEHOLDER_GPUS = 1
 
@@ -107,7 +113,8 @@ def spare_capacity(actuation: Actuation, metric: np.ndarray, step_s: float, star
     first_step = int(start // step_s)
     if actuation.buffer:
         replicas = buffer_replicas(metric[first_step:], actuation.chunk_gpus)
-        ticks = start + BUFFER_RESYNC_S * np.arange(math.ceil((end - start) / BUFFER_RESYNC_S))
+        requeues = math.ceil((end - start - BUFFER_RESYNC_OFFSET_S) / BUFFER_RESYNC_S)
+        ticks = start + BUFFER_RESYNC_OFFSET_S + BUFFER_RESYNC_S * np.arange(max(requeues, 0))
         writes = start + step_s * np.flatnonzero(np.diff(replicas, prepend=-1) != 0)
         triggers = np.unique(np.concatenate([ticks, writes]))
         return SpareCapacity(start, step_s, replicas, actuation.chunk_gpus, triggers)

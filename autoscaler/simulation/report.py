@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from autoscaler.simulation.actuation import BUFFER_RESYNC_S, PLACEHOLDER_GPUS, Actuation
+from autoscaler.simulation.actuation import BUFFER_RESYNC_OFFSET_S, BUFFER_RESYNC_S, PLACEHOLDER_GPUS, Actuation
 from autoscaler.simulation.engine import Outcome
 from autoscaler.simulation.policies import parse_policy
 from autoscaler.simulation.runner import PolicyRun, SimulationResult
@@ -111,7 +111,12 @@ def build_report(
 def actuation_figures(actuation: Actuation) -> dict[str, Any]:
     """How headroom became spare capacity in this run, and the settings that shaped it."""
     if actuation.buffer:
-        return {"kind": actuation.kind, "buffer_chunk_gpus": actuation.chunk_gpus, "resync_seconds": BUFFER_RESYNC_S}
+        return {
+            "kind": actuation.kind,
+            "buffer_chunk_gpus": actuation.chunk_gpus,
+            "resync_seconds": BUFFER_RESYNC_S,
+            "resync_offset_seconds": BUFFER_RESYNC_OFFSET_S,
+        }
     hpa = actuation.hpa
     return {
         "kind": actuation.kind,

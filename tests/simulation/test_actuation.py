@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from autoscaler.simulation.actuation import (
+    BUFFER_RESYNC_OFFSET_S,
     BUFFER_RESYNC_S,
     Actuation,
     buffer_replicas,
@@ -131,7 +132,7 @@ def test_nothing_is_preempted_so_displaced_buffer_capacity_waits_for_the_control
     assert with_buffer.pod_waits.tolist() == [0.0] and with_placeholders.pod_waits.tolist() == [0.0]
     assert _capacity_at(with_placeholders, arrival) == 96  # the pod runs in the buffer's capacity
     assert _capacity_at(with_placeholders, arrival + BATCH_IDLE_S + LEAD_S) == 104
-    trigger = math.ceil(arrival / BUFFER_RESYNC_S) * BUFFER_RESYNC_S
+    trigger = math.ceil((arrival - BUFFER_RESYNC_OFFSET_S) / BUFFER_RESYNC_S) * BUFFER_RESYNC_S + BUFFER_RESYNC_OFFSET_S
     assert trigger > arrival
     ready = trigger + BATCH_IDLE_S + LEAD_S
     assert _capacity_at(with_buffer, ready - 1) == 96 and _capacity_at(with_buffer, ready) == 104
@@ -154,3 +155,13 @@ def test_without_headroom_both_actuations_run_alike():
     assert with_buffer.totals == with_placeholders.totals
     assert with_buffer.pod_waits.tolist() == with_placeholders.pod_waits.tolist()
     assert with_buffer.pod_waits.tolist() == [BATCH_IDLE_S + LEAD_S] * 2
+
+
+def test_buffer_triggers_are_its_writes_and_the_controllers_requeues_off_the_step_grid():
+    metric = np.r_[np.zeros(2), np.full(3, 4.0), np.full(5, 2.0)]  # writes at 2 and 5 minutes
+    spare = spare_capacity(BUFFER, metric, STEP_S, 0.0, 10 * STEP_S)
+    assert spare.triggers is not None
+    requeues = BUFFER_RESYNC_OFFSET_S + BUFFER_RESYNC_S * np.arange(10 * STEP_S / BUFFER_RESYNC_S)
+    writes = np.array([0.0, 2 * STEP_S, 5 * STEP_S])  # the first step writes the buffer too
+    assert spare.triggers.tolist() == sorted(set(requeues.tolist()) | set(writes.tolist()))
+    assert not set(requeues.tolist()) & set((STEP_S * np.arange(10)).tolist())  # never on a step boundary

@@ -84,7 +84,12 @@ def test_json_names_the_actuation(demand_csv):
     code, out, _ = _invoke(*args, "--actuation", "capacity-buffer", "--buffer-chunk-gpus", "2")
     assert code == 0
     buffer = json.loads(out)
-    assert buffer["actuation"] == {"kind": "capacity-buffer", "buffer_chunk_gpus": 2, "resync_seconds": 30.0}
+    assert buffer["actuation"] == {
+        "kind": "capacity-buffer",
+        "buffer_chunk_gpus": 2,
+        "resync_seconds": 30.0,
+        "resync_offset_seconds": 15.0,
+    }
     assert set(buffer["policies"]["static_buffer:8"]) == BASE_KEYS
 
 
