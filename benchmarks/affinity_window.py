@@ -41,6 +41,7 @@ from adapters.cronjobs import CronWindowSettings, windows_for_cronjob
 from adapters.pool_matching import NodePool
 from adapters.types import ScheduledWindow
 from autoscaler.plans import WindowsFunction
+from autoscaler.simulation.actuation import Actuation
 from autoscaler.simulation.engine import Period, run_policy
 from autoscaler.simulation.hpa import HPASpec
 from autoscaler.simulation.inputs import Pods, Workload, make_workload
@@ -129,7 +130,7 @@ def figures(workload: Workload, headroom: np.ndarray, fire_s: float) -> dict[str
     idle: not used by real pods) in the hour before it, and the window pods' wait at p95 (with
     two pods, numpy's interpolation between the two waits, as ``simulate`` reports it)."""
     pool = PoolConfig(GPUS_PER_NODE, LeadTimeDistribution("fixed", LEAD_TIME_S), CONSOLIDATE_AFTER_S)
-    hpa = HPASpec(min_replicas=0)
+    hpa = Actuation(hpa=HPASpec(min_replicas=0))
     before = run_policy(workload, headroom, Period(0.0, fire_s - 3600.0, fire_s), pool, hpa)
     after = run_policy(workload, headroom, Period(0.0, fire_s, workload.end_s), pool, hpa)
     return {

@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import data_helpers  # importable once the path above is set
 
+from autoscaler.simulation.actuation import Actuation
 from autoscaler.simulation.engine import run_policy
 from autoscaler.simulation.hpa import HPASpec
 from autoscaler.simulation.inputs import expand_schedules, make_workload, parse_schedule
@@ -263,7 +264,7 @@ def headroom_bounds() -> None:
     print(f"{'simulated policy':<26} {'short GPU-min':>13} {'GPU-hours':>10}")
     worst_hours: dict[str, float] = {}
     for name, metric in metrics.items():
-        outcome = run_policy(workload, metric, period, pool, HPASpec())
+        outcome = run_policy(workload, metric, period, pool, Actuation(hpa=HPASpec()))
         totals = outcome.totals
         print(f"{name:<26} {totals.short / 60:>13,.0f} {totals.provisioned / 3600:>10,.0f}")
         # Short GPUs at each scored minute, summed per clock hour: how much a few hours weigh.

@@ -58,6 +58,7 @@ from autoscaler.provider import ProviderError, SnapshotProvider, empty_snapshot 
 from autoscaler.refresher import Refresher  # noqa: E402
 from autoscaler.selectors import parse_selector  # noqa: E402
 from autoscaler.settings import Settings  # noqa: E402
+from autoscaler.simulation.actuation import Actuation  # noqa: E402
 from autoscaler.simulation.engine import Period, run_policy  # noqa: E402
 from autoscaler.simulation.hpa import HPASpec  # noqa: E402
 from autoscaler.simulation.inputs import Pods, make_workload  # noqa: E402
@@ -154,7 +155,7 @@ def simulate(scenario: Scenario, origin: pd.Timestamp, headroom: np.ndarray, las
     pool = PoolConfig(GPUS_PER_NODE, LeadTimeDistribution("fixed", LEAD_TIME_S), CONSOLIDATE_AFTER_S)
     scored_from = (last_end - origin).total_seconds()
     period = Period(start=0.0, scored_from=scored_from, end=len(headroom) * 60.0)
-    outcome = run_policy(workload, headroom, period, pool, HPASpec(min_replicas=0))
+    outcome = run_policy(workload, headroom, period, pool, Actuation(hpa=HPASpec(min_replicas=0)))
     idle_hours = (outcome.totals.provisioned - outcome.totals.used) / 3600
     after = outcome.capacity_times >= scored_from
     empty = np.flatnonzero(after & (outcome.capacity_values == 0))

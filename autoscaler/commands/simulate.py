@@ -1,5 +1,6 @@
 """``gpu-autoscaler simulate``: replay a demand series or a pod trace through a simulated cluster
-(HPA on placeholder pods, a Karpenter-like node pool) under several policies, and compare them."""
+(HPA on placeholder pods, or a CapacityBuffer; a Karpenter-like node pool) under several policies,
+and compare them."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ from pathlib import Path
 
 import click
 import pandas as pd
+from click.core import ParameterSource
 
 from autoscaler.commands.output import emit
 from autoscaler.commands.progress import progress_bar
 from autoscaler.settings import ForecastSettings
+from autoscaler.simulation.actuation import ACTUATIONS, PLACEHOLDER_GPUS, Actuation, ActuationKind
 from autoscaler.simulation.forecasting import ForecastCadence
 from autoscaler.simulation.hpa import DEFAULT_SCALE_DOWN, HPASpec, ScalingRules
 from autoscaler.simulation.inputs import InputError, WindowSchedule, demand_workload, parse_schedule, pod_workload
@@ -74,6 +77,21 @@ def _seconds(flag: str, text: str, *, allow_zero: bool = False) -> float:
     "--scale-down-stabilization", default="300s", show_default=True, help="the placeholder HPA's scale-down window"
 )
 @click.option(
+    "--actuation",
+    type=click.Choice(ACTUATIONS),
+    default="placeholder-hpa",
+    show_default=True,
+    help="how headroom becomes spare capacity: an HPA scaling 1-GPU placeholder pods, or a CapacityBuffer's "
+    "spec.replicas written at every step (virtual pods, no HPA, nothing preempted)",
+)
+@click.option(
+    "--buffer-chunk-gpus",
+    type=int,
+    default=None,
+    help=f"GPUs of one CapacityBuffer replica (its PodTemplate), with --actuation capacity-buffer "
+    f"[default: {PLACEHOLDER_GPUS}, a placeholder's size]",
+)
+@click.option(
     "--sweep-static",
     is_flag=True,
     help="also run static_buffer:0,1,2,... until past the costliest auto policy's GPU-hours, and compare "
@@ -109,10 +127,12 @@ def simulate_command(
     scale_down_stabilization: str,
     sweep_static: bool,
     sweep_rolling_max: bool,
+    actuation: ActuationKind,
+    buffer_chunk_gpus: int | None,
     workers: int,
     seed: int,
 ) -> None:
-    """Simulate placeholder-based GPU provisioning under several policies and compare them."""
+    """Simulate GPU pre-provisioning (placeholders or a CapacityBuffer) under several policies and compare them."""
     try:
         source = _source(input_path, pods_path)
         _check_nodes_price_and_plot(gpus_per_node, gpu_hour_price, plot_path)
@@ -120,7 +140,7 @@ def simulate_command(
         specs = _policies(policies, sweep_static, sweep_rolling_max)
         windows: tuple[WindowSchedule, ...] = tuple(parse_schedule(text) for text in schedules)
         distribution = parse_lead_time_distribution(lead_time_distribution or f"fixed:{lead_time}")
-        stabilization = _seconds("--scale-down-stabilization", scale_down_stabilization, allow_zero=True)
+        actuated = _actuation(actuation, scale_down_stabilization, buffer_chunk_gpus, gpus_per_node)
         margin_s = _seconds("--lead-time-margin", lead_time_margin, allow_zero=True)
         cadence = _cadence(forecast_step, reselect_every, refit_every, lookback, lead_s=lead_s + margin_s, seed=seed)
         _check_forecast_step(cadence, step_s, step_text=step, forecast_step_text=forecast_step)
@@ -131,10 +151,8 @@ def simulate_command(
             warmup_s=_seconds("--warmup", warmup, allow_zero=True),
             lead_distribution=distribution,
             consolidate_after_s=_seconds("--consolidate-after", consolidate_after, allow_zero=True),
-            cadence=cadence,
-            hpa=HPASpec(scale_down=ScalingRules(int(stabilization), DEFAULT_SCALE_DOWN.policies)),
-            seed=seed,
-        )
+            cadence=cadence, actuation=actuated, seed=seed,
+        )  # fmt: skip
         read = pod_workload if pods_path is not None else demand_workload
         workload = read(source, pd.Timedelta(seconds=step_s), windows, gpus_per_node)
         with progress_bar("simulating") as progress:
@@ -161,6 +179,25 @@ def _check_nodes_price_and_plot(gpus_per_node: int, gpu_hour_price: float | None
         raise ValueError(f"--plot {plot_path}: directory {plot_path.parent} does not exist")
     if gpu_hour_price is not None and not gpu_hour_price >= 0:
         raise ValueError(f"--gpu-hour-price must be a number >= 0, got {gpu_hour_price}")
+
+
+def _actuation(kind: ActuationKind, stabilization: str, chunk_gpus: int | None, gpus_per_node: int) -> Actuation:
+    """The actuation; a flag that belongs to the other one is a usage error, not silently ignored."""
+    if kind == "placeholder-hpa":
+        if chunk_gpus is not None:
+            raise ValueError("--buffer-chunk-gpus sizes CapacityBuffer replicas: it needs --actuation capacity-buffer")
+        window_s = _seconds("--scale-down-stabilization", stabilization, allow_zero=True)
+        return Actuation(kind, hpa=HPASpec(scale_down=ScalingRules(int(window_s), DEFAULT_SCALE_DOWN.policies)))
+    source = click.get_current_context().get_parameter_source("scale_down_stabilization")
+    if source is not ParameterSource.DEFAULT:
+        raise ValueError(
+            "--scale-down-stabilization is the placeholder HPA's: --actuation capacity-buffer has no HPA "
+            "(the buffer's replicas follow the served headroom directly)"
+        )
+    chunk = PLACEHOLDER_GPUS if chunk_gpus is None else chunk_gpus
+    if not 1 <= chunk <= gpus_per_node:
+        raise ValueError(f"--buffer-chunk-gpus must be from 1 to --gpus-per-node ({gpus_per_node}), got {chunk}")
+    return Actuation(kind, chunk_gpus=chunk)
 
 
 def _policies(text: str, sweep_static: bool, sweep_rolling_max: bool) -> tuple[PolicySpec, ...]:

@@ -1,7 +1,9 @@
 """Who holds the Ready GPUs: real pods first, placeholders in whatever is left.
 
 Placeholders have a negative priority, so a real pod that does not fit preempts them at once (a
-``pause`` container exits immediately); a placeholder only holds capacity. Real work is served in
+``pause`` container exits immediately); a placeholder only holds capacity. A CapacityBuffer's virtual
+pods are counted the same way (``placeholders`` in GPUs, whole chunks of ``chunk_gpus``): they hold
+no GPU a real pod wants, only free Ready GPUs, which keeps those nodes from counting as empty. Real work is served in
 arrival order (the scheduler's queue orders equal priorities by arrival) with backfill: a pod that
 does not fit does not block a later one that does. Fluid demand (a CSV series) is one queue entry
 that has waited since it first went unserved; at equal arrival times it goes first.
@@ -35,8 +37,9 @@ class ClusterState:
         self._pending: deque[int] = deque()
         self._finishing: list[tuple[float, int]] = []  # heap of (finish time, pod)
         self._next_arrival = 0
-        self.placeholders = 0
-        self.placeholders_running = 0
+        self.placeholders = 0  # GPUs of placeholders or virtual pods wanted
+        self.placeholders_running = 0  # of them, GPUs on Ready nodes
+        self.chunk_gpus = 1  # GPUs of one placeholder or virtual pod
 
     # -- events ----------------------------------------------------------------------------------
 
@@ -112,7 +115,13 @@ class ClusterState:
             free -= grant
         if fluid_waiting <= 1e-9:
             self._fluid_waiting_since = math.inf
-        self.placeholders_running = min(self.placeholders, max(0, int(free + 1e-9)))
+        chunk = self.chunk_gpus
+        self.placeholders_running = min(self.placeholders, max(0, chunk * int(free / chunk + 1e-9)))
+
+    @property
+    def real_waiting(self) -> bool:
+        """Whether real work waits for capacity (a Pending pod, or fluid demand unserved)."""
+        return bool(self._pending) or self.fluid_wanted - self.fluid_running > 1e-9
 
     def free_gpus(self, capacity: float) -> float:
         """Ready GPUs held by nobody, not even a placeholder."""

@@ -1,10 +1,12 @@
-"""The time loop for one policy: HPA syncs, real demand, placeholders, and the node pool.
+"""The time loop for one policy: real demand, the spare capacity asked for, and the node pool.
 
-The placeholder count depends only on the served metric and the HPA's own memory (``status.replicas``
-counts Pending pods too), so the HPA runs first over every 15 s sync. The cluster then advances from
-one change to the next: a demand step, a placeholder count change, a pod arrival or finish, a node
-turning Ready, a batch closing, or an empty node reaching ``consolidateAfter``. Nothing changes in
-between, so totals are integrated exactly over those intervals.
+The spare capacity (placeholders, or a CapacityBuffer's virtual pods: :mod:`.actuation`) depends only
+on the served metric and, for placeholders, the HPA's own memory (``status.replicas`` counts Pending
+pods too), so it is computed first over the whole run. The cluster then advances from one change to
+the next: a demand step, a placeholder or buffer count change, a provisioner trigger (buffers only),
+a pod arrival or finish, a node turning Ready, a batch closing, or an empty node reaching
+``consolidateAfter``. Nothing changes in between, so totals are integrated exactly over those
+intervals.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from autoscaler.simulation.actuation import Actuation, SpareCapacity, spare_capacity
 from autoscaler.simulation.cluster import ClusterState
-from autoscaler.simulation.hpa import SYNC_PERIOD_S, HPASpec, milli_value, placeholder_replicas
 from autoscaler.simulation.inputs import Workload
 from autoscaler.simulation.provisioner import NodePool, PoolConfig
 
@@ -51,26 +53,23 @@ class Outcome:
     window_pod_waits: np.ndarray
     capacity_times: np.ndarray  # Ready GPUs, as a step function: from each time on
     capacity_values: np.ndarray
+    # Placeholders (after each 15 s sync) or buffer replicas (per step), from the period's start.
     placeholders: np.ndarray = field(default_factory=lambda: np.zeros(0))
     seconds: float = 0.0  # wall time of this run (HPA and cluster loops)
 
 
-def sync_times(period: Period) -> np.ndarray:
-    count = math.ceil((period.end - period.start) / SYNC_PERIOD_S)
-    return period.start + SYNC_PERIOD_S * np.arange(count)
-
-
 def run_policy(
-    workload: Workload, metric: np.ndarray, period: Period, pool_config: PoolConfig, hpa: HPASpec
+    workload: Workload, metric: np.ndarray, period: Period, pool_config: PoolConfig, actuation: Actuation
 ) -> Outcome:
-    """Simulate one policy whose served metric (placeholder GPUs wanted) is ``metric[step]``."""
+    """Simulate one policy whose served metric (spare GPUs wanted) is ``metric[step]``, actuated by
+    placeholders under an HPA or by a CapacityBuffer."""
     started = time.perf_counter()
-    syncs = sync_times(period)
     first_step = int(period.start // workload.step_s)
-    replicas = _placeholder_replicas(workload, metric, syncs, first_step, hpa)
+    spare = spare_capacity(actuation, metric, workload.step_s, period.start, period.end)
     cluster, pool = _starting_cluster(workload, period, first_step, pool_config)
-    scheduled_times = _scheduled_times(workload, period, first_step, syncs, replicas)
-    totals, capacity_times, capacity_values = _step_through(workload, period, cluster, pool, replicas, scheduled_times)
+    cluster.chunk_gpus = spare.chunk_gpus
+    scheduled_times = _scheduled_times(workload, period, first_step, spare)
+    totals, capacity_times, capacity_values = _step_through(workload, period, cluster, pool, spare, scheduled_times)
     pod_waits, window_pod_waits = _scored_pod_waits(workload, period, cluster.started)
     return Outcome(
         totals=totals,
@@ -78,23 +77,9 @@ def run_policy(
         window_pod_waits=window_pod_waits,
         capacity_times=np.asarray(capacity_times),
         capacity_values=np.asarray(capacity_values, dtype=np.float64),
-        placeholders=replicas,
+        placeholders=spare.replicas,
         seconds=time.perf_counter() - started,
     )
-
-
-def _placeholder_replicas(
-    workload: Workload, metric: np.ndarray, syncs: np.ndarray, first_step: int, hpa: HPASpec
-) -> np.ndarray:
-    """The placeholder Deployment's replicas after each sync, as the HPA scales it on ``metric``."""
-    # The served value as the HPA reads it (a quantity in milli-units, rounded up), once per step;
-    # NaN is a metric the HPA cannot read (-1).
-    served = np.asarray(
-        [-1 if math.isnan(value) else milli_value(max(value, 0.0)) for value in metric[first_step:].tolist()],
-        dtype=np.int64,
-    )
-    usage = served[np.minimum((syncs // workload.step_s).astype(np.int64), workload.steps - 1) - first_step]
-    return placeholder_replicas(syncs, usage, hpa)
 
 
 def _starting_cluster(
@@ -110,13 +95,12 @@ def _starting_cluster(
     return cluster, pool
 
 
-def _scheduled_times(
-    workload: Workload, period: Period, first_step: int, syncs: np.ndarray, replicas: np.ndarray
-) -> list[float]:
-    """Moments known in advance, in order: fluid demand changes and placeholder count changes."""
+def _scheduled_times(workload: Workload, period: Period, first_step: int, spare: SpareCapacity) -> list[float]:
+    """Moments known in advance, in order: fluid demand changes, placeholder or buffer count changes,
+    and the buffer controller's provisioner triggers."""
     changed_steps = np.flatnonzero(np.diff(workload.base[first_step:]) != 0) + first_step + 1
-    changed_syncs = np.flatnonzero(np.diff(replicas, prepend=-1) != 0)
-    scheduled = np.unique(np.concatenate([changed_steps * workload.step_s, syncs[changed_syncs]]))
+    triggers = spare.triggers if spare.triggers is not None else np.zeros(0)
+    scheduled = np.unique(np.concatenate([changed_steps * workload.step_s, spare.change_times(), triggers]))
     times: list[float] = scheduled[(scheduled >= period.start) & (scheduled < period.end)].tolist()
     return times
 
@@ -126,19 +110,22 @@ def _step_through(
     period: Period,
     cluster: ClusterState,
     pool: NodePool,
-    replicas: np.ndarray,
+    spare: SpareCapacity,
     scheduled_times: list[float],
 ) -> tuple[Totals, list[float], list[int]]:
     """Advance the cluster from one change to the next until ``period.end``: the scored totals, and
     Ready capacity as a step function (times it changed, GPUs from then on).
 
     The hot loop, kept whole: per step it reads only locals and plain lists (not NumPy arrays), and
-    calls only builtins and the cluster's and the pool's own methods.
+    calls only builtins and the cluster's and the pool's own methods. Without buffer triggers, any
+    deficit is a Pending pod and triggers the provisioner; with them, a trigger or a waiting real pod.
     """
     step_s = workload.step_s
     gpus_per_node = pool.config.gpus_per_node
     base_values = workload.base.tolist()
-    replica_values = replicas.tolist()
+    spare_gpus = spare.gpus.tolist()
+    spare_start, spare_interval = spare.start, spare.interval
+    triggers = None if spare.triggers is None else set(spare.triggers.tolist())
     totals = Totals()
     capacity_times: list[float] = [period.start]
     capacity_values: list[int] = [pool.capacity]
@@ -149,11 +136,12 @@ def _step_through(
         pool.turn_ready(now)
         cluster.advance(now)
         cluster.fluid_wanted = base_values[min(int(now // step_s), len(base_values) - 1)]
-        cluster.placeholders = replica_values[min(int((now - period.start) // SYNC_PERIOD_S), len(replica_values) - 1)]
+        cluster.placeholders = spare_gpus[min(int((now - spare_start) // spare_interval), len(spare_gpus) - 1)]
         cluster.allocate(now, pool.capacity)
         pool.track_empty(now, cluster.free_gpus(pool.capacity))
         launched_before = pool.launches
-        pool.provision(now, cluster.wanted_gpus())
+        triggered = triggers is None or now in triggers or cluster.real_waiting
+        pool.provision(now, cluster.wanted_gpus(), triggered)
         if now >= scored_from:
             totals.launches += pool.launches - launched_before
         if pool.capacity != capacity_values[-1]:

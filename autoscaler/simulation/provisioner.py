@@ -84,9 +84,13 @@ class NodePool:
             timers.popleft()
             self.ready -= 1
 
-    def provision(self, now: float, wanted_gpus: float) -> None:
+    def provision(self, now: float, wanted_gpus: float, triggered: bool = True) -> None:
         """Karpenter's loop for ``wanted_gpus`` requested by pods (Pending or not): pods that do not
-        fit on Ready or launching nodes open or extend a batch; when it closes, nodes are launched."""
+        fit on Ready or launching nodes open or extend a batch; when it closes, nodes are launched.
+
+        ``triggered`` says whether something triggers the provisioner now. A Pending pod always does
+        (the default); a CapacityBuffer's virtual pods do only through the buffer controller, so an
+        unmet virtual pod opens or extends a batch only at such a trigger."""
         config = self.config
         deficit = wanted_gpus - (self.ready + len(self._launching)) * config.gpus_per_node
         if now >= self._batch_close:
@@ -101,6 +105,8 @@ class NodePool:
             return
         if deficit <= 0:
             self._last_deficit = 0.0
+            return
+        if not triggered:
             return
         if self._batch_start == math.inf:
             self._batch_start = now

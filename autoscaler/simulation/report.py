@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from autoscaler.simulation.actuation import BUFFER_RESYNC_OFFSET_S, BUFFER_RESYNC_S, PLACEHOLDER_GPUS, Actuation
 from autoscaler.simulation.engine import Outcome
 from autoscaler.simulation.policies import parse_policy
 from autoscaler.simulation.runner import PolicyRun, SimulationResult
@@ -87,6 +88,7 @@ def build_report(
         "lead_time_distribution": config.lead_distribution.text,
         "consolidate_after_seconds": _round(config.consolidate_after_s),
         "declared_windows": len(workload.windows),
+        "actuation": actuation_figures(config.actuation),
         "policies": {
             text: policy_figures(run, pods=pods, windows=windows, gpu_hour_price=gpu_hour_price)
             for text, run in result.runs.items()
@@ -101,9 +103,27 @@ def build_report(
             report[key] = _sweep_figures(sweep)
             swept.update(report[key])
     frontier = frontier_check(report["policies"], swept)
-    if frontier:
-        report["frontier"] = frontier
+    if frontier:  # each judgement names the actuation it holds for
+        report["frontier"] = {text: {**check, "actuation": config.actuation.kind} for text, check in frontier.items()}
     return report
+
+
+def actuation_figures(actuation: Actuation) -> dict[str, Any]:
+    """How headroom became spare capacity in this run, and the settings that shaped it."""
+    if actuation.buffer:
+        return {
+            "kind": actuation.kind,
+            "buffer_chunk_gpus": actuation.chunk_gpus,
+            "resync_seconds": BUFFER_RESYNC_S,
+            "resync_offset_seconds": BUFFER_RESYNC_OFFSET_S,
+        }
+    hpa = actuation.hpa
+    return {
+        "kind": actuation.kind,
+        "placeholder_gpus": PLACEHOLDER_GPUS,
+        "hpa_tolerance": hpa.tolerance,
+        "scale_down_stabilization_seconds": hpa.scale_down.stabilization_window_seconds,
+    }
 
 
 def _sweep_figures(sweep: dict[str, Outcome]) -> dict[str, dict[str, float]]:
@@ -123,6 +143,7 @@ def render_table(report: dict[str, Any]) -> None:
     table = Table(
         title=f"{report['input']}: {report['scored']['start']} to {report['scored']['end']}, "
         f"lead time {report['lead_time_seconds']:g} s ({report['lead_time_distribution']})"
+        + (f", actuation {report['actuation']['kind']}" if "actuation" in report else "")
     )
     columns = list(next(iter(report["policies"].values())))
     table.add_column("policy", no_wrap=True)
@@ -145,13 +166,14 @@ def render_table(report: dict[str, Any]) -> None:
 
 
 def _frontier_line(text: str, check: dict[str, Any]) -> str:
+    through = f" ({check['actuation']})" if "actuation" in check else ""
     if check["best_heuristic"] is None:
-        return f"{text}: no heuristic run provisions as few GPU-hours"
+        return f"{text}{through}: no heuristic run provisions as few GPU-hours"
     verdict = "dominated" if check["dominated"] else "not dominated"
     reduction = check["short_reduction"]
     change = "more" if reduction is None else f"{abs(reduction):.1%} {'fewer' if reduction >= 0 else 'more'}"
     return (
-        f"{text}: {change} short GPU-minutes than {check['best_heuristic']} "
+        f"{text}{through}: {change} short GPU-minutes than {check['best_heuristic']} "
         f"({check['heuristic_short_gpu_minutes']:,.0f} at {check['heuristic_provisioned_gpu_hours']:,.0f} GPU-hours), "
         f"the best heuristic at no more GPU-hours: {verdict}"
     )
@@ -207,7 +229,8 @@ def _plot_capacity(result: SimulationResult, path: Path) -> None:
         axis.fill_between(times, demand, color="lightgray", step="post", label="demand (GPUs requested)")
         axis.step(times, capacity, where="post", color="tab:blue", linewidth=0.8, label="Ready capacity")
         short = run.outcome.totals.short / 60
-        axis.set_title(f"{run.spec.text}: {short:,.0f} GPU-minutes short", fontsize=9, loc="left")
+        title = f"{run.spec.text} ({result.config.actuation.kind}): {short:,.0f} GPU-minutes short"
+        axis.set_title(title, fontsize=9, loc="left")
         axis.set_ylabel("GPUs")
     axes[0, 0].legend(loc="upper right", fontsize=8)
     figure.autofmt_xdate()
@@ -245,7 +268,9 @@ def _plot_tradeoff(result: SimulationResult, path: Path) -> None:
             axis.annotate(text, (hours_point, short_point), textcoords="offset points", xytext=(4, 4), fontsize=7)
     axis.set_xlabel("provisioned GPU-hours")
     axis.set_ylabel("short GPU-minutes")
-    axis.set_title("Short GPU-minutes against provisioned GPU-hours (lower left is better)")
+    axis.set_title(
+        f"Short GPU-minutes against provisioned GPU-hours, {result.config.actuation.kind} (lower left is better)"
+    )
     axis.grid(alpha=0.3)
     axis.legend(fontsize=8)
     _save(figure, path)

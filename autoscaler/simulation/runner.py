@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from autoscaler.simulation.actuation import Actuation
 from autoscaler.simulation.engine import Outcome, Period, run_policy
 from autoscaler.simulation.forecasting import (
     BlockResult,
@@ -25,7 +26,6 @@ from autoscaler.simulation.forecasting import (
     plan_blocks,
     run_block,
 )
-from autoscaler.simulation.hpa import HPASpec
 from autoscaler.simulation.inputs import Workload
 from autoscaler.simulation.lead_times import LeadTimeDistribution
 from autoscaler.simulation.policies import (
@@ -54,7 +54,7 @@ class SimulationConfig:
     lead_distribution: LeadTimeDistribution  # what nodes really take
     consolidate_after_s: float
     cadence: ForecastCadence
-    hpa: HPASpec = field(default_factory=HPASpec)
+    actuation: Actuation = field(default_factory=Actuation)
     seed: int = 0
 
 
@@ -109,7 +109,8 @@ def _planning(workload: Workload, period: Period, config: SimulationConfig) -> P
         lead_s=config.lead_time_s + config.lead_margin_s,
         oracle_lead_s=config.lead_distribution.quantile(ORACLE_LEAD_QUANTILE),
         batch_max_s=BATCH_MAX_S,
-        tolerance=config.hpa.tolerance,
+        # The oracle scales its headroom past the HPA's tolerance band; a buffer has none.
+        tolerance=0.0 if config.actuation.buffer else config.actuation.hpa.tolerance,
     )
 
 
@@ -154,10 +155,10 @@ class _ClusterRuns:
     workload: Workload
     period: Period
     pool_config: PoolConfig
-    hpa: HPASpec
+    actuation: Actuation
 
     def submit(self, jobs: _Jobs, tag: Tag, metric: np.ndarray) -> None:
-        jobs.submit(tag, run_policy, self.workload, metric, self.period, self.pool_config, self.hpa)
+        jobs.submit(tag, run_policy, self.workload, metric, self.period, self.pool_config, self.actuation)
 
 
 class _PolicyJobs:
@@ -293,7 +294,7 @@ def simulate(
     started = time.perf_counter()
     period = simulation_period(workload, config.warmup_s)
     planning = _planning(workload, period, config)
-    cluster_runs = _ClusterRuns(workload, period, _pool_config(config), config.hpa)
+    cluster_runs = _ClusterRuns(workload, period, _pool_config(config), config.actuation)
     policy_jobs = _PolicyJobs(specs, cluster_runs, planning, config.cadence)
     jobs = _Jobs(workers)
     static: dict[str, Outcome] = {}

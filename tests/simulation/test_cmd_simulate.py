@@ -69,6 +69,41 @@ def test_json_has_exactly_the_documented_keys(demand_csv):
         assert f["idle_gpu_hours"] == pytest.approx(f["provisioned_gpu_hours"] - used, abs=0.01)
 
 
+def test_json_names_the_actuation(demand_csv):
+    args = ("--input", str(demand_csv), "--warmup", "1d", "--policies", "reactive,static_buffer:8")
+    default, explicit = _invoke(*args), _invoke(*args, "--actuation", "placeholder-hpa")
+    assert default[0] == explicit[0] == 0
+    placeholders, explicit_report = json.loads(default[1]), json.loads(explicit[1])
+    assert placeholders["actuation"] == {
+        "kind": "placeholder-hpa",
+        "placeholder_gpus": 1,
+        "hpa_tolerance": 0.1,
+        "scale_down_stabilization_seconds": 300,
+    }
+    assert placeholders["policies"] == explicit_report["policies"]  # the default is the placeholder HPA
+    code, out, _ = _invoke(*args, "--actuation", "capacity-buffer", "--buffer-chunk-gpus", "2")
+    assert code == 0
+    buffer = json.loads(out)
+    assert buffer["actuation"] == {
+        "kind": "capacity-buffer",
+        "buffer_chunk_gpus": 2,
+        "resync_seconds": 30.0,
+        "resync_offset_seconds": 15.0,
+    }
+    assert set(buffer["policies"]["static_buffer:8"]) == BASE_KEYS
+
+
+def test_sweep_static_runs_through_the_capacity_buffer(demand_csv):
+    code, out, _ = _invoke(
+        "--input", str(demand_csv), "--warmup", "1d", "--policies", "reactive,auto:0.9",
+        "--actuation", "capacity-buffer", "--sweep-static", "--format", "table",
+    )  # fmt: skip
+    assert code == 0
+    assert "actuation capacity-buffer" in " ".join(out.split())  # the title, however rich wraps it
+    assert "static buffers swept: static_buffer:0 to static_buffer:" in out
+    assert "auto:0.9 (capacity-buffer): " in out
+
+
 def test_price_and_schedule_add_their_keys(demand_csv):
     code, out, _ = _invoke(
         "--input", str(demand_csv), "--warmup", "1d", "--policies", "reactive,scheduled",
@@ -126,6 +161,12 @@ def test_table_and_pictures(demand_csv, tmp_path):
         (["--refit-every", "12h"], "--refit-every"),
         (["--policies", "reactive,static_buffer:8", "--sweep-static"], "give at least one auto:Q"),
         (["--policies", "reactive,reactive_max:30m", "--sweep-rolling-max"], "give at least one auto:Q"),
+        (["--actuation", "hpa"], "'--actuation'"),
+        (["--buffer-chunk-gpus", "4"], "--buffer-chunk-gpus sizes CapacityBuffer replicas: it needs --actuation"),
+        (["--actuation", "placeholder-hpa", "--buffer-chunk-gpus", "1"], "it needs --actuation capacity-buffer"),
+        (["--actuation", "capacity-buffer", "--scale-down-stabilization", "300s"], "has no HPA"),
+        (["--actuation", "capacity-buffer", "--buffer-chunk-gpus", "9"], "from 1 to --gpus-per-node (8), got 9"),
+        (["--actuation", "capacity-buffer", "--buffer-chunk-gpus", "0"], "from 1 to --gpus-per-node (8), got 0"),
     ],
 )
 def test_bad_input_is_a_usage_error(demand_csv, args, message):

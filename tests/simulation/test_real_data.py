@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
 
 from autoscaler.commands.simulate import simulate_command
+from autoscaler.simulation.actuation import Actuation
+from autoscaler.simulation.forecasting import ForecastCadence
+from autoscaler.simulation.hpa import SYNC_PERIOD_S
+from autoscaler.simulation.inputs import Pods, Workload, make_workload
+from autoscaler.simulation.lead_times import parse_lead_time_distribution
+from autoscaler.simulation.policies import parse_policies
+from autoscaler.simulation.runner import SimulationConfig, simulate
 from tests import data_helpers
 
 pytestmark = [
@@ -120,4 +129,37 @@ def test_frontier_judges_each_auto_against_every_heuristic_run(helios_report):
         assert check["heuristic_short_gpu_minutes"] == cheaper[best]["short_gpu_minutes"]
         assert check["heuristic_provisioned_gpu_hours"] == cheaper[best]["provisioned_gpu_hours"]
         assert check["dominated"] == (auto["short_gpu_minutes"] > cheaper[best]["short_gpu_minutes"])
+        assert check["actuation"] == "placeholder-hpa"  # the default, named in every judgement
     assert report["tradeoff_png"][:8] == b"\x89PNG\r\n\x1a\n"  # both sweeps drawn as curves
+
+
+def _helios_workload(days: int) -> Workload:
+    series = data_helpers.helios_running_gpus().iloc[: days * 1440]
+    origin = pd.Timestamp(series.index[0])
+    return make_workload("helios", origin, 60.0, series.to_numpy(dtype=np.float64), Pods.empty(), ())
+
+
+def test_capacity_buffer_tracks_headroom_step_by_step_on_a_helios_slice():
+    """Two days of Helios under a rolling max: the buffer's replicas are the served headroom, rounded
+    up, at every step of the run; the HPA's placeholders are not (tolerance, stabilisation)."""
+    workload = _helios_workload(2)
+    config = SimulationConfig(
+        gpus_per_node=8, lead_time_s=300.0, lead_margin_s=90.0, warmup_s=86400.0,
+        lead_distribution=parse_lead_time_distribution("fixed:5m"), consolidate_after_s=600.0,
+        cadence=ForecastCadence(),
+    )  # fmt: skip
+    specs = parse_policies("reactive,reactive_max:60m")
+    buffer = simulate(workload, specs, replace(config, actuation=Actuation("capacity-buffer")))
+    placeholders = simulate(workload, specs, config)
+    first_step = int(buffer.period.start // workload.step_s)
+    run = buffer.runs["reactive_max:60m"]
+    served = run.metric[first_step:]
+    assert run.outcome.placeholders.tolist() == np.ceil(served).astype(int).tolist()
+    assert len(np.unique(run.outcome.placeholders)) > 10  # the headroom really moves on this slice
+    # The HPA's placeholders at each sync differ from the headroom it read at some syncs.
+    hpa = placeholders.runs["reactive_max:60m"].outcome.placeholders
+    syncs = buffer.period.start + SYNC_PERIOD_S * np.arange(len(hpa))
+    read = np.ceil(served[(syncs // workload.step_s).astype(int) - first_step]).astype(int)
+    assert np.any(hpa != read)
+    # With no headroom the actuation makes no difference.
+    assert buffer.runs["reactive"].outcome.totals == placeholders.runs["reactive"].outcome.totals

@@ -12,9 +12,12 @@ import numpy as np
 import pytest
 
 from autoscaler.simulation import report as report_module
+from autoscaler.simulation.actuation import Actuation
+from autoscaler.simulation.forecasting import ForecastCadence
+from autoscaler.simulation.lead_times import parse_lead_time_distribution
 from autoscaler.simulation.policies import parse_policy
 from autoscaler.simulation.report import frontier_check, render_table
-from autoscaler.simulation.runner import PolicyRun, SimulationResult
+from autoscaler.simulation.runner import PolicyRun, SimulationConfig, SimulationResult
 from tests.simulation.fakes import outcome
 
 
@@ -146,11 +149,17 @@ def test_tradeoff_picture_draws_each_sweep_as_its_own_dashed_curve(monkeypatch: 
         text: PolicyRun(spec=parse_policy(text), outcome=result, metric=np.zeros(0))
         for text, result in outcomes(POLICIES).items()
     }
+    config = SimulationConfig(
+        gpus_per_node=8, lead_time_s=300.0, lead_margin_s=90.0, warmup_s=0.0,
+        lead_distribution=parse_lead_time_distribution("fixed:5m"), consolidate_after_s=600.0,
+        cadence=ForecastCadence(), actuation=Actuation("capacity-buffer"),
+    )  # fmt: skip
     result = SimulationResult(
-        workload=None, period=None, config=None, runs=runs, seconds=0.0,  # the picture reads neither
+        workload=None, period=None, config=config, runs=runs, seconds=0.0,  # the picture reads neither
         static_sweep=outcomes(STATIC_SWEEP), rolling_max_sweep=outcomes(ROLLING_MAX_SWEEP),
     )  # fmt: skip
     report_module._plot_tradeoff(result, Path("unused.png"))
+    assert "capacity-buffer" in saved[0].axes[0].get_title()  # the picture names the actuation
     curves = {line.get_label(): line for line in saved[0].axes[0].get_lines() if line.get_linestyle() == "--"}
     assert set(curves) == {"static_buffer, swept", "reactive_max, swept"}
     rolling = curves["reactive_max, swept"]
