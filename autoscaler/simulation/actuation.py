@@ -47,6 +47,7 @@ from typing import Literal
 
 import numpy as np
 
+from autoscaler.buffer_sizing import replicas_for
 from autoscaler.simulation.hpa import SYNC_PERIOD_S, HPASpec, milli_value, placeholder_replicas
 
 ActuationKind = Literal["placeholder-hpa", "capacity-buffer"]
@@ -96,13 +97,14 @@ class SpareCapacity:
 
 
 def buffer_replicas(headroom: np.ndarray, chunk_gpus: int) -> np.ndarray:
-    """``ceil(headroom / chunk_gpus)`` per step; a value that cannot be served (NaN, negative, infinite)
-    writes nothing, so the last written count stays (0 before the first)."""
+    """The live writer's ``replicas_for`` (``ceil(headroom / chunk_gpus)``) per step; a value that
+    cannot be served (NaN, negative, infinite) writes nothing, so the last written count stays (0
+    before the first)."""
     replicas = np.zeros(len(headroom), dtype=np.int64)
     current = 0
     for position, value in enumerate(headroom.tolist()):
         if math.isfinite(value) and value >= 0:
-            current = math.ceil(value / chunk_gpus)
+            current = replicas_for(value, chunk_gpus)
         replicas[position] = current
     return replicas
 
