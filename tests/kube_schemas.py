@@ -1,8 +1,9 @@
 """What kube-apiserver would refuse, for the objects the fake API (``tests/fakekube.py``) stores or accepts.
 
-- Karpenter NodePools and NodeClaims: the ``openAPIV3Schema`` of the upstream CRDs vendored in
-  ``tests/data/schemas/`` (jsonschema, Draft 2020-12), with the Kubernetes extensions handled as the
-  API server does: ``x-kubernetes-validations`` CEL rules by explicit code per rule text
+- Karpenter NodePools and NodeClaims, and the project's own GPUForecasts: the ``openAPIV3Schema`` of
+  the upstream CRDs vendored in ``tests/data/schemas/`` (GPUForecast: its CRD in ``manifests/base/``,
+  this project being its upstream) (jsonschema, Draft 2020-12), with the Kubernetes extensions handled
+  as the API server does: ``x-kubernetes-validations`` CEL rules by explicit code per rule text
   (``CEL_RULES``; a rule the code does not know fails loudly, so a CRD update is noticed),
   ``x-kubernetes-list-type`` ``set``/``map`` as uniqueness; the other ``x-kubernetes-*`` keywords
   (int-or-string, map types) are annotations jsonschema ignores.
@@ -33,11 +34,14 @@ from jsonschema import ValidationError
 from jsonschema.protocols import Validator
 
 SCHEMAS = Path(__file__).resolve().parent / "data" / "schemas"
+# The project's own CRDs: their upstream is this repository's manifests.
+OWN_CRDS = Path(__file__).resolve().parents[1] / "manifests" / "base"
 KUBERNETES_VERSION = "1.32"
-# (group, kind) -> the vendored CRD that defines it.
-CRDS = {
+# (group, kind) -> the CRD that defines it: a file name in SCHEMAS (vendored) or an absolute path.
+CRDS: dict[tuple[str, str], str] = {
     ("karpenter.sh", "NodePool"): "karpenter.sh_nodepools.yaml",
     ("karpenter.sh", "NodeClaim"): "karpenter.sh_nodeclaims.yaml",
+    ("gpu-autoscaler.io", "GPUForecast"): str(OWN_CRDS / "crd-gpuforecasts.yaml"),
 }
 CORE_KINDS = frozenset(
     {
@@ -124,6 +128,7 @@ CEL_RULES: dict[str, Callable[[Any], bool]] = {
     "self.all(x, has(x.schedule) == has(x.duration))": lambda budgets: all(
         ("schedule" in budget) == ("duration" in budget) for budget in budgets
     ),
+    "self.shard < self.shards": lambda spec: spec.get("shard", 0) < spec.get("shards", 1),
     "!has(self.replicas) || !has(self.weight)": lambda spec: "replicas" not in spec or "weight" not in spec,
     (
         "!has(self.replicas) || (!has(self.limits) || size(self.limits) == 0 || "
@@ -195,10 +200,11 @@ CrdValidator = jsonschema.validators.extend(
 
 
 @functools.cache
-def crd_schema(file_name: str, version: str = "v1") -> dict[str, Any]:
-    """The openAPIV3Schema of one served version of a vendored CRD."""
+def crd_schema(file_name: str, version: str | None = None) -> dict[str, Any]:
+    """The openAPIV3Schema of one served version (default: the storage version) of a CRD (a file name
+    in SCHEMAS, or a path)."""
     crd = yaml.safe_load((SCHEMAS / file_name).read_text())
-    (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
+    (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version or (version is None and v["storage"])]
     schema: dict[str, Any] = served["schema"]["openAPIV3Schema"]
     return schema
 

@@ -19,8 +19,11 @@ from cryptography import x509
 from kubernetes_asyncio.client import ApiClient
 
 from autoscaler import persistence
+from autoscaler.forecast_objects import Pacing
+from autoscaler.kube_inputs import watch_settings
 from autoscaler.pipeline import Pipeline
 from autoscaler.provider import MetricsProvider, Snapshot, SnapshotProvider, empty_snapshot
+from autoscaler.publication import Publication, open_publication
 from autoscaler.refresher import Refresher, RefreshStats
 from autoscaler.settings import Settings
 from autoscaler.web import kubernetes_auth
@@ -64,18 +67,40 @@ def needs_kubernetes_api(settings: Settings) -> bool:
         return False
     return (
         settings.inputs is not None
+        or settings.publication.enabled
         or auth.mode == "kubernetes"
         or (auth.mode == "files" and auth.authorization == "kubernetes")
     )
 
 
 def after_refresh(
-    snapshot: Snapshot, readiness: Readiness, refresher: Refresher, pipeline: Pipeline, settings: Settings
+    snapshot: Snapshot,
+    readiness: Readiness,
+    refresher: Refresher,
+    pipeline: Pipeline,
+    settings: Settings,
+    publication: Publication | None = None,
 ) -> None:
     update_readiness(readiness, refresher, pipeline)
     # Off the event loop: with thousands of series the file is a few MB.
     path = settings.state_dir / persistence.FILE_NAME
     asyncio.get_running_loop().run_in_executor(None, _save_quietly, path, snapshot)
+    if publication is not None and settings.publication.publish:
+        # Not awaited: the refresh never waits for the API server, nor fails with it.
+        task = asyncio.create_task(_publish_quietly(publication, snapshot, refresher.pacing), name="publish")
+        _PUBLISHING.add(task)
+        task.add_done_callback(_PUBLISHING.discard)
+
+
+# Publications under way (a task nobody references may be collected before it ends).
+_PUBLISHING: set[asyncio.Task[None]] = set()
+
+
+async def _publish_quietly(publication: Publication, snapshot: Snapshot, pacing: Pacing) -> None:
+    try:
+        await publication.publisher.publish(snapshot, pacing)
+    except Exception:  # a bug in publishing must not surface as an unretrieved task error
+        log.exception("publishing the forecasts failed")
 
 
 def _save_quietly(path: Path, snapshot: Snapshot) -> None:
@@ -200,10 +225,12 @@ def create_app(
     provider: SnapshotProvider | None = None,
     readiness: Readiness | None = None,
     self_metrics: SelfMetrics | None = None,
+    kube: ApiClient | None = None,
 ) -> tuple[web.Application, web.Application]:
     """The composition root: the secure API app and the plain ops app, sharing one provider.
 
-    The API app owns the refresher (started and stopped by its ``cleanup_ctx``).
+    The API app owns the refresher (started and stopped by its ``cleanup_ctx``); with
+    ``settings.publication`` enabled, ``kube`` publishes and watches the GPUForecast objects.
     """
     provider = provider or SnapshotProvider(empty_snapshot(pipeline.metrics))
     readiness = readiness or Readiness()
@@ -221,30 +248,63 @@ def create_app(
         self_metrics.watch_unplaced(pipeline.unplaced)
         ops_app[UNPLACED] = pipeline.unplaced
     if pipeline.sources:
-        api_app.cleanup_ctx.append(partial(_refresher_ctx, settings, pipeline, provider, readiness))
+        api_app.cleanup_ctx.append(partial(_refresher_ctx, settings, pipeline, provider, readiness, kube))
     else:
         readiness.ready, readiness.reason = True, "no signals configured: nothing to forecast"
     return api_app, ops_app
 
 
 async def _refresher_ctx(
-    settings: Settings, pipeline: Pipeline, provider: SnapshotProvider, readiness: Readiness, app: web.Application
+    settings: Settings,
+    pipeline: Pipeline,
+    provider: SnapshotProvider,
+    readiness: Readiness,
+    kube: ApiClient | None,
+    app: web.Application,
 ) -> AsyncIterator[None]:
-    """Start the refresher (after restoring saved values) with the app; stop it and its workers after."""
-    refresher = Refresher(
-        provider=provider,
-        inputs=pipeline,
-        pools=process_pools(settings.forecast.workers or default_workers()),
-        on_success=lambda snapshot: after_refresh(snapshot, readiness, refresher, pipeline, settings),
-    )
-    app[REFRESHER] = refresher
-    saved_values = settings.state_dir / persistence.FILE_NAME
-    restored = persistence.load(saved_values, pipeline.metrics)
-    if restored is not None:
-        refresher.restore(restored)
-        readiness.ready = True
-        readiness.reason = f"serving values saved at {restored.created_at:%Y-%m-%dT%H:%M:%SZ}; first forecast pending"
-        log.info("restored served values saved at %s from %s", restored.created_at, saved_values)
+    """Start the refresher (after restoring saved or published values) with the app; stop it after."""
+    async with contextlib.AsyncExitStack() as stack:
+        publication = None
+        if settings.publication.enabled and kube is not None:
+            publication = await stack.enter_async_context(
+                open_publication(
+                    settings.publication, kube, served=provider, metrics=pipeline.metrics, plans=pipeline.plans,
+                    watch_settings=watch_settings(settings.kubernetes),
+                )
+            )  # fmt: skip
+        from_objects = publication is not None and settings.publication.serve_from == "objects"
+        # Serving from the objects, the refresher's own snapshot only feeds the publisher.
+        local = SnapshotProvider(empty_snapshot(pipeline.metrics)) if from_objects else provider
+        refresher = Refresher(
+            provider=local,
+            inputs=pipeline,
+            pools=process_pools(settings.forecast.workers or default_workers()),
+            on_success=lambda snapshot: after_refresh(snapshot, readiness, refresher, pipeline, settings, publication),
+        )
+        app[REFRESHER] = refresher
+        if publication is not None and publication.initial is not None:
+            _restore(refresher, readiness, publication.initial.snapshot(refresher.metrics, refresher.clock()),
+                     "published in GPUForecasts")  # fmt: skip
+            refresher.restore_pacing(publication.initial.pacing)
+        saved_values = settings.state_dir / persistence.FILE_NAME
+        restored = persistence.load(saved_values, pipeline.metrics)
+        if restored is not None:
+            _restore(refresher, readiness, restored, f"saved in {saved_values}")
+        async for _ in _running(refresher, readiness):
+            yield
+
+
+def _restore(refresher: Refresher, readiness: Readiness, restored: Snapshot, where: str) -> None:
+    if not any(restored.series.values()):
+        return
+    refresher.restore(restored)
+    readiness.ready = True
+    readiness.reason = f"serving values {where} at {restored.created_at:%Y-%m-%dT%H:%M:%SZ}; first forecast pending"
+    log.info("restored served values %s at %s", where, restored.created_at)
+
+
+async def _running(refresher: Refresher, readiness: Readiness) -> AsyncIterator[None]:
+    """Run the refresher while the generator is suspended; stop it and its workers when it resumes."""
 
     def mark_ready() -> None:
         if not readiness.ready:
@@ -252,7 +312,13 @@ async def _refresher_ctx(
         readiness.ready, readiness.reason = True, "forecasts served"
 
     task = asyncio.create_task(refresher.run(ready=mark_ready), name="refresher")
-    yield
+    try:
+        yield
+    finally:
+        await _stop(task, refresher)
+
+
+async def _stop(task: asyncio.Task[None], refresher: Refresher) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task

@@ -137,7 +137,7 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
         pipeline = await stack.enter_async_context(open_pipeline(settings, kube))
         access = await build_access(settings, kube)
         tls = server_tls(settings, access)
-        api_app, ops_app = create_app(settings, pipeline=pipeline, access=access)
+        api_app, ops_app = create_app(settings, pipeline=pipeline, access=access, kube=kube)
         await _serve_until_stopped(settings, api_app, ops_app, tls, stop)
 
 

@@ -1,0 +1,220 @@
+"""What is served, as GPUForecast objects hold it (``manifests/base/crd-gpuforecasts.yaml``), and back.
+
+Series are batched into ``shards`` objects by a stable hash of their signal series (signal name and
+labels), so every metric made from one signal series lands in the same object, and a later replica
+that owns a shard (docs/high-availability.md) publishes exactly its objects. Each item carries the
+served value as the external metrics API serves it, the provenance record's essential fields (the
+forecast and the history stay in the pod that made them) and the step-down pacing state.
+
+Reading back, an object or item that cannot be used is skipped with a reason naming it; the rest is
+served.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from autoscaler.fitting import SeriesKey
+from autoscaler.policy import unservable
+from autoscaler.provenance import Provenance
+from autoscaler.provider import MetricInfo, ServedSeries, Snapshot
+
+# The issue's bound on one object (etcd takes 1.5 MiB; a list of many such objects must stay cheap).
+MAX_OBJECT_BYTES = 256 * 1024
+_SUMMARY_CHARS = 256
+
+# (metric, signal series) -> the value the policy last decided and when: step-down pacing state.
+Pacing = dict[tuple[str, SeriesKey], tuple[float, datetime]]
+
+
+def shard_of(key: SeriesKey, shards: int) -> int:
+    """The shard of a signal series: stable across processes and Python versions (not ``hash()``)."""
+    digest = hashlib.sha256(json.dumps([key[0], [list(label) for label in key[1]]]).encode()).digest()
+    return int.from_bytes(digest[:8], "big") % shards
+
+
+def object_name(shard: int, shards: int) -> str:
+    """The count is in the name: after a change of ``shards`` the old objects are never rewritten."""
+    return f"shard-{shard}-of-{shards}"
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _provenance_fields(provenance: Provenance) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "model": provenance.model,
+        "quantile": provenance.quantile,
+        "work": provenance.work,
+        "decidedAt": rfc3339(provenance.decided_at),
+        "leadTime": {"seconds": provenance.lead_time_seconds, "source": provenance.lead_time.source},
+        "windows": [
+            {
+                "source": w.source,
+                "namespace": w.namespace,
+                "name": w.name,
+                "start": rfc3339(w.start),
+                "end": rfc3339(w.end),
+                "gpus": w.gpus,
+            }
+            for w in provenance.windows
+        ],
+        "adjustments": [
+            {"kind": a.kind, "before": a.before, "after": a.after, "reason": a.reason} for a in provenance.adjustments
+        ],
+    }
+    if provenance.peak_at is not None:
+        fields["peakAt"] = rfc3339(provenance.peak_at)
+    return fields
+
+
+def served_item(series: ServedSeries, step_down: tuple[float, datetime] | None) -> dict[str, Any]:
+    item: dict[str, Any] = {
+        "metric": series.metric,
+        "labels": dict(series.labels),
+        "value": series.value,
+        "timestamp": rfc3339(series.timestamp),
+        "explanation": series.explanation,
+    }
+    if series.namespace is not None:
+        item["namespace"] = series.namespace
+    if series.window_seconds is not None:
+        item["windowSeconds"] = series.window_seconds
+    if series.provenance is not None:
+        item.update(_provenance_fields(series.provenance))
+    if step_down is not None:
+        item["stepDown"] = {"value": step_down[0], "at": rfc3339(step_down[1])}
+    return item
+
+
+def _counted(values: Iterable[str]) -> str:
+    text = ", ".join(f"{name} x{count}" if count > 1 else name for name, count in sorted(Counter(values).items()))
+    return text if len(text) <= _SUMMARY_CHARS else text[: _SUMMARY_CHARS - 1] + "…"
+
+
+def shard_status(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """A shard's status without ``publishedAt``: equal statuses mean nothing to write."""
+    items = sorted(items, key=lambda item: (item["metric"], sorted(item["labels"].items())))
+    status: dict[str, Any] = {
+        "seriesCount": len(items),
+        "metrics": _counted(item["metric"] for item in items),
+        "labels": _counted(f"{k}={v}" for item in items for k, v in sorted(item["labels"].items())),
+        "models": _counted(item["model"] for item in items if "model" in item),
+        "items": items,
+    }
+    if items:
+        status["newestTimestamp"] = max(item["timestamp"] for item in items)
+    return status
+
+
+def shard_statuses(
+    snapshot: Snapshot, signal_of: Mapping[str, str], pacing: Pacing, shards: int
+) -> dict[int, dict[str, Any]]:
+    """Every shard's status (an empty shard too: a series that left it must leave its object)."""
+    items: dict[int, list[dict[str, Any]]] = {shard: [] for shard in range(shards)}
+    for metric, series_list in snapshot.series.items():
+        signal = signal_of.get(metric)
+        if signal is None:
+            continue
+        for series in series_list:
+            key: SeriesKey = (signal, tuple(sorted(series.labels.items())))
+            items[shard_of(key, shards)].append(served_item(series, pacing.get((metric, key))))
+    return {shard: shard_status(shard_items) for shard, shard_items in items.items()}
+
+
+def object_bytes(status: Mapping[str, Any]) -> int:
+    return len(json.dumps(status, separators=(",", ":")).encode())
+
+
+@dataclass
+class Published:
+    """What a set of GPUForecast objects says: served values, pacing state, and what was skipped."""
+
+    series: dict[str, list[ServedSeries]] = field(default_factory=dict)
+    pacing: Pacing = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    newest_published: datetime | None = None
+
+    def snapshot(self, metrics: Mapping[str, MetricInfo], now: datetime) -> Snapshot:
+        ordered = {name: tuple(sorted(self.series.get(name, []), key=_order)) for name in metrics}
+        return Snapshot(created_at=self.newest_published or now, metrics=metrics, series=ordered)
+
+
+def _order(series: ServedSeries) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted(series.labels.items()))
+
+
+def read_objects(
+    objects: Iterable[Mapping[str, Any]], metrics: Mapping[str, MetricInfo], signal_of: Mapping[str, str], shards: int
+) -> Published:
+    """The served values of the objects published with ``shards``; metrics not configured here are left out."""
+    published = Published()
+    for obj in objects:
+        name = str((obj.get("metadata") or {}).get("name", "?"))
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        if spec.get("shards") != shards:
+            continue  # published with another shard count (before a settings change): not ours to read
+        at = _time(status.get("publishedAt"))
+        if at is not None and (published.newest_published is None or at > published.newest_published):
+            published.newest_published = at
+        items = status.get("items") or []
+        if not isinstance(items, list):
+            published.problems.append(f"GPUForecast {name}: status.items is not a list")
+            continue
+        for position, item in enumerate(items):
+            problem = _read_item(item, metrics, signal_of, published)
+            if problem is not None:
+                published.problems.append(f"GPUForecast {name} status.items[{position}]: {problem}")
+    return published
+
+
+def _time(value: Any) -> datetime | None:
+    try:
+        moment = datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
+
+
+def _read_item(
+    item: Any, metrics: Mapping[str, MetricInfo], signal_of: Mapping[str, str], published: Published
+) -> str | None:
+    """Add one item to ``published``; why it cannot be used, if it cannot."""
+    try:
+        metric = str(item["metric"])
+        if metric not in metrics or metric not in signal_of:
+            return None
+        value = float(item["value"])
+        reason = unservable(value)
+        if reason is not None:
+            return f"{metric}: {reason}"
+        timestamp = _time(item["timestamp"])
+        if timestamp is None:
+            return f"{metric}: timestamp {item['timestamp']!r} is not an RFC 3339 time with a zone"
+        labels = {str(k): str(v) for k, v in item["labels"].items()}
+        window = item.get("windowSeconds")
+        series = ServedSeries(
+            metric=metric,
+            labels=labels,
+            value=value,
+            timestamp=timestamp,
+            namespace=item.get("namespace"),
+            window_seconds=int(window) if window is not None else None,
+            explanation=str(item.get("explanation", "")),
+        )
+        step_down = item.get("stepDown")
+        paced = (float(step_down["value"]), _time(step_down["at"])) if step_down is not None else None
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        return f"{type(error).__name__}: {error}"
+    published.series.setdefault(metric, []).append(series)
+    if paced is not None and paced[1] is not None:
+        key: SeriesKey = (signal_of[metric], tuple(sorted(labels.items())))
+        published.pacing[(metric, key)] = (paced[0], paced[1])
+    return None
