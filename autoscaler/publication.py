@@ -66,6 +66,7 @@ class Publisher:
         # shard -> the status last written (without publishedAt): equal content is not written again.
         self._written: dict[int, dict[str, Any]] = {}
         self._lock = asyncio.Lock()  # one publication at a time, in refresh order
+        self._pending: set[asyncio.Task[None]] = set()  # a task nobody references may be collected
 
     def seed(self, objects: Iterable[Mapping[str, Any]]) -> None:
         """Know what is published already, so that a restart does not rewrite unchanged shards."""
@@ -74,6 +75,25 @@ class Publisher:
             if spec.get("shards") == self.shards and isinstance(spec.get("shard"), int):
                 status.pop("publishedAt", None)
                 self._written[spec["shard"]] = status
+
+    def publish_soon(self, snapshot: Snapshot, pacing: Pacing) -> None:
+        """Publish without making the caller (the refresh) wait for the API server or fail with it."""
+        task = asyncio.create_task(self._publish_quietly(snapshot, pacing), name="publish-gpuforecasts")
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def _publish_quietly(self, snapshot: Snapshot, pacing: Pacing) -> None:
+        try:
+            await self.publish(snapshot, pacing)
+        except Exception as error:  # a bug here must not surface as an unretrieved task error
+            self._failed(f"publishing failed: {type(error).__name__}: {error}")
+            log.exception("publishing the forecasts failed")
+
+    async def aclose(self) -> None:
+        """Stop publications under way (at shutdown, before the API client closes)."""
+        for task in list(self._pending):
+            task.cancel()
+        await asyncio.gather(*self._pending, return_exceptions=True)
 
     async def publish(self, snapshot: Snapshot, pacing: Pacing) -> None:
         async with self._lock:
@@ -127,6 +147,8 @@ class PublishedView:
         self.shards = shards
         self.clock = clock or (lambda: datetime.now(UTC))
         self._reported: set[str] = set()  # each problem is logged once, not at every event
+        # Called with each snapshot swapped in (a reading replica's readiness).
+        self.on_served: Callable[[Snapshot], None] | None = None
 
     def read(self, objects: Iterable[Mapping[str, Any]]) -> Published:
         published = read_objects(objects, self.metrics, self.signal_of, self.shards)
@@ -138,8 +160,13 @@ class PublishedView:
 
     def on_change(self, cache: WatchCache, event: WatchEvent | None) -> None:
         """A ``WatchGroup`` callback: rebuild from every object of the cache and swap."""
-        published = self.read(cache.objects.values())
-        self.provider.swap(published.snapshot(self.metrics, self.clock()))
+        self.serve(self.read(cache.objects.values()))
+
+    def serve(self, published: Published) -> None:
+        snapshot = published.snapshot(self.metrics, self.clock())
+        self.provider.swap(snapshot)
+        if self.on_served is not None:
+            self.on_served(snapshot)
 
 
 def signals_of(plans: Iterable[MetricPlan]) -> dict[str, str]:
@@ -166,8 +193,10 @@ async def open_publication(
     metrics: Sequence[MetricInfo],
     plans: Sequence[MetricPlan],
     watch_settings: WatchSettings,
+    on_served: Callable[[Snapshot], None] | None = None,
 ) -> AsyncIterator[Publication]:
-    """Read what is published, then watch it; with ``serve_from: objects`` the view feeds ``served``."""
+    """Read what is published, then watch it; with ``serve_from: objects`` the view feeds ``served``
+    (and calls ``on_served`` with each snapshot it swaps in)."""
     signal_of = signals_of(plans)
     publisher = Publisher(
         ForecastWriter(kube, settings.namespace, attempts=settings.write_attempts),
@@ -175,6 +204,7 @@ async def open_publication(
         signal_of=signal_of,
     )
     view = PublishedView(served, metrics=metrics, signal_of=signal_of, shards=settings.shards)
+    view.on_served = on_served
     resource = gpuforecast_resource(kube, settings.namespace)
     initial: Published | None = None
     try:
@@ -185,8 +215,11 @@ async def open_publication(
         initial = view.read(objects)
         publisher.seed(objects)
         if settings.serve_from == "objects":  # at once, not after the watch's own first list
-            served.swap(initial.snapshot(view.metrics, view.clock()))
+            view.serve(initial)
     async with WatchGroup(watch_settings) as group:
         if settings.serve_from == "objects":
             group.start(resource, view.on_change)
-        yield Publication(publisher, view, initial)
+        try:
+            yield Publication(publisher, view, initial)
+        finally:
+            await publisher.aclose()

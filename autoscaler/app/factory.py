@@ -19,7 +19,6 @@ from cryptography import x509
 from kubernetes_asyncio.client import ApiClient
 
 from autoscaler import persistence
-from autoscaler.forecast_objects import Pacing
 from autoscaler.kube_inputs import watch_settings
 from autoscaler.pipeline import Pipeline
 from autoscaler.provider import MetricsProvider, Snapshot, SnapshotProvider, empty_snapshot
@@ -86,21 +85,7 @@ def after_refresh(
     path = settings.state_dir / persistence.FILE_NAME
     asyncio.get_running_loop().run_in_executor(None, _save_quietly, path, snapshot)
     if publication is not None and settings.publication.publish:
-        # Not awaited: the refresh never waits for the API server, nor fails with it.
-        task = asyncio.create_task(_publish_quietly(publication, snapshot, refresher.pacing), name="publish")
-        _PUBLISHING.add(task)
-        task.add_done_callback(_PUBLISHING.discard)
-
-
-# Publications under way (a task nobody references may be collected before it ends).
-_PUBLISHING: set[asyncio.Task[None]] = set()
-
-
-async def _publish_quietly(publication: Publication, snapshot: Snapshot, pacing: Pacing) -> None:
-    try:
-        await publication.publisher.publish(snapshot, pacing)
-    except Exception:  # a bug in publishing must not surface as an unretrieved task error
-        log.exception("publishing the forecasts failed")
+        publication.publisher.publish_soon(snapshot, refresher.pacing)
 
 
 def _save_quietly(path: Path, snapshot: Snapshot) -> None:
@@ -266,12 +251,18 @@ async def _refresher_ctx(
     async with contextlib.AsyncExitStack() as stack:
         publication = None
         if settings.publication.enabled and kube is not None:
+            # A reading replica is ready once the objects give it something to serve.
+            reading = not settings.publication.publish
             publication = await stack.enter_async_context(
                 open_publication(
                     settings.publication, kube, served=provider, metrics=pipeline.metrics, plans=pipeline.plans,
                     watch_settings=watch_settings(settings.kubernetes),
+                    on_served=partial(_serving_published, readiness) if reading else None,
                 )
             )  # fmt: skip
+            if reading:  # it neither pulls nor fits: what it serves comes from the publishing replica
+                yield
+                return
         from_objects = publication is not None and settings.publication.serve_from == "objects"
         # Serving from the objects, the refresher's own snapshot only feeds the publisher.
         local = SnapshotProvider(empty_snapshot(pipeline.metrics)) if from_objects else provider
@@ -292,6 +283,14 @@ async def _refresher_ctx(
             _restore(refresher, readiness, restored, f"saved in {saved_values}")
         async for _ in _running(refresher, readiness):
             yield
+
+
+def _serving_published(readiness: Readiness, snapshot: Snapshot) -> None:
+    if any(snapshot.series.values()):
+        readiness.ready, readiness.reason = (
+            True,
+            f"serving published forecasts ({snapshot.created_at:%Y-%m-%dT%H:%M:%SZ})",
+        )
 
 
 def _restore(refresher: Refresher, readiness: Readiness, restored: Snapshot, where: str) -> None:

@@ -19,7 +19,7 @@ from adapters.kube_watch import WatchGroup, WatchSettings
 from adapters.replay import ReplaySource, read_trace
 from adapters.types import AdapterError, Signal
 from autoscaler import demo
-from autoscaler.forecast_objects import object_name, rfc3339, shard_of
+from autoscaler.forecast_objects import object_name, read_objects, rfc3339, shard_of
 from autoscaler.plans import MetricPlan, RefreshInputs, RefreshSettings
 from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
 from autoscaler.publication import PublishedView, Publisher, open_publication, signals_of
@@ -269,3 +269,66 @@ async def test_a_fresh_instance_serves_the_published_values_and_keeps_pacing(fak
     assert f"stepping down from {paced_from:.2f}" in paced.explanation
     assert unpaced.value < paced_from / 2
     assert "step_down" not in [a.kind for a in unpaced.provenance.adjustments]
+
+
+def published_item(metric, value, **labels):
+    return {"metric": metric, "labels": labels, "value": value, "timestamp": "2026-11-20T09:00:00Z"}
+
+
+def gpuforecast(shard, shards, *items):
+    return {
+        "metadata": {"name": object_name(shard, shards), "namespace": NAMESPACE},
+        "spec": {"shard": shard, "shards": shards},
+        "status": {"seriesCount": len(items), "items": list(items)},
+    }
+
+
+async def test_unusable_items_are_ignored_with_a_clear_log_and_the_rest_served(fake_kube, kube_api, caplog):
+    # All accepted by the CRD's schema (the fake API validates), none servable as written.
+    fake_kube.add(
+        "gpuforecasts",
+        gpuforecast(
+            1, SHARDS, published_item("gpu_headroom", 3.0, pool="earth"), published_item("gpu_demand_forecast", 1e12)
+        ),
+    )
+    fake_kube.add("gpuforecasts", gpuforecast(0, 8, published_item("gpu_headroom", 99.0, pool="mars")))
+    fake_kube.add("gpuforecasts", gpuforecast(2, SHARDS, published_item("not_configured_here", 5.0, pool="earth")))
+    clock = Clock()
+    reader = SnapshotProvider(empty_snapshot(METRICS), clock=clock)
+    view = PublishedView(reader, metrics=METRICS, signal_of=signals_of(PLANS), shards=SHARDS)
+    with caplog.at_level(logging.WARNING, "autoscaler.publication"):
+        async with WatchGroup(WatchSettings()) as group:
+            group.start(gpuforecast_resource(kube_api, NAMESPACE), view.on_change)
+            await eventually(lambda: reader.snapshot.series["gpu_headroom"], message="the readable item is served")
+    assert served_items(reader, "gpu_headroom") == [
+        {"metricLabels": {"pool": "earth"}, "timestamp": "2026-11-20T09:00:00Z", "value": "3"}
+    ]
+    assert reader.snapshot.series["gpu_demand_forecast"] == ()
+    assert caplog.messages == [
+        "ignoring GPUForecast shard-1-of-4 status.items[1]: gpu_demand_forecast: 1e+12 is above 1e+09, "
+        "more than any cluster has"
+    ]
+
+
+def test_items_of_another_version_that_cannot_be_read_are_named_and_skipped():
+    """Objects the CRD of this version would refuse (written under another schema): read_objects is
+    pure, so they are given to it directly rather than slipped past the fake API's validation."""
+    good = published_item("gpu_headroom", 3.0, pool="earth")
+    objects = [
+        gpuforecast(
+            0, SHARDS, good, {**good, "value": "many"}, {**good, "labels": ["pool"]}, {"metric": "gpu_headroom"}
+        ),
+        gpuforecast(1, SHARDS, {**good, "timestamp": "yesterday"}, {**good, "stepDown": {"value": 1.0}}),
+        {"metadata": {"name": "shard-2-of-4"}, "spec": {"shard": 2, "shards": SHARDS}, "status": {"items": "all"}},
+    ]
+    published = read_objects(objects, {m.name: m for m in METRICS}, signals_of(PLANS), SHARDS)
+    assert [s.value for s in published.series["gpu_headroom"]] == [3.0]
+    assert published.problems == [
+        "GPUForecast shard-0-of-4 status.items[1]: ValueError: could not convert string to float: 'many'",
+        "GPUForecast shard-0-of-4 status.items[2]: AttributeError: 'list' object has no attribute 'items'",
+        "GPUForecast shard-0-of-4 status.items[3]: KeyError: 'value'",
+        "GPUForecast shard-1-of-4 status.items[0]: gpu_headroom: timestamp 'yesterday' is not an RFC 3339 time "
+        "with a zone",
+        "GPUForecast shard-1-of-4 status.items[1]: KeyError: 'at'",
+        "GPUForecast shard-2-of-4: status.items is not a list",
+    ]
