@@ -22,7 +22,7 @@ from autoscaler import persistence
 from autoscaler.kube_inputs import watch_settings
 from autoscaler.pipeline import Pipeline
 from autoscaler.provider import MetricsProvider, Snapshot, SnapshotProvider, empty_snapshot
-from autoscaler.publication import Publication, open_publication
+from autoscaler.publication import Publication, Publisher, open_publication
 from autoscaler.refresher import Refresher, RefreshStats
 from autoscaler.settings import Settings
 from autoscaler.web import kubernetes_auth
@@ -41,6 +41,7 @@ from autoscaler.workers import default_workers, process_pools
 log = logging.getLogger(__name__)
 
 REFRESHER = web.AppKey("refresher", Refresher)
+PUBLISHER = web.AppKey("publisher", Publisher)
 
 
 def _read_authorities(path: Path | None, setting: str) -> tuple[x509.Certificate, ...]:
@@ -229,6 +230,7 @@ def create_app(
         return refresher.stats if refresher is not None else None
 
     self_metrics.watch_refreshes(refresh_stats)
+    self_metrics.watch_publication(lambda: api_app.get(PUBLISHER))
     if pipeline.unplaced is not None:
         self_metrics.watch_unplaced(pipeline.unplaced)
         ops_app[UNPLACED] = pipeline.unplaced
@@ -273,6 +275,8 @@ async def _refresher_ctx(
             on_success=lambda snapshot: after_refresh(snapshot, readiness, refresher, pipeline, settings, publication),
         )
         app[REFRESHER] = refresher
+        if publication is not None and settings.publication.publish:
+            app[PUBLISHER] = publication.publisher
         if publication is not None and publication.initial is not None:
             _restore(refresher, readiness, publication.initial.snapshot(refresher.metrics, refresher.clock()),
                      "published in GPUForecasts")  # fmt: skip

@@ -61,10 +61,13 @@ async def items(session: aiohttp.ClientSession, listening: Listening, metric: st
         return list((await response.json())["items"])
 
 
-async def served_lines(session: aiohttp.ClientSession, listening: Listening) -> list[str]:
+async def text(session: aiohttp.ClientSession, listening: Listening) -> str:
     async with session.get(f"http://127.0.0.1:{listening.http_port}/metrics") as response:
-        text = await response.text()
-    return sorted(re.findall(r"^gpu_autoscaler_served_value\{.*$", text, re.M))
+        return await response.text()
+
+
+async def served_lines(session: aiohttp.ClientSession, listening: Listening) -> list[str]:
+    return sorted(re.findall(r"^gpu_autoscaler_served_value\{.*$", await text(session, listening), re.M))
 
 
 async def test_a_publishing_and_a_reading_replica_give_one_answer(fake_kube, kube_api, tmp_path):
@@ -85,11 +88,17 @@ async def test_a_publishing_and_a_reading_replica_give_one_answer(fake_kube, kub
             for metric in ("gpu_demand_forecast", "gpu_headroom"):
                 mine, theirs = await items(session, a, metric), await items(session, b, metric)
                 assert mine and mine == theirs, (mine, theirs)
-            assert await served_lines(session, a) == await served_lines(session, b)
+            lines = await served_lines(session, a)
+            assert len(lines) == 2 and lines == await served_lines(session, b), lines
             return True
 
         await eventually(one_answer, message="both replicas serve the published items", timeout=60, interval=0.2)
         assert ready_b.reason.startswith("serving published forecasts")
+        written = re.search(
+            r'^gpu_autoscaler_gpuforecast_writes_total\{outcome="written"\} (\S+)$', await text(session, a), re.M
+        )
+        assert written is not None and float(written.group(1)) >= SHARDS
+        assert "gpu_autoscaler_gpuforecast_writes" not in await text(session, b)  # the reader writes nothing
     # Only the publishing replica wrote; the reader listed and watched.
     by_reader = [r for r in fake_kube.requests_for("gpuforecasts") if r.headers.get("User-Agent") == "reading-replica"]
     assert {(r.method, r.watch) for r in by_reader} == {("GET", False), ("GET", True)}
