@@ -13,6 +13,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from pydantic import ValidationError
 
 from adapters.gpuforecasts import ForecastWriter, gpuforecast_resource
 from adapters.kube_watch import WatchGroup, WatchSettings
@@ -25,7 +26,7 @@ from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
 from autoscaler.publication import PublishedView, Publisher, open_publication, signals_of
 from autoscaler.refresher import Refresher
 from autoscaler.selectors import EVERYTHING
-from autoscaler.settings import PublicationSettings
+from autoscaler.settings import PublicationSettings, Settings
 from autoscaler.workers import ForecastPools
 from tests.eventually import eventually
 
@@ -332,3 +333,28 @@ def test_items_of_another_version_that_cannot_be_read_are_named_and_skipped():
         "GPUForecast shard-1-of-4 status.items[1]: KeyError: 'at'",
         "GPUForecast shard-2-of-4: status.items is not a list",
     ]
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        (
+            {"publication": {"serve_from": "objects"}},
+            "publication.serve_from 'objects' needs publication.enabled: true",
+        ),
+        (
+            {"publication": {"enabled": True, "publish": False}},
+            "publication.publish false (a reading replica) needs publication.serve_from 'objects'",
+        ),
+        (
+            {"publication": {"enabled": True}, "demo": {"enabled": True}},
+            "publication needs the Kubernetes API, which the demo does not use; disable one",
+        ),
+        ({"publication": {"shards": 0}}, "Input should be greater than or equal to 1"),
+        ({"publication": {"namespace": "Not_A_Namespace"}}, "String should match pattern"),
+    ],
+)
+def test_publication_settings_refuse_what_cannot_work(document, message):
+    with pytest.raises(ValidationError) as refused:
+        Settings.model_validate(document)
+    assert message in str(refused.value)
