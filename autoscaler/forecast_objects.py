@@ -4,7 +4,8 @@ Series are batched into ``shards`` objects by a stable hash of their signal seri
 labels), so every metric made from one signal series lands in the same object, and a later replica
 that owns a shard (docs/high-availability.md) publishes exactly its objects. Each item carries the
 served value as the external metrics API serves it, the provenance record's essential fields (the
-forecast and the history stay in the pod that made them) and the step-down pacing state.
+forecast and the history stay in the pod that made them) and the step-down pacing state. The
+NodeClaim lead-time samples of each node pool go to the shard its key (``pool_key``) hashes to.
 
 Reading back, an object or item that cannot be used is skipped with a reason naming it; the rest is
 served.
@@ -15,11 +16,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from adapters.nodeclaims import LeadTimeSample
 from autoscaler.fitting import SeriesKey
 from autoscaler.policy import unservable
 from autoscaler.provenance import Provenance
@@ -94,12 +96,28 @@ def served_item(series: ServedSeries, step_down: tuple[float, datetime] | None) 
     return item
 
 
+def pool_key(nodepool: str) -> SeriesKey:
+    """A node pool's lead-time samples are sharded like a series of this key."""
+    return ("nodeclaims", (("nodepool", nodepool),))
+
+
+def sample_item(sample: LeadTimeSample) -> dict[str, Any]:
+    return {
+        "nodepool": sample.nodepool,
+        "name": sample.name,
+        "uid": sample.uid,
+        "created": rfc3339(sample.created),
+        "ready": rfc3339(sample.ready),
+        "condition": sample.condition,
+    }
+
+
 def _counted(values: Iterable[str]) -> str:
     text = ", ".join(f"{name} x{count}" if count > 1 else name for name, count in sorted(Counter(values).items()))
     return text if len(text) <= _SUMMARY_CHARS else text[: _SUMMARY_CHARS - 1] + "…"
 
 
-def shard_status(items: list[dict[str, Any]]) -> dict[str, Any]:
+def shard_status(items: list[dict[str, Any]], samples: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """A shard's status without ``publishedAt``: equal statuses mean nothing to write."""
     items = sorted(items, key=lambda item: (item["metric"], sorted(item["labels"].items())))
     status: dict[str, Any] = {
@@ -111,14 +129,23 @@ def shard_status(items: list[dict[str, Any]]) -> dict[str, Any]:
     }
     if items:
         status["newestTimestamp"] = max(item["timestamp"] for item in items)
+    if samples:
+        status["leadTimeSamples"] = sorted(samples, key=lambda sample: (sample["nodepool"], sample["ready"]))
     return status
 
 
 def shard_statuses(
-    snapshot: Snapshot, signal_of: Mapping[str, str], pacing: Pacing, shards: int
+    snapshot: Snapshot,
+    signal_of: Mapping[str, str],
+    pacing: Pacing,
+    shards: int,
+    samples: Iterable[LeadTimeSample] = (),
 ) -> dict[int, dict[str, Any]]:
     """Every shard's status (an empty shard too: a series that left it must leave its object)."""
     items: dict[int, list[dict[str, Any]]] = {shard: [] for shard in range(shards)}
+    sample_items: dict[int, list[dict[str, Any]]] = {shard: [] for shard in range(shards)}
+    for sample in samples:
+        sample_items[shard_of(pool_key(sample.nodepool), shards)].append(sample_item(sample))
     for metric, series_list in snapshot.series.items():
         signal = signal_of.get(metric)
         if signal is None:
@@ -126,7 +153,7 @@ def shard_statuses(
         for series in series_list:
             key: SeriesKey = (signal, tuple(sorted(series.labels.items())))
             items[shard_of(key, shards)].append(served_item(series, pacing.get((metric, key))))
-    return {shard: shard_status(shard_items) for shard, shard_items in items.items()}
+    return {shard: shard_status(shard_items, sample_items[shard]) for shard, shard_items in items.items()}
 
 
 def object_bytes(status: Mapping[str, Any]) -> int:
@@ -139,6 +166,7 @@ class Published:
 
     series: dict[str, list[ServedSeries]] = field(default_factory=dict)
     pacing: Pacing = field(default_factory=dict)
+    lead_time_samples: list[LeadTimeSample] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     newest_published: datetime | None = None
 
@@ -172,7 +200,30 @@ def read_objects(
             problem = _read_item(item, metrics, signal_of, published)
             if problem is not None:
                 published.problems.append(f"GPUForecast {name} status.items[{position}]: {problem}")
+        for position, item in enumerate(status.get("leadTimeSamples") or []):
+            sample = _read_sample(item)
+            if isinstance(sample, str):
+                published.problems.append(f"GPUForecast {name} status.leadTimeSamples[{position}]: {sample}")
+            else:
+                published.lead_time_samples.append(sample)
     return published
+
+
+def _read_sample(item: Any) -> LeadTimeSample | str:
+    try:
+        created, ready = _time(item["created"]), _time(item["ready"])
+        if created is None or ready is None or ready < created:
+            return f"created {item['created']!r} and ready {item['ready']!r} are not two times in order"
+        return LeadTimeSample(
+            nodepool=str(item["nodepool"]),
+            name=str(item.get("name", "")),
+            uid=str(item["uid"]),
+            created=created,
+            ready=ready,
+            condition=str(item["condition"]),
+        )
+    except (KeyError, TypeError) as error:
+        return f"{type(error).__name__}: {error}"
 
 
 def _time(value: Any) -> datetime | None:

@@ -23,6 +23,7 @@ from kubernetes_asyncio.client import ApiClient
 from adapters.gpuforecasts import ForecastWriter, gpuforecast_resource
 from adapters.kube_client import KubeError
 from adapters.kube_watch import WatchCache, WatchEvent, WatchGroup, WatchSettings, list_all
+from adapters.nodeclaims import LeadTimeSample
 from autoscaler.forecast_objects import (
     MAX_OBJECT_BYTES,
     Pacing,
@@ -76,15 +77,15 @@ class Publisher:
                 status.pop("publishedAt", None)
                 self._written[spec["shard"]] = status
 
-    def publish_soon(self, snapshot: Snapshot, pacing: Pacing) -> None:
+    def publish_soon(self, snapshot: Snapshot, pacing: Pacing, samples: Sequence[LeadTimeSample] = ()) -> None:
         """Publish without making the caller (the refresh) wait for the API server or fail with it."""
-        task = asyncio.create_task(self._publish_quietly(snapshot, pacing), name="publish-gpuforecasts")
+        task = asyncio.create_task(self._publish_quietly(snapshot, pacing, samples), name="publish-gpuforecasts")
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
-    async def _publish_quietly(self, snapshot: Snapshot, pacing: Pacing) -> None:
+    async def _publish_quietly(self, snapshot: Snapshot, pacing: Pacing, samples: Sequence[LeadTimeSample]) -> None:
         try:
-            await self.publish(snapshot, pacing)
+            await self.publish(snapshot, pacing, samples)
         except Exception as error:  # a bug here must not surface as an unretrieved task error
             self._failed(f"publishing failed: {type(error).__name__}: {error}")
             log.exception("publishing the forecasts failed")
@@ -95,9 +96,9 @@ class Publisher:
             task.cancel()
         await asyncio.gather(*self._pending, return_exceptions=True)
 
-    async def publish(self, snapshot: Snapshot, pacing: Pacing) -> None:
+    async def publish(self, snapshot: Snapshot, pacing: Pacing, samples: Sequence[LeadTimeSample] = ()) -> None:
         async with self._lock:
-            statuses = shard_statuses(snapshot, self.signal_of, pacing, self.shards)
+            statuses = shard_statuses(snapshot, self.signal_of, pacing, self.shards, samples)
             for shard, status in statuses.items():
                 if self._written.get(shard) == status:
                     self.stats.unchanged += 1

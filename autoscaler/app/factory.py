@@ -19,6 +19,7 @@ from cryptography import x509
 from kubernetes_asyncio.client import ApiClient
 
 from autoscaler import persistence
+from autoscaler.forecast_objects import Published
 from autoscaler.kube_inputs import watch_settings
 from autoscaler.pipeline import Pipeline
 from autoscaler.provider import MetricsProvider, Snapshot, SnapshotProvider, empty_snapshot
@@ -86,7 +87,8 @@ def after_refresh(
     path = settings.state_dir / persistence.FILE_NAME
     asyncio.get_running_loop().run_in_executor(None, _save_quietly, path, snapshot)
     if publication is not None and settings.publication.publish:
-        publication.publisher.publish_soon(snapshot, refresher.pacing)
+        samples = pipeline.lead_times.samples() if pipeline.lead_times is not None else ()
+        publication.publisher.publish_soon(snapshot, refresher.pacing, samples)
 
 
 def _save_quietly(path: Path, snapshot: Snapshot) -> None:
@@ -278,15 +280,24 @@ async def _refresher_ctx(
         if publication is not None and settings.publication.publish:
             app[PUBLISHER] = publication.publisher
         if publication is not None and publication.initial is not None:
-            _restore(refresher, readiness, publication.initial.snapshot(refresher.metrics, refresher.clock()),
-                     "published in GPUForecasts")  # fmt: skip
-            refresher.restore_pacing(publication.initial.pacing)
+            _restore_published(refresher, readiness, pipeline, publication.initial)
         saved_values = settings.state_dir / persistence.FILE_NAME
         restored = persistence.load(saved_values, pipeline.metrics)
         if restored is not None:
             _restore(refresher, readiness, restored, f"saved in {saved_values}")
         async for _ in _running(refresher, readiness):
             yield
+
+
+def _restore_published(refresher: Refresher, readiness: Readiness, pipeline: Pipeline, published: Published) -> None:
+    """Values, step-down pacing and lead-time samples as the objects hold them (another pod's)."""
+    _restore(
+        refresher, readiness, published.snapshot(refresher.metrics, refresher.clock()), "published in GPUForecasts"
+    )
+    refresher.restore_pacing(published.pacing)
+    if pipeline.lead_times is not None:
+        samples = pipeline.lead_times.restore(published.lead_time_samples)
+        log.info("restored %d NodeClaim lead-time samples published in GPUForecasts", samples)
 
 
 def _serving_published(readiness: Readiness, snapshot: Snapshot) -> None:

@@ -17,10 +17,11 @@ from pydantic import ValidationError
 
 from adapters.gpuforecasts import ForecastWriter, gpuforecast_resource
 from adapters.kube_watch import WatchGroup, WatchSettings
+from adapters.nodeclaims import LeadTimeHistory
 from adapters.replay import ReplaySource, read_trace
 from adapters.types import AdapterError, Signal
 from autoscaler import demo
-from autoscaler.forecast_objects import object_name, read_objects, rfc3339, shard_of
+from autoscaler.forecast_objects import object_name, pool_key, read_objects, rfc3339, shard_of
 from autoscaler.plans import MetricPlan, RefreshInputs, RefreshSettings
 from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
 from autoscaler.publication import PublishedView, Publisher, open_publication, signals_of
@@ -320,6 +321,22 @@ def test_items_of_another_version_that_cannot_be_read_are_named_and_skipped():
             0, SHARDS, good, {**good, "value": "many"}, {**good, "labels": ["pool"]}, {"metric": "gpu_headroom"}
         ),
         gpuforecast(1, SHARDS, {**good, "timestamp": "yesterday"}, {**good, "stepDown": {"value": 1.0}}),
+        {
+            "metadata": {"name": "shard-3-of-4"},
+            "spec": {"shard": 3, "shards": SHARDS},
+            "status": {
+                "leadTimeSamples": [
+                    {
+                        "nodepool": "a100",
+                        "uid": "u",
+                        "created": "2026-11-20T07:00:00Z",
+                        "ready": "2026-11-20T06:00:00Z",
+                        "condition": "Ready",
+                    },
+                    {"nodepool": "a100", "created": "2026-11-20T07:00:00Z", "ready": "2026-11-20T07:05:00Z"},
+                ]
+            },
+        },
         {"metadata": {"name": "shard-2-of-4"}, "spec": {"shard": 2, "shards": SHARDS}, "status": {"items": "all"}},
     ]
     published = read_objects(objects, {m.name: m for m in METRICS}, signals_of(PLANS), SHARDS)
@@ -331,8 +348,12 @@ def test_items_of_another_version_that_cannot_be_read_are_named_and_skipped():
         "GPUForecast shard-1-of-4 status.items[0]: gpu_headroom: timestamp 'yesterday' is not an RFC 3339 time "
         "with a zone",
         "GPUForecast shard-1-of-4 status.items[1]: KeyError: 'at'",
+        "GPUForecast shard-3-of-4 status.leadTimeSamples[0]: created '2026-11-20T07:00:00Z' and ready "
+        "'2026-11-20T06:00:00Z' are not two times in order",
+        "GPUForecast shard-3-of-4 status.leadTimeSamples[1]: KeyError: 'uid'",
         "GPUForecast shard-2-of-4: status.items is not a list",
     ]
+    assert published.lead_time_samples == []
 
 
 @pytest.mark.parametrize(
@@ -358,3 +379,58 @@ def test_publication_settings_refuse_what_cannot_work(document, message):
     with pytest.raises(ValidationError) as refused:
         Settings.model_validate(document)
     assert message in str(refused.value)
+
+
+def launched(name, pool, created, seconds):
+    """A NodeClaim of ``pool`` that became Ready ``seconds`` after it was created."""
+    return {
+        "metadata": {
+            "name": name,
+            "uid": f"uid-{name}",
+            "labels": {"karpenter.sh/nodepool": pool},
+            "creationTimestamp": rfc3339(created),
+        },
+        "status": {
+            "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": rfc3339(created + timedelta(seconds=seconds))}
+            ]
+        },
+    }
+
+
+async def test_lead_time_samples_are_published_and_a_new_pod_keeps_learning_from_them(fake_kube, kube_api):
+    clock = Clock()
+    t0 = clock.now - timedelta(hours=3)
+    claims = [
+        launched("a", "a100", t0, 300),
+        launched("b", "a100", t0 + timedelta(hours=1), 420),
+        launched("c", "h100", t0, 200),
+    ]
+    learned = LeadTimeHistory()
+    learned.observe_all(claims)
+    await publisher(kube_api, clock).publish(empty_snapshot(METRICS), {}, learned.samples())
+
+    def published_samples(pool):
+        obj = fake_kube.get("gpuforecasts", object_name(shard_of(pool_key(pool), SHARDS), SHARDS), NAMESPACE)
+        return [sample for sample in obj["status"]["leadTimeSamples"] if sample["nodepool"] == pool]
+
+    assert published_samples("a100") == [
+        {"nodepool": "a100", "name": "a", "uid": "uid-a", "created": "2026-11-20T06:00:00Z",
+         "ready": "2026-11-20T06:05:00Z", "condition": "Ready"},
+        {"nodepool": "a100", "name": "b", "uid": "uid-b", "created": "2026-11-20T07:00:00Z",
+         "ready": "2026-11-20T07:07:00Z", "condition": "Ready"},
+    ]  # fmt: skip
+    assert [sample["name"] for sample in published_samples("h100")] == ["c"]
+
+    # A new pod: NodeClaims a and c were consolidated away; only b is still in the cluster.
+    fresh = LeadTimeHistory()
+    fresh.observe(claims[1])
+    settings = PublicationSettings(enabled=True, namespace=NAMESPACE, shards=SHARDS)
+    served = SnapshotProvider(empty_snapshot(METRICS), clock=clock)
+    async with open_publication(
+        settings, kube_api, served=served, metrics=METRICS, plans=PLANS, watch_settings=WatchSettings()
+    ) as publication:
+        assert publication.initial is not None
+        assert fresh.restore(publication.initial.lead_time_samples) == 2  # a and c; b it knew
+    for pool in ("a100", "h100"):
+        assert fresh.estimate(pool, 0.9) == learned.estimate(pool, 0.9)

@@ -13,7 +13,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from autoscaler.forecast_objects import object_name, shard_status
+from adapters.nodeclaims import LeadTimeSample
+from autoscaler.forecast_objects import object_name, sample_item, shard_status
 from tests import kube_schemas
 
 BASE = Path(__file__).resolve().parents[2] / "manifests" / "base"
@@ -113,8 +114,15 @@ def gpuforecast(status: dict[str, Any], shard: int = 3, shards: int = 16) -> dic
     }
 
 
+SAMPLE = LeadTimeSample(
+    "a100", "a100-x1", "uid-1", datetime(2026, 11, 20, 8, tzinfo=UTC), datetime(2026, 11, 20, 8, 5, tzinfo=UTC), "Ready"
+)
+
+
 def test_what_the_publisher_writes_is_accepted():
-    kube_schemas.validate("gpu-autoscaler.io", "GPUForecast", gpuforecast(shard_status([item()])))
+    obj = gpuforecast(shard_status([item()], [sample_item(SAMPLE)]))
+    assert obj["status"]["leadTimeSamples"][0]["ready"] == "2026-11-20T08:05:00Z"
+    kube_schemas.validate("gpu-autoscaler.io", "GPUForecast", obj)
 
 
 @pytest.mark.parametrize(
@@ -125,10 +133,14 @@ def test_what_the_publisher_writes_is_accepted():
         (lambda obj: obj["status"]["items"][0].update(work="guess"), "status.items[0].work"),
         (lambda obj: obj["status"]["items"][0]["labels"].update(pool=3), "status.items[0].labels.pool"),
         (lambda obj: obj["spec"].update(shard=16), "spec"),
+        (
+            lambda obj: obj["status"]["leadTimeSamples"][0].update(condition="Launched"),
+            "status.leadTimeSamples[0].condition",
+        ),
     ],
 )
 def test_a_bad_gpuforecast_is_refused(change, field):
-    obj = gpuforecast(shard_status([item()]))
+    obj = gpuforecast(shard_status([item()], [sample_item(SAMPLE)]))
     change(obj)
     with pytest.raises(kube_schemas.Refused) as refused:
         kube_schemas.validate("gpu-autoscaler.io", "GPUForecast", obj)
