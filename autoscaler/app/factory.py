@@ -284,16 +284,15 @@ async def _refresher_ctx(
         saved_values = settings.state_dir / persistence.FILE_NAME
         restored = persistence.load(saved_values, pipeline.metrics)
         if restored is not None:
-            _restore(refresher, readiness, restored, f"saved in {saved_values}")
+            _restore(refresher, readiness, restored, "saved", f"from {saved_values}")
         async for _ in _running(refresher, readiness):
             yield
 
 
 def _restore_published(refresher: Refresher, readiness: Readiness, pipeline: Pipeline, published: Published) -> None:
     """Values, step-down pacing and lead-time samples as the objects hold them (another pod's)."""
-    _restore(
-        refresher, readiness, published.snapshot(refresher.metrics, refresher.clock()), "published in GPUForecasts"
-    )
+    snapshot = published.snapshot(refresher.metrics, refresher.clock())
+    _restore(refresher, readiness, snapshot, "published in GPUForecasts", "read from the Kubernetes API")
     refresher.restore_pacing(published.pacing)
     if pipeline.lead_times is not None:
         samples = pipeline.lead_times.restore(published.lead_time_samples)
@@ -308,13 +307,13 @@ def _serving_published(readiness: Readiness, snapshot: Snapshot) -> None:
         )
 
 
-def _restore(refresher: Refresher, readiness: Readiness, restored: Snapshot, where: str) -> None:
+def _restore(refresher: Refresher, readiness: Readiness, restored: Snapshot, how: str, where: str) -> None:
     if not any(restored.series.values()):
         return
     refresher.restore(restored)
     readiness.ready = True
-    readiness.reason = f"serving values {where} at {restored.created_at:%Y-%m-%dT%H:%M:%SZ}; first forecast pending"
-    log.info("restored served values %s at %s", where, restored.created_at)
+    readiness.reason = f"serving values {how} at {restored.created_at:%Y-%m-%dT%H:%M:%SZ}; first forecast pending"
+    log.info("restored served values %s at %s %s", how, restored.created_at, where)
 
 
 async def _running(refresher: Refresher, readiness: Readiness) -> AsyncIterator[None]:
