@@ -170,6 +170,22 @@ class Published:
     problems: list[str] = field(default_factory=list)
     newest_published: datetime | None = None
 
+    @classmethod
+    def merged(cls, parts: Iterable[Published]) -> Published:
+        """What several objects say together (each read on its own, e.g. once per resourceVersion)."""
+        whole = cls()
+        for part in parts:
+            for metric, series in part.series.items():
+                whole.series.setdefault(metric, []).extend(series)
+            whole.pacing.update(part.pacing)
+            whole.lead_time_samples.extend(part.lead_time_samples)
+            whole.problems.extend(part.problems)
+            if part.newest_published is not None and (
+                whole.newest_published is None or part.newest_published > whole.newest_published
+            ):
+                whole.newest_published = part.newest_published
+        return whole
+
     def snapshot(self, metrics: Mapping[str, MetricInfo], now: datetime) -> Snapshot:
         ordered = {name: tuple(sorted(self.series.get(name, []), key=_order)) for name in metrics}
         return Snapshot(created_at=self.newest_published or now, metrics=metrics, series=ordered)

@@ -98,7 +98,8 @@ class Publisher:
 
     async def publish(self, snapshot: Snapshot, pacing: Pacing, samples: Sequence[LeadTimeSample] = ()) -> None:
         async with self._lock:
-            statuses = shard_statuses(snapshot, self.signal_of, pacing, self.shards, samples)
+            # Off the event loop: at 1,000 series this takes about 0.1 s the API would otherwise wait.
+            statuses = await asyncio.to_thread(shard_statuses, snapshot, self.signal_of, pacing, self.shards, samples)
             for shard, status in statuses.items():
                 if self._written.get(shard) == status:
                     self.stats.unchanged += 1
@@ -148,11 +149,15 @@ class PublishedView:
         self.shards = shards
         self.clock = clock or (lambda: datetime.now(UTC))
         self._reported: set[str] = set()  # each problem is logged once, not at every event
+        # namespace/name -> (resourceVersion, what it says): an event re-reads only the object it changed.
+        self._parts: dict[str, tuple[str, Published]] = {}
         # Called with each snapshot swapped in (a reading replica's readiness).
         self.on_served: Callable[[Snapshot], None] | None = None
 
     def read(self, objects: Iterable[Mapping[str, Any]]) -> Published:
-        published = read_objects(objects, self.metrics, self.signal_of, self.shards)
+        return self._reported_once(read_objects(objects, self.metrics, self.signal_of, self.shards))
+
+    def _reported_once(self, published: Published) -> Published:
         for problem in published.problems:
             if problem not in self._reported:
                 log.warning("ignoring %s", problem)
@@ -160,8 +165,17 @@ class PublishedView:
         return published
 
     def on_change(self, cache: WatchCache, event: WatchEvent | None) -> None:
-        """A ``WatchGroup`` callback: rebuild from every object of the cache and swap."""
-        self.serve(self.read(cache.objects.values()))
+        """A ``WatchGroup`` callback: rebuild from every object of the cache and swap (objects whose
+        resourceVersion did not change are not parsed again)."""
+        parts: dict[str, tuple[str, Published]] = {}
+        for key, obj in cache.objects.items():
+            version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+            known = self._parts.get(key)
+            if known is None or known[0] != version or not version:
+                known = (version, read_objects([obj], self.metrics, self.signal_of, self.shards))
+            parts[key] = known
+        self._parts = parts
+        self.serve(self._reported_once(Published.merged(part for _, part in parts.values())))
 
     def serve(self, published: Published) -> None:
         snapshot = published.snapshot(self.metrics, self.clock())
