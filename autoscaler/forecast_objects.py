@@ -22,10 +22,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from adapters.nodeclaims import LeadTimeSample
+from adapters.types import ScheduledWindow
 from autoscaler.fitting import SeriesKey
 from autoscaler.policy import unservable
 from autoscaler.provenance import Provenance
-from autoscaler.provider import MetricInfo, ServedSeries, Snapshot
+from autoscaler.provider import MetricInfo, PublishedRecord, ServedSeries, Snapshot
 
 # The issue's bound on one object (etcd takes 1.5 MiB; a list of many such objects must stay cheap).
 MAX_OBJECT_BYTES = 256 * 1024
@@ -57,23 +58,35 @@ def _provenance_fields(provenance: Provenance) -> dict[str, Any]:
         "work": provenance.work,
         "decidedAt": rfc3339(provenance.decided_at),
         "leadTime": {"seconds": provenance.lead_time_seconds, "source": provenance.lead_time.source},
-        "windows": [
-            {
-                "source": w.source,
-                "namespace": w.namespace,
-                "name": w.name,
-                "start": rfc3339(w.start),
-                "end": rfc3339(w.end),
-                "gpus": w.gpus,
-            }
-            for w in provenance.windows
-        ],
+        "windows": [_window_fields(w) for w in provenance.windows],
         "adjustments": [
             {"kind": a.kind, "before": a.before, "after": a.after, "reason": a.reason} for a in provenance.adjustments
         ],
     }
     if provenance.peak_at is not None:
         fields["peakAt"] = rfc3339(provenance.peak_at)
+    return fields
+
+
+def _window_fields(window: ScheduledWindow) -> dict[str, Any]:
+    return {
+        "source": window.source,
+        "namespace": window.namespace,
+        "name": window.name,
+        "start": rfc3339(window.start),
+        "end": rfc3339(window.end),
+        "gpus": window.gpus,
+    }
+
+
+def _record_fields(record: PublishedRecord) -> dict[str, Any]:
+    fields: dict[str, Any] = {"windows": [_window_fields(w) for w in record.windows]}
+    if record.model is not None:
+        fields["model"] = record.model
+    if record.quantile is not None:
+        fields["quantile"] = record.quantile
+    if record.lead_time_seconds is not None and record.lead_time_source is not None:
+        fields["leadTime"] = {"seconds": record.lead_time_seconds, "source": record.lead_time_source}
     return fields
 
 
@@ -91,6 +104,8 @@ def served_item(series: ServedSeries, step_down: tuple[float, datetime] | None) 
         item["windowSeconds"] = series.window_seconds
     if series.provenance is not None:
         item.update(_provenance_fields(series.provenance))
+    elif series.published is not None:  # restored from an object: pass on what it recorded
+        item.update(_record_fields(series.published))
     if step_down is not None:
         item["stepDown"] = {"value": step_down[0], "at": rfc3339(step_down[1])}
     return item
@@ -225,6 +240,39 @@ def read_objects(
     return published
 
 
+def _record(item: Mapping[str, Any]) -> PublishedRecord | None:
+    """The provenance essentials of an item; raises KeyError, TypeError or ValueError when garbled."""
+    if "model" not in item:
+        return None  # published without provenance (itself restored): nothing to add
+    lead_time = item.get("leadTime") or {}
+    windows = tuple(
+        ScheduledWindow(
+            source=str(window.get("source", "")),
+            namespace=str(window.get("namespace", "")),
+            name=str(window["name"]),
+            start=_required_time(window["start"]),
+            end=_required_time(window["end"]),
+            gpus=float(window["gpus"]),
+        )
+        for window in item.get("windows") or []
+    )
+    seconds = lead_time.get("seconds")
+    return PublishedRecord(
+        model=str(item["model"]),
+        quantile=float(item["quantile"]) if "quantile" in item else None,
+        lead_time_seconds=int(seconds) if seconds is not None else None,
+        lead_time_source=str(lead_time["source"]) if "source" in lead_time else None,
+        windows=windows,
+    )
+
+
+def _required_time(value: Any) -> datetime:
+    moment = _time(value)
+    if moment is None:
+        raise ValueError(f"{value!r} is not an RFC 3339 time with a zone")
+    return moment
+
+
 def _read_sample(item: Any) -> LeadTimeSample | str:
     try:
         created, ready = _time(item["created"]), _time(item["ready"])
@@ -275,6 +323,7 @@ def _read_item(
             namespace=item.get("namespace"),
             window_seconds=int(window) if window is not None else None,
             explanation=str(item.get("explanation", "")),
+            published=_record(item),
         )
         step_down = item.get("stepDown")
         paced = (float(step_down["value"]), _time(step_down["at"])) if step_down is not None else None

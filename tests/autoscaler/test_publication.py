@@ -21,9 +21,9 @@ from adapters.nodeclaims import LeadTimeHistory
 from adapters.replay import ReplaySource, read_trace
 from adapters.types import AdapterError, Signal
 from autoscaler import demo
-from autoscaler.forecast_objects import object_name, pool_key, read_objects, rfc3339, shard_of
+from autoscaler.forecast_objects import object_name, pool_key, read_objects, rfc3339, shard_of, shard_statuses
 from autoscaler.plans import MetricPlan, RefreshInputs, RefreshSettings
-from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
+from autoscaler.provider import MetricInfo, PublishedRecord, SnapshotProvider, empty_snapshot
 from autoscaler.publication import PublishedView, Publisher, open_publication, signals_of
 from autoscaler.refresher import Refresher
 from autoscaler.selectors import EVERYTHING
@@ -233,6 +233,11 @@ async def test_a_second_instance_serves_identical_items_from_the_objects(fake_ku
             await publishing.publish(await instance.refresh_once(), instance.pacing)
             await eventually(identical, message="the reader serves what the publisher serves")
             clock.now += timedelta(minutes=5)
+    # The inspection API's fields come from what the publisher recorded.
+    made = instance.provider.snapshot.series["gpu_demand_forecast"][0].provenance
+    assert reader.snapshot.series["gpu_demand_forecast"][0].published == PublishedRecord(
+        model=made.model, quantile=0.9, lead_time_seconds=600, lead_time_source="configured", windows=()
+    )
 
 
 async def test_a_fresh_instance_serves_the_published_values_and_keeps_pacing(fake_kube, kube_api, pool):
@@ -257,6 +262,12 @@ async def test_a_fresh_instance_serves_the_published_values_and_keeps_pacing(fak
     assert served_items(fresh.provider, "gpu_demand_forecast") == published
     await fresh.refresh_once()  # the pull fails: the published values stay
     assert served_items(fresh.provider, "gpu_demand_forecast") == published
+    # Published again from the new pod, a restored value keeps what the first pod recorded.
+    republished = shard_statuses(fresh.provider.snapshot, signals_of(PLANS), fresh.pacing, SHARDS)
+    first_item = fake_kube.get("gpuforecasts", HOME, NAMESPACE)["status"]["items"][0]
+    again = republished[shard_of(KEY, SHARDS)]["items"][0]
+    for field in ("metric", "labels", "value", "timestamp", "model", "quantile", "leadTime", "windows", "stepDown"):
+        assert again[field] == first_item[field], field
 
     # Demand falls to a tenth: the restored pod steps down from the published value, as the first
     # pod would have; a pod without the published pacing state drops at once.

@@ -66,6 +66,16 @@ async def text(session: aiohttp.ClientSession, listening: Listening) -> str:
         return await response.text()
 
 
+async def inspected(session: aiohttp.ClientSession, listening: Listening) -> list[dict[str, Any]]:
+    """The inspection API's series of one metric: value, labels, timestamp, model and lead time."""
+    url = f"http://127.0.0.1:{listening.http_port}/api/v1/forecasts"
+    async with session.get(url) as response:
+        assert response.status == 200, await response.text()
+        (demand,) = [m for m in (await response.json())["metrics"] if m["metric"] == "gpu_demand_forecast"]
+    keys = ("labels", "value", "timestamp", "model", "lead_time_seconds")
+    return [{key: series[key] for key in keys} for series in demand["series"]]
+
+
 async def served_lines(session: aiohttp.ClientSession, listening: Listening) -> list[str]:
     return sorted(re.findall(r"^gpu_autoscaler_served_value\{.*$", await text(session, listening), re.M))
 
@@ -88,6 +98,8 @@ async def test_a_publishing_and_a_reading_replica_give_one_answer(fake_kube, kub
             for metric in ("gpu_demand_forecast", "gpu_headroom"):
                 mine, theirs = await items(session, a, metric), await items(session, b, metric)
                 assert mine and mine == theirs, (mine, theirs)
+            summaries = [await inspected(session, replica) for replica in (a, b)]
+            assert summaries[0] == summaries[1] and summaries[0][0]["model"], summaries
             lines = await served_lines(session, a)
             assert len(lines) == 2 and lines == await served_lines(session, b), lines
             return True
