@@ -68,8 +68,8 @@ class PublicationSettings(_Strict):
     enabled: bool = False
     # Where the objects live: the service's own namespace (the Role in manifests/base grants it).
     namespace: str = Field(default="gpu-autoscaler", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
-    # Series are hashed into this many objects; 16 keeps 1,000 series to 16 writes a refresh, about
-    # 40 KB an object (the arithmetic is in docs/high-availability.md). Changing it starts new objects.
+    # Series are hashed into this many objects; 16 keeps 1,000 series to 16 writes a refresh, at most
+    # about 100 KiB an object (measured: docs/high-availability.md). Changing it starts new objects.
     shards: int = Field(default=16, ge=1, le=4096)
     # What the APIs serve: this replica's own refreshes (local) or the published objects (objects),
     # so that every replica gives one answer.
