@@ -103,8 +103,17 @@ class LeadTimeHistory:
     def observe(self, nodeclaim: Mapping[str, Any]) -> bool:
         """Record the NodeClaim's lead time if it is ready and new; True when a sample was added."""
         sample = lead_time_sample(nodeclaim)
-        if sample is None:
-            return False
+        return sample is not None and self.add(sample)
+
+    def restore(self, samples: Iterable[LeadTimeSample]) -> int:
+        """Take samples another process learned (published with the forecasts); how many were new.
+
+        NodeClaims consolidated away since are only in those: a new pod keeps learning from them.
+        """
+        return sum(self.add(sample) for sample in samples)
+
+    def add(self, sample: LeadTimeSample) -> bool:
+        """Record a sample unless its NodeClaim is known or it is older than the last ``keep_last``."""
         samples = self._by_pool.setdefault(sample.nodepool, [])
         if any(kept.uid == sample.uid for kept in samples):
             return False

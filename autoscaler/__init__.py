@@ -16,9 +16,11 @@ The package in layers, outermost first (``lint-imports`` holds them; nothing imp
   ``kube_inputs`` (CronJob windows, NodeClaim lead times, GPU limits, the NodePool each pod lands
   in, Pending pods' GPUs) or the ``demo``; the ``refresher`` pulls, has ``workers`` fit and
   forecast, applies the ``policy`` and swaps a new snapshot into the ``provider``; ``persistence``
-  keeps the last served values across restarts. ``actuation`` writes the pools' CapacityBuffers
-  from the served values (``buffer_sizing``; settings in ``actuator_settings``; only the Lease
-  holder writes). ``selectors`` and ``quantity`` are the
+  keeps the last served values across restarts; ``publication`` publishes them (and step-down
+  pacing state) as GPUForecast objects and serves what those hold, in the format
+  ``forecast_objects`` defines. ``actuation`` writes the pools' CapacityBuffers from the served
+  values (``buffer_sizing``; settings in ``actuator_settings``; only the Lease holder writes).
+  ``selectors`` and ``quantity`` are the
   Kubernetes-syntax building blocks (durations are ``forecast.durations``).
 
 ``forecast`` (pure numerics) and ``adapters`` (I/O) sit below all of it.

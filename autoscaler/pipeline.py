@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from kubernetes_asyncio.client import ApiClient
 
 from adapters.kube_watch import WatchGroup
+from adapters.nodeclaims import LeadTimeHistory
 from adapters.pool_matching import UnplacedDemand, pool_name
 from adapters.prometheus import PrometheusSource
 from adapters.types import ScheduledWindow
@@ -48,6 +49,8 @@ class Pipeline(RefreshInputs):
     health: Callable[[], dict[str, str]] | None = None
     # GPU demand that fits no NodePool, for /metrics and the page.
     unplaced: Callable[[], Sequence[UnplacedDemand]] | None = None
+    # NodeClaim lead times learned so far: published with the forecasts, restored from them.
+    lead_times: LeadTimeHistory | None = None
 
 
 def metric_infos(settings: Settings) -> tuple[MetricInfo, ...]:
@@ -176,6 +179,7 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
             pending_gpus=pending_gpus,
             pending_placement=pending_placement,
             unplaced=unplaced,
+            lead_times=inputs.lead_times if inputs is not None else None,
         )
 
 

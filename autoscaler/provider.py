@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
+from adapters.types import ScheduledWindow
 from autoscaler.provenance import Provenance
 from autoscaler.quantity import format_quantity
 from autoscaler.selectors import Operator, Selector
@@ -52,6 +53,18 @@ class MetricInfo:
 
 
 @dataclass(frozen=True)
+class PublishedRecord:
+    """A provenance record's essentials as a GPUForecast object holds them: the forecast was made in
+    another process (docs/high-availability.md), so its forecast and history are not here."""
+
+    model: str | None = None
+    quantile: float | None = None
+    lead_time_seconds: int | None = None
+    lead_time_source: str | None = None
+    windows: tuple[ScheduledWindow, ...] = ()
+
+
+@dataclass(frozen=True)
 class ServedSeries:
     """One served value: a metric name, its labels and the value the HPA reads."""
 
@@ -68,6 +81,8 @@ class ServedSeries:
     # What the value was computed from (forecast, model, windows, limits); never read on the metrics
     # path. None for values restored after a restart.
     provenance: Provenance | None = None
+    # For values read from GPUForecast objects: what the publishing process recorded.
+    published: PublishedRecord | None = None
     # The ExternalMetricValue item minus metricName, made once when the series is made: the request
     # path then only copies it (formatting times and quantities per request cost a fifth of it).
     item: Mapping[str, Any] = field(init=False, repr=False, compare=False)
@@ -169,6 +184,7 @@ class SnapshotProvider:
         """Call ``listener`` after every swap (a push stream re-reads then); returns its unsubscribe."""
         self._on_swap.append(listener)
         return lambda: self._on_swap.remove(listener)
+
     def list_metrics(self) -> Sequence[MetricInfo]:
         return list(self.snapshot.metrics.values())
 
@@ -213,4 +229,5 @@ def apply_staleness(info: MetricInfo, series: ServedSeries, now: datetime) -> Se
         window_seconds=series.window_seconds,
         explanation=f"stale for {int(age.total_seconds())} s: static fallback {info.fallback_value}",
         provenance=series.provenance,
+        published=series.published,
     )

@@ -144,6 +144,16 @@ class Refresher:
             self._served.setdefault(key, tuple(restored))
         self.provider.swap(self._build(snapshot.created_at))
 
+    @property
+    def pacing(self) -> dict[tuple[str, SeriesKey], tuple[float, datetime]]:
+        """Step-down pacing state: what each (metric, series) was last decided and when (a copy)."""
+        return dict(self._previous)
+
+    def restore_pacing(self, pacing: Mapping[tuple[str, SeriesKey], tuple[float, datetime]]) -> None:
+        """Continue pacing from state another process published; what this one decided since wins."""
+        for key, previous in pacing.items():
+            self._previous.setdefault(key, previous)
+
     def _restorable(self, plan: MetricPlan, series: ServedSeries) -> ServedSeries | None:
         reason = policy.unservable(series.value)
         if reason is not None:

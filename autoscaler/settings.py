@@ -63,6 +63,25 @@ class KubernetesSettings(_Strict):
     backoff_max: Duration = timedelta(seconds=60)
 
 
+class PublicationSettings(_Strict):
+    """Forecasts published as GPUForecast objects (docs/high-availability.md)."""
+
+    enabled: bool = False
+    # Where the objects live: the service's own namespace (the Role in manifests/base grants it).
+    namespace: str = Field(default="gpu-autoscaler", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
+    # Series are hashed into this many objects; 16 keeps 1,000 series to 16 writes a refresh, at most
+    # about 100 KiB an object (measured: docs/high-availability.md). Changing it starts new objects.
+    shards: int = Field(default=16, ge=1, le=4096)
+    # What the APIs serve: this replica's own refreshes (local) or the published objects (objects),
+    # so that every replica gives one answer.
+    serve_from: Literal["local", "objects"] = "local"
+    # Whether this replica writes the objects. Until shards are owned through Leases (the next step in
+    # docs/high-availability.md) exactly one replica should publish; the others set false and read.
+    publish: bool = True
+    # Attempts of one object's update when it meets 409 Conflicts (each after a fresh read).
+    write_attempts: int = Field(default=3, ge=1, le=10)
+
+
 class SeriesSettings(_Strict):
     """One served series: a metric name with its labels and, optionally, a namespace it belongs to."""
 
@@ -328,6 +347,7 @@ class Settings(_Strict):
     windows: tuple[WindowSettings, ...] = ()
     actuators: ActuatorSettings = ActuatorSettings()
     state_dir: Path = Path(".gpu-autoscaler")
+    publication: PublicationSettings = PublicationSettings()
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = "text"
 
@@ -369,6 +389,17 @@ class Settings(_Strict):
                 )
         if self.demo.enabled and not buffers.dry_run:
             raise ValueError("actuators.capacity_buffers in demo mode needs dry_run: true (the demo has no cluster)")
+        return self
+
+    @model_validator(mode="after")
+    def _publication_needs_the_api(self) -> Settings:
+        publication = self.publication
+        if publication.serve_from == "objects" and not publication.enabled:
+            raise ValueError("publication.serve_from 'objects' needs publication.enabled: true")
+        if publication.enabled and not publication.publish and publication.serve_from != "objects":
+            raise ValueError("publication.publish false (a reading replica) needs publication.serve_from 'objects'")
+        if publication.enabled and self.demo.enabled:
+            raise ValueError("publication needs the Kubernetes API, which the demo does not use; disable one")
         return self
 
     @model_validator(mode="after")

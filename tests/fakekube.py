@@ -110,6 +110,10 @@ RESOURCE_TYPES: dict[str, ResourceType] = {
             custom=True,
         ),
         ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True),
+        # The project's own CRD (manifests/base/crd-gpuforecasts.yaml): what replicas publish.
+        ResourceType(
+            "gpu-autoscaler.io", "v1alpha1", "gpuforecasts", "GPUForecast", True, status_subresource=True, custom=True
+        ),
         ResourceType("", "v1", "podtemplates", "PodTemplate", True),
         ResourceType("apiregistration.k8s.io", "v1", "apiservices", "APIService", False, status_subresource=True),
         ResourceType(

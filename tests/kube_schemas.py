@@ -2,9 +2,10 @@
 
 - Karpenter NodePools and NodeClaims, KEDA ScaledObjects and (Cluster)TriggerAuthentications, SIG
   Autoscaling CapacityBuffers (``v1beta1`` from Karpenter's CRD, the deprecated ``v1alpha1`` from
-  Cluster Autoscaler's): the ``openAPIV3Schema`` of the version named by the object's ``apiVersion``
-  in the upstream CRDs vendored in ``tests/data/schemas/`` (jsonschema, Draft 2020-12), with the
-  Kubernetes extensions handled as the
+  Cluster Autoscaler's), and the project's own GPUForecasts: the ``openAPIV3Schema`` of the version
+  named by the object's ``apiVersion`` in the upstream CRDs vendored in ``tests/data/schemas/``
+  (GPUForecast: its CRD in ``manifests/base/``, this project being its upstream) (jsonschema,
+  Draft 2020-12), with the Kubernetes extensions handled as the
   API server does: ``x-kubernetes-validations`` CEL rules by explicit code per rule text
   (``CEL_RULES``; a rule the code does not know fails loudly, so a CRD update is noticed),
   ``x-kubernetes-list-type`` ``set``/``map`` as uniqueness; the other ``x-kubernetes-*`` keywords
@@ -36,15 +37,18 @@ from jsonschema import ValidationError
 from jsonschema.protocols import Validator
 
 SCHEMAS = Path(__file__).resolve().parent / "data" / "schemas"
+# The project's own CRDs: their upstream is this repository's manifests.
+OWN_CRDS = Path(__file__).resolve().parents[1] / "manifests" / "base"
 KUBERNETES_VERSION = "1.32"
-# (group, kind) -> the vendored CRD that defines it.
-CRDS = {
+# (group, kind) -> the CRD that defines it: a file name in SCHEMAS (vendored) or an absolute path.
+CRDS: dict[tuple[str, str], str] = {
     ("karpenter.sh", "NodePool"): "karpenter.sh_nodepools.yaml",
     ("karpenter.sh", "NodeClaim"): "karpenter.sh_nodeclaims.yaml",
     ("keda.sh", "ScaledObject"): "keda.sh_scaledobjects.yaml",
     ("keda.sh", "TriggerAuthentication"): "keda.sh_triggerauthentications.yaml",
     ("keda.sh", "ClusterTriggerAuthentication"): "keda.sh_clustertriggerauthentications.yaml",
     ("autoscaling.x-k8s.io", "CapacityBuffer"): "autoscaling.x-k8s.io_capacitybuffers.yaml",
+    ("gpu-autoscaler.io", "GPUForecast"): str(OWN_CRDS / "crd-gpuforecasts.yaml"),
 }
 # (group, kind, version) -> the vendored CRD for a version the file in CRDS does not serve: Karpenter's
 # CapacityBuffer CRD has only v1beta1; Cluster Autoscaler's still serves the deprecated v1alpha1.
@@ -142,6 +146,7 @@ CEL_RULES: dict[str, Callable[[Any], bool]] = {
     "self.all(x, has(x.schedule) == has(x.duration))": lambda budgets: all(
         ("schedule" in budget) == ("duration" in budget) for budget in budgets
     ),
+    "self.shard < self.shards": lambda spec: spec.get("shard", 0) < spec.get("shards", 1),
     "!has(self.replicas) || !has(self.weight)": lambda spec: "replicas" not in spec or "weight" not in spec,
     # CapacityBuffer spec (v1beta1 and v1alpha1 alike)
     "!has(self.podTemplateRef) || has(self.replicas) || has(self.limits)": lambda spec: (
@@ -221,7 +226,8 @@ CrdValidator = jsonschema.validators.extend(
 
 @functools.cache
 def crd_schema(file_name: str, version: str | None = None) -> dict[str, Any]:
-    """The openAPIV3Schema of one served version of a vendored CRD (None: its storage version)."""
+    """The openAPIV3Schema of one served version (default: the storage version) of a CRD (a file name
+    in SCHEMAS, or a path)."""
     crd = yaml.safe_load((SCHEMAS / file_name).read_text())
     (served,) = [v for v in crd["spec"]["versions"] if v["name"] == version or (version is None and v["storage"])]
     schema: dict[str, Any] = served["schema"]["openAPIV3Schema"]

@@ -20,9 +20,11 @@ from kubernetes_asyncio.client import ApiClient
 
 from autoscaler import persistence
 from autoscaler.actuation import BufferActuator
+from autoscaler.forecast_objects import Published
 from autoscaler.kube_inputs import watch_settings
 from autoscaler.pipeline import Pipeline
 from autoscaler.provider import MetricsProvider, Snapshot, SnapshotProvider, empty_snapshot
+from autoscaler.publication import Publication, Publisher, open_publication
 from autoscaler.refresher import Refresher, RefreshStats
 from autoscaler.settings import Settings
 from autoscaler.web import kubernetes_auth
@@ -52,6 +54,7 @@ from autoscaler.workers import default_workers, process_pools
 log = logging.getLogger(__name__)
 
 REFRESHER = web.AppKey("refresher", Refresher)
+PUBLISHER = web.AppKey("publisher", Publisher)
 
 
 def _read_authorities(path: Path | None, setting: str) -> tuple[x509.Certificate, ...]:
@@ -78,6 +81,7 @@ def needs_kubernetes_api(settings: Settings) -> bool:
     return (
         settings.inputs is not None
         or settings.actuators.capacity_buffers is not None
+        or settings.publication.enabled
         or auth.mode == "kubernetes"
         or (auth.mode == "files" and auth.authorization == "kubernetes")
     )
@@ -98,6 +102,7 @@ def after_refresh(
     pipeline: Pipeline,
     settings: Settings,
     actuator: BufferActuator | None = None,
+    publication: Publication | None = None,
 ) -> None:
     if actuator is not None:
         actuator.on_snapshot(snapshot)
@@ -105,6 +110,9 @@ def after_refresh(
     # Off the event loop: with thousands of series the file is a few MB.
     path = settings.state_dir / persistence.FILE_NAME
     asyncio.get_running_loop().run_in_executor(None, _save_quietly, path, snapshot)
+    if publication is not None and settings.publication.publish:
+        samples = pipeline.lead_times.samples() if pipeline.lead_times is not None else ()
+        publication.publisher.publish_soon(snapshot, refresher.pacing, samples)
 
 
 def _save_quietly(path: Path, snapshot: Snapshot) -> None:
@@ -226,11 +234,13 @@ def create_app(
     readiness: Readiness | None = None,
     self_metrics: SelfMetrics | None = None,
     actuator: BufferActuator | None = None,
+    kube: ApiClient | None = None,
 ) -> tuple[web.Application, web.Application]:
     """The composition root: the secure API app and the plain ops app, sharing one provider.
 
     The API app owns the refresher and the CapacityBuffer writer (started and stopped by its
-    ``cleanup_ctx``).
+    ``cleanup_ctx``); with ``settings.publication`` enabled, ``kube`` publishes and watches the
+    GPUForecast objects.
     """
     provider = provider or SnapshotProvider(empty_snapshot(pipeline.metrics))
     readiness = readiness or Readiness()
@@ -245,6 +255,7 @@ def create_app(
         return refresher.stats if refresher is not None else None
 
     self_metrics.watch_refreshes(refresh_stats)
+    self_metrics.watch_publication(lambda: api_app.get(PUBLISHER))
     if pipeline.unplaced is not None:
         self_metrics.watch_unplaced(pipeline.unplaced)
         ops_app[UNPLACED] = pipeline.unplaced
@@ -253,7 +264,7 @@ def create_app(
         self_metrics.watch_buffers(lambda: tuple(actuator.states.values()))
         api_app.cleanup_ctx.append(partial(_actuator_ctx, actuator, readiness))
     if pipeline.sources:
-        api_app.cleanup_ctx.append(partial(_refresher_ctx, settings, pipeline, provider, readiness, actuator))
+        api_app.cleanup_ctx.append(partial(_refresher_ctx, settings, pipeline, provider, readiness, actuator, kube))
     else:
         readiness.ready, readiness.reason = True, "no signals configured: nothing to forecast"
     return api_app, ops_app
@@ -272,23 +283,78 @@ async def _refresher_ctx(
     provider: SnapshotProvider,
     readiness: Readiness,
     actuator: BufferActuator | None,
+    kube: ApiClient | None,
     app: web.Application,
 ) -> AsyncIterator[None]:
-    """Start the refresher (after restoring saved values) with the app; stop it and its workers after."""
-    refresher = Refresher(
-        provider=provider,
-        inputs=pipeline,
-        pools=process_pools(settings.forecast.workers or default_workers()),
-        on_success=lambda snapshot: after_refresh(snapshot, readiness, refresher, pipeline, settings, actuator),
-    )
-    app[REFRESHER] = refresher
-    saved_values = settings.state_dir / persistence.FILE_NAME
-    restored = persistence.load(saved_values, pipeline.metrics)
-    if restored is not None:
-        refresher.restore(restored)
-        readiness.ready = True
-        readiness.reason = f"serving values saved at {restored.created_at:%Y-%m-%dT%H:%M:%SZ}; first forecast pending"
-        log.info("restored served values saved at %s from %s", restored.created_at, saved_values)
+    """Start the refresher (after restoring saved or published values) with the app; stop it after."""
+    async with contextlib.AsyncExitStack() as stack:
+        publication = None
+        if settings.publication.enabled and kube is not None:
+            # A reading replica is ready once the objects give it something to serve.
+            reading = not settings.publication.publish
+            publication = await stack.enter_async_context(
+                open_publication(
+                    settings.publication, kube, served=provider, metrics=pipeline.metrics, plans=pipeline.plans,
+                    watch_settings=watch_settings(settings.kubernetes),
+                    on_served=partial(_serving_published, readiness) if reading else None,
+                )
+            )  # fmt: skip
+            if reading:  # it neither pulls nor fits: what it serves comes from the publishing replica
+                yield
+                return
+        from_objects = publication is not None and settings.publication.serve_from == "objects"
+        # Serving from the objects, the refresher's own snapshot only feeds the publisher.
+        local = SnapshotProvider(empty_snapshot(pipeline.metrics)) if from_objects else provider
+        refresher = Refresher(
+            provider=local,
+            inputs=pipeline,
+            pools=process_pools(settings.forecast.workers or default_workers()),
+            on_success=lambda snapshot: after_refresh(
+                snapshot, readiness, refresher, pipeline, settings, actuator, publication
+            ),
+        )
+        app[REFRESHER] = refresher
+        if publication is not None and settings.publication.publish:
+            app[PUBLISHER] = publication.publisher
+        if publication is not None and publication.initial is not None:
+            _restore_published(refresher, readiness, pipeline, publication.initial)
+        saved_values = settings.state_dir / persistence.FILE_NAME
+        restored = persistence.load(saved_values, pipeline.metrics)
+        if restored is not None:
+            _restore(refresher, readiness, restored, "saved", f"from {saved_values}")
+        async for _ in _running(refresher, readiness):
+            yield
+
+
+def _restore_published(refresher: Refresher, readiness: Readiness, pipeline: Pipeline, published: Published) -> None:
+    """Values, step-down pacing and lead-time samples as the objects hold them (another pod's)."""
+    snapshot = published.snapshot(refresher.metrics, refresher.clock())
+    _restore(refresher, readiness, snapshot, "published in GPUForecasts", "read from the Kubernetes API")
+    refresher.restore_pacing(published.pacing)
+    if pipeline.lead_times is not None:
+        samples = pipeline.lead_times.restore(published.lead_time_samples)
+        log.info("restored %d NodeClaim lead-time samples published in GPUForecasts", samples)
+
+
+def _serving_published(readiness: Readiness, snapshot: Snapshot) -> None:
+    if any(snapshot.series.values()):
+        readiness.ready, readiness.reason = (
+            True,
+            f"serving published forecasts ({snapshot.created_at:%Y-%m-%dT%H:%M:%SZ})",
+        )
+
+
+def _restore(refresher: Refresher, readiness: Readiness, restored: Snapshot, how: str, where: str) -> None:
+    if not any(restored.series.values()):
+        return
+    refresher.restore(restored)
+    readiness.ready = True
+    readiness.reason = f"serving values {how} at {restored.created_at:%Y-%m-%dT%H:%M:%SZ}; first forecast pending"
+    log.info("restored served values %s at %s %s", how, restored.created_at, where)
+
+
+async def _running(refresher: Refresher, readiness: Readiness) -> AsyncIterator[None]:
+    """Run the refresher while the generator is suspended; stop it and its workers when it resumes."""
 
     def mark_ready() -> None:
         if not readiness.ready:
@@ -296,7 +362,13 @@ async def _refresher_ctx(
         readiness.ready, readiness.reason = True, "forecasts served"
 
     task = asyncio.create_task(refresher.run(ready=mark_ready), name="refresher")
-    yield
+    try:
+        yield
+    finally:
+        await _stop(task, refresher)
+
+
+async def _stop(task: asyncio.Task[None], refresher: Refresher) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task

@@ -167,7 +167,7 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
         access = await build_access(settings, kube)
         tls = server_tls(settings, access)
         actuator = buffer_actuator(settings, kube)
-        api_app, ops_app = create_app(settings, pipeline=pipeline, access=access, actuator=actuator)
+        api_app, ops_app = create_app(settings, pipeline=pipeline, access=access, actuator=actuator, kube=kube)
         if kube is not None and settings.auth.mode == "kubernetes" and access.authenticator is not None:
             follower = await stack.enter_async_context(
                 kubernetes_auth.following_authentication(

@@ -144,9 +144,7 @@ class ExternalScaler(ExternalScalerServicer):
             metricValues=[pb.MetricValue(metricName=metric, metricValue=_ceil(value), metricValueFloat=value)]
         )
 
-    async def StreamIsActive(
-        self, request: pb.ScaledObjectRef, context: Context
-    ) -> AsyncIterator[pb.IsActiveResponse]:
+    async def StreamIsActive(self, request: pb.ScaledObjectRef, context: Context) -> AsyncIterator[pb.IsActiveResponse]:
         """The activity now, then again each time it changes; ends with an error status when it has none."""
         last: bool | None = None
         try:

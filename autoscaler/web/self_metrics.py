@@ -21,6 +21,7 @@ from adapters.pool_matching import UnplacedDemand
 from autoscaler.buffer_sizing import BufferState
 from autoscaler.policy import lead_slice
 from autoscaler.provider import ServedSeries, Snapshot
+from autoscaler.publication import Publisher
 from autoscaler.refresher import RefreshStats
 
 Clock = Callable[[], datetime]
@@ -175,6 +176,37 @@ class RefreshCollector(Collector):
         yield from (last_success, failures, refreshes, duration)
 
 
+class PublicationCollector(Collector):
+    """GPUForecast writes by outcome and conflicts met, read from the publisher at scrape time.
+
+    ``publisher`` returns ``None`` where this replica does not publish (nothing is exported then).
+    """
+
+    OUTCOMES = ("written", "unchanged", "failed")
+
+    def __init__(self, publisher: Callable[[], Publisher | None]) -> None:
+        self._publisher = publisher
+
+    def collect(self) -> Iterable[Metric]:
+        publisher = self._publisher()
+        if publisher is None:
+            return
+        stats = publisher.stats
+        writes = CounterMetricFamily(
+            "gpu_autoscaler_gpuforecast_writes",
+            "GPUForecast objects per publication outcome: written, left alone (content unchanged), failed",
+            labels=["outcome"],
+        )
+        for outcome, count in zip(self.OUTCOMES, (stats.writes, stats.unchanged, stats.failures), strict=True):
+            writes.add_metric([outcome], count)
+        conflicts = CounterMetricFamily(
+            "gpu_autoscaler_gpuforecast_conflicts",
+            "GPUForecast updates refused with 409 Conflict (then read and retried)",
+        )
+        conflicts.add_metric([], publisher.writer.counts.conflicts)
+        yield from (writes, conflicts)
+
+
 class UnplacedCollector(Collector):
     """GPUs of demand that fits no NodePool, by kind, read from the Kubernetes inputs at scrape time."""
 
@@ -247,7 +279,9 @@ class SelfMetrics:
             registry=self.registry,
         )
         self.grpc_streams = Gauge(
-            "gpu_autoscaler_grpc_streams_open", "Open gRPC streams of the KEDA external scaler", ["method"],
+            "gpu_autoscaler_grpc_streams_open",
+            "Open gRPC streams of the KEDA external scaler",
+            ["method"],
             registry=self.registry,
         )
         self.auth_failures = Counter(
@@ -262,6 +296,9 @@ class SelfMetrics:
 
     def watch_refreshes(self, stats: Callable[[], RefreshStats | None]) -> None:
         self.registry.register(RefreshCollector(stats))
+
+    def watch_publication(self, publisher: Callable[[], Publisher | None]) -> None:
+        self.registry.register(PublicationCollector(publisher))
 
     def watch_unplaced(self, unplaced: Callable[[], Sequence[UnplacedDemand]]) -> None:
         self.registry.register(UnplacedCollector(unplaced))

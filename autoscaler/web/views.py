@@ -14,7 +14,14 @@ import pandas as pd
 
 from adapters.types import ScheduledWindow
 from autoscaler.provenance import Provenance
-from autoscaler.provider import MetricInfo, MetricUnavailable, ServedSeries, Snapshot, apply_staleness
+from autoscaler.provider import (
+    MetricInfo,
+    MetricUnavailable,
+    PublishedRecord,
+    ServedSeries,
+    Snapshot,
+    apply_staleness,
+)
 from autoscaler.selectors import SelectorError, parse_selector
 from forecast.durations import parse_duration
 from forecast.types import Forecast
@@ -30,12 +37,15 @@ class InspectionError(ValueError):
         self.parameter = parameter
 
 
+_NOTHING_PUBLISHED = PublishedRecord()
+
+
 @dataclass(frozen=True)
 class SeriesView:
     """One served series as people inspect it: the value after staleness, and what it came from.
 
     ``provenance`` is the refresher's record; a value restored after a restart has none, and then
-    every field read from it is empty.
+    every field read from it is empty, except those a GPUForecast object recorded (``published``).
     """
 
     info: MetricInfo
@@ -51,8 +61,13 @@ class SeriesView:
         return self.series.labels
 
     @property
+    def published(self) -> PublishedRecord:
+        """What a GPUForecast object recorded, for values served from one (empty otherwise)."""
+        return self.series.published or _NOTHING_PUBLISHED
+
+    @property
     def model(self) -> str | None:
-        return self.provenance.model if self.provenance else None
+        return self.provenance.model if self.provenance else self.published.model
 
     @property
     def forecast(self) -> Forecast | None:
@@ -60,19 +75,19 @@ class SeriesView:
 
     @property
     def quantile(self) -> float | None:
-        return self.provenance.quantile if self.provenance else None
+        return self.provenance.quantile if self.provenance else self.published.quantile
 
     @property
     def windows(self) -> tuple[ScheduledWindow, ...]:
-        return self.provenance.windows if self.provenance else ()
+        return self.provenance.windows if self.provenance else self.published.windows
 
     @property
     def lead_time_seconds(self) -> int | None:
-        return self.provenance.lead_time_seconds if self.provenance else None
+        return self.provenance.lead_time_seconds if self.provenance else self.published.lead_time_seconds
 
     @property
     def lead_time_source(self) -> str | None:
-        return self.provenance.lead_time.source if self.provenance else None
+        return self.provenance.lead_time.source if self.provenance else self.published.lead_time_source
 
     @property
     def scores(self) -> Mapping[str, Mapping[str, float]]:

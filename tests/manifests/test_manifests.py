@@ -501,7 +501,9 @@ def test_objects_name_their_namespaces():
     for kustomization in KUSTOMIZATIONS:
         text = (MANIFESTS / kustomization / "kustomization.yaml").read_text()
         assert not re.search(r"^namespace:", text, re.M), kustomization
-    assert one("base", "RoleBinding")["metadata"]["namespace"] == "kube-system"
+    reader = one("base", "RoleBinding", "gpu-autoscaler:extension-apiserver-authentication-reader")
+    assert reader["metadata"]["namespace"] == "kube-system"
+    assert one("base", "RoleBinding", "gpu-autoscaler:gpuforecasts")["metadata"]["namespace"] == "gpu-autoscaler"
 
 
 # --- examples: placeholders, HPAs, NodePool, time-slicing ---------------------------------------------
