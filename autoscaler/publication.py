@@ -36,7 +36,7 @@ from autoscaler.forecast_objects import (
 )
 from autoscaler.plans import MetricPlan
 from autoscaler.provider import MetricInfo, Snapshot, SnapshotProvider
-from autoscaler.settings import PublicationSettings
+from autoscaler.publication_settings import PublicationSettings
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,10 @@ from autoscaler.forecast_objects import object_name, pool_key, read_objects, rfc
 from autoscaler.plans import MetricPlan, RefreshInputs, RefreshSettings
 from autoscaler.provider import MetricInfo, PublishedRecord, SnapshotProvider, empty_snapshot
 from autoscaler.publication import PublishedView, Publisher, open_publication, signals_of
+from autoscaler.publication_settings import PublicationSettings
 from autoscaler.refresher import Refresher
 from autoscaler.selectors import EVERYTHING
-from autoscaler.settings import PublicationSettings, Settings
+from autoscaler.settings import Settings
 from autoscaler.workers import ForecastPools
 from tests.eventually import eventually
 
