@@ -14,8 +14,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import socket
-import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,7 +23,7 @@ from kubernetes_asyncio.client import ApiClient
 from adapters import capacity_buffers as buffers
 from adapters.kube_client import KubeError
 from adapters.kube_watch import WatchCache, WatchEvent, WatchGroup, WatchSettings
-from adapters.leases import LeaseElector, LeaseTiming
+from adapters.leases import LeaseElector, LeaseTiming, own_identity
 from autoscaler.actuator_settings import CapacityBufferSettings
 from autoscaler.buffer_sizing import BufferState, Mode, desired, reported_status
 from autoscaler.provider import Snapshot
@@ -43,11 +41,6 @@ def own_namespace() -> str:
     with contextlib.suppress(OSError):
         return SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
     return "default"
-
-
-def own_identity() -> str:
-    """This replica's name in the Lease: POD_NAME, else the host name, plus a suffix unique per process."""
-    return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
 class BufferActuator:
