@@ -64,6 +64,7 @@ class ShardOwnership:
         self.timing = timing
         self.on_change = on_change or (lambda shard, owned: None)
         self.rounds = 0
+        self.attempted = asyncio.Event()  # set once the first round has been tried (done or failed)
         self.live = 1  # live replicas counted at the last round (itself included)
         self.last_error: str | None = None
         self._api = CoordinationV1Api(api)
@@ -111,6 +112,7 @@ class ShardOwnership:
             except KubeError as error:
                 self.last_error = str(error)
                 log.warning("shard leases: %s", error)
+            self.attempted.set()
             self._tell()
             await asyncio.sleep(self.timing.retry_period_s)
 

@@ -146,12 +146,13 @@ async def test_two_candidates_reading_one_version_exactly_one_wins(fake_kube, ku
     read_by_first, read_by_second = await first.read(), await second.read()
     assert read_by_first == read_by_second
     before = len(fake_kube.requests_for("leases"))
-    won = await asyncio.gather(first.step(read_by_first), second.step(read_by_second))
-    assert won == [True, False]
-    assert (first.is_leader, second.is_leader) == (True, False)
-    puts = [(r.method, r.status) for r in fake_kube.requests_for("leases")[before:]]
+    won = await asyncio.gather(first.step(read_by_first), second.step(read_by_second))  # both in flight
+    assert sorted(won) == [False, True]
+    winner, loser = (first, second) if won[0] else (second, first)
+    assert (winner.is_leader, loser.is_leader) == (True, False)
+    puts = sorted((r.method, r.status) for r in fake_kube.requests_for("leases")[before:])
     assert puts == [("PUT", 200), ("PUT", 409)]
-    assert fake_kube.get("leases", name, NAMESPACE)["spec"]["holderIdentity"] == "a"
+    assert fake_kube.get("leases", name, NAMESPACE)["spec"]["holderIdentity"] == winner.identity
     # The loser keeps out until the winner's record has stood unchanged for the lease duration.
-    assert await second.try_acquire_or_renew() is False
-    assert second.holder == "a"
+    assert await loser.try_acquire_or_renew() is False
+    assert loser.holder == winner.identity
