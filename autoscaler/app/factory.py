@@ -94,7 +94,8 @@ def buffer_actuator(settings: Settings, kube: ApiClient | None) -> BufferActuato
     buffers = settings.actuators.capacity_buffers
     if buffers is None:
         return None
-    return BufferActuator(buffers, kube, watch=watch_settings(settings.kubernetes))
+    sharded = settings.publication.enabled and settings.publication.sharding.enabled
+    return BufferActuator(buffers, kube, watch=watch_settings(settings.kubernetes), sharded=sharded)
 
 
 def after_refresh(
@@ -333,6 +334,8 @@ async def _refresher_ctx(
                     lead_times=pipeline.lead_times,
                 )
             )  # fmt: skip
+            if actuator is not None:  # a pool's buffer is written by the owner of its sizing series
+                actuator.owns_series = app[SHARDING].owns_series
         async for _ in _running(refresher, readiness):
             yield
 
