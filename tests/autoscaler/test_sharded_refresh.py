@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 import pytest
 from kubernetes_asyncio.client import ApiClient
+from pydantic import ValidationError
 
 from adapters.kube_watch import WatchSettings
 from adapters.types import Signal
@@ -181,3 +182,37 @@ async def _cut_off_and_rejoin(fake_kube, clock, a: Replica, b: Replica, fits: Co
     fault.times = fault.hits  # b reaches the API again: it rejoins, and the split is balanced again
     await eventually(lambda: len(owned_pools(a)) == len(owned_pools(b)) == 2, timeout=60, message="rejoined")
     assert owned_pools(a).isdisjoint(owned_pools(b))
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        (
+            {"enabled": True, "sharding": {"enabled": True}},
+            "publication.sharding needs publication.enabled: true, serve_from: objects and publish: true",
+        ),
+        (
+            {"enabled": True, "serve_from": "objects", "publish": False, "sharding": {"enabled": True}},
+            "publication.sharding needs publication.enabled: true, serve_from: objects and publish: true",
+        ),
+        (
+            {"sharding": {"lease_duration": "10s", "renew_deadline": "10s"}},
+            "durations must satisfy lease_duration > renew_deadline > retry_period > 0 (got 0:00:10, 0:00:10, 0:00:02)",
+        ),
+        ({"sharding": {"retry_period": "0s"}}, "lease_duration > renew_deadline > retry_period > 0"),
+        ({"sharding": {"lease_prefix": "GPU_autoscaler"}}, "String should match pattern"),
+        ({"sharding": {"leases": 3}}, "Extra inputs are not permitted"),
+    ],
+)
+def test_sharding_settings_refuse_what_cannot_work(document, message):
+    with pytest.raises(ValidationError) as refused:
+        PublicationSettings.model_validate(document)
+    assert message in str(refused.value)
+
+
+def test_sharding_settings_default_to_client_gos_lease_timings():
+    sharding = SETTINGS.sharding
+    assert (sharding.lease_duration, sharding.renew_deadline, sharding.retry_period) == (
+        timedelta(seconds=15), timedelta(seconds=10), timedelta(seconds=2)
+    )  # fmt: skip
+    assert sharding.lease_prefix == "gpu-autoscaler"
