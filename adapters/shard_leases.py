@@ -135,11 +135,13 @@ class ShardOwnership:
         leases = {str(item["metadata"]["name"]): item for item in listed.get("items") or ()}
         await self.member.step(leases.get(self.member.name))
         self.live = 1 + self._live_others(leases)
-        for elector in self.electors:
+        for shard, elector in enumerate(self.electors):
             lease = leases.get(elector.name)
             mine = lease is not None and (lease.get("spec") or {}).get("holderIdentity") == self.identity
             if mine:
-                await self._quietly(elector.step(lease), elector.name)
+                if await self._quietly(elector.step(lease), elector.name):
+                    # Renewed in time after a lapse (cut off, but nobody took it): acting again, from its object.
+                    self._set_acting(shard, True)
             else:
                 elector.observe(lease)  # keeps the clock of other holders' records going
         owned = sorted(self.owned(), key=self._order.index)

@@ -156,3 +156,24 @@ async def test_two_candidates_reading_one_version_exactly_one_wins(fake_kube, ku
     # The loser keeps out until the winner's record has stood unchanged for the lease duration.
     assert await loser.try_acquire_or_renew() is False
     assert loser.holder == winner.identity
+
+
+@pytest.mark.looptime
+async def test_a_short_cut_off_past_the_renew_deadline_resumes_the_same_shards(fake_kube):
+    """Cut off for 12 s: past its renew deadline (it stops acting) but before the lease duration (nobody
+    may take over); once it reaches the API it renews the same Leases and is told to act again."""
+    changes: list = []
+    async with replica(fake_kube, "a") as a, replica(fake_kube, "b", changes) as b:
+        await eventually(lambda: len(a.owned()) == len(b.owned()) == SHARDS // 2, timeout=40, message="balanced")
+        held, before = b.owned(), holders(fake_kube)
+        await asyncio.sleep(1)  # b has just renewed (every 2 s)
+        fault = fake_kube.fail(status=503, user_agent="b", times=None)
+        await asyncio.sleep(11)
+        assert not b.owned()
+        assert a.owned().isdisjoint(held)  # 11-13 s unchanged: too early for a to take them
+        fault.times = fault.hits
+        await eventually(lambda: b.owned() == held, timeout=5, message="b renewed its own Leases")
+        assert holders(fake_kube) == before
+        told = [change for change in changes if change[0] in held]
+        assert told[-2 * len(held) :] == sorted((s, False) for s in held) + sorted((s, True) for s in held)
+        never_both(a, b)
