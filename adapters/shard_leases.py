@@ -25,7 +25,7 @@ import hashlib
 import logging
 import math
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from kubernetes_asyncio.client import ApiClient, CoordinationV1Api
@@ -172,7 +172,7 @@ class ShardOwnership:
                      self.share, self.live)  # fmt: skip
             await self._quietly(elector.release(), elector.name)
 
-    async def _quietly(self, write: Any, name: str) -> bool:
+    async def _quietly(self, write: Awaitable[object], name: str) -> bool:
         """One Lease's write: its failure is that Lease's (logged), the round goes on with the others."""
         try:
             return bool(await write)
