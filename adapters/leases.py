@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,6 +34,11 @@ class LeaseTiming:
     lease_duration_s: float = 15.0
     renew_deadline_s: float = 10.0
     retry_period_s: float = 2.0
+
+
+def own_identity() -> str:
+    """This replica's name in Leases: POD_NAME, else the host name, plus a suffix unique per process."""
+    return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
 
 
 def _micro_time(moment: datetime) -> str:
@@ -85,26 +93,77 @@ class LeaseElector:
 
     async def try_acquire_or_renew(self) -> bool:
         """One round: create, renew or take over the Lease when allowed; True if this replica holds it."""
-        now = asyncio.get_running_loop().time()
-        what = f"lease {self.namespace}/{self.name}"
+        return await self.step(await self.read())
+
+    async def read(self) -> dict[str, Any] | None:
+        """The Lease as the API server has it now; None if it does not exist."""
         try:
-            lease = await read_json(
-                self._api.read_namespaced_lease(self.name, self.namespace, _preload_content=False), f"get {what}"
+            lease: dict[str, Any] = await read_json(
+                self._api.read_namespaced_lease(self.name, self.namespace, _preload_content=False),
+                f"get lease {self.namespace}/{self.name}",
             )
         except KubeNotFound:
-            return await self._write(None, now, f"create {what}")
+            return None
+        return lease
+
+    def observe(self, lease: dict[str, Any] | None) -> bool:
+        """Note the Lease as read (``None``: absent); True if this replica could take it now: absent,
+        free, its own, or another holder's record unchanged for ``leaseDurationSeconds`` here."""
+        now = asyncio.get_running_loop().time()
+        if lease is None:
+            self.holder = None
+            return True
         spec = lease.get("spec") or {}
         holder = spec.get("holderIdentity") or None
         self.holder = holder
-        if holder is not None and holder != self.identity:
-            record = (holder, spec.get("renewTime"), spec.get("leaseDurationSeconds"), spec.get("leaseTransitions"))
-            if record != self._observed:
-                self._observed, self._observed_at = record, now
-            duration = float(spec.get("leaseDurationSeconds") or self.timing.lease_duration_s)
-            if now - self._observed_at < duration:
-                self._renewed_at = None
-                return False
-        return await self._write(lease, now, f"update {what}")
+        if holder is None or holder == self.identity:
+            return True
+        record = (holder, spec.get("renewTime"), spec.get("leaseDurationSeconds"), spec.get("leaseTransitions"))
+        if record != self._observed:
+            self._observed, self._observed_at = record, now
+        self._renewed_at = None  # another holder: this replica does not hold it, whatever it thought
+        duration = float(spec.get("leaseDurationSeconds") or self.timing.lease_duration_s)
+        return now - self._observed_at >= duration
+
+    async def step(self, lease: dict[str, Any] | None, *, acquire: bool = True) -> bool:
+        """Act on the Lease as read: renew it if held; take it if allowed and ``acquire``; True if held.
+
+        The write carries the read's resourceVersion: of two candidates that read the same version,
+        the API server accepts one and answers the other 409 Conflict (which loses, quietly).
+        """
+        what = f"lease {self.namespace}/{self.name}"
+        if not self.observe(lease):
+            return False
+        held = lease is not None and (lease.get("spec") or {}).get("holderIdentity") == self.identity
+        if not held and not acquire:
+            return False
+        now = asyncio.get_running_loop().time()
+        return await self._write(lease, now, f"{'update' if lease else 'create'} {what}")
+
+    async def release(self, lease: dict[str, Any] | None = None) -> None:
+        """Stop acting at once, then hand the Lease back (holderIdentity cleared, resourceVersion-checked)
+        so that another candidate takes it at its next round instead of after the lease duration."""
+        self._renewed_at = None
+        lease = lease if lease is not None else await self.read()
+        spec = dict((lease or {}).get("spec") or {})
+        if lease is None or spec.get("holderIdentity") != self.identity:
+            return
+        spec.pop("holderIdentity", None)
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {k: lease["metadata"][k] for k in ("name", "namespace", "resourceVersion")},
+            "spec": spec,
+        }
+        call = self._api.replace_namespaced_lease(
+            self.name, self.namespace, cast("V1Lease", body), _preload_content=False
+        )
+        try:
+            await read_json(call, f"release lease {self.namespace}/{self.name}")
+        except KubeError as error:
+            if error.status != 409:  # 409: changed since read; it is someone else's to decide now
+                raise
+        self.holder = None
 
     async def _write(self, lease: dict[str, Any] | None, now: float, what: str) -> bool:
         moment = _micro_time(datetime.now(UTC))

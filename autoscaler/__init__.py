@@ -18,9 +18,12 @@ The package in layers, outermost first (``lint-imports`` holds them; nothing imp
   forecast, applies the ``policy`` and swaps a new snapshot into the ``provider``; ``persistence``
   keeps the last served values across restarts; ``publication`` publishes them (and step-down
   pacing state) as GPUForecast objects and serves what those hold, in the format
-  ``forecast_objects`` defines (settings in ``publication_settings``). ``actuation`` writes the
-  pools' CapacityBuffers from the served values (``buffer_sizing``; settings in
-  ``actuator_settings``; only the Lease holder writes). ``selectors`` and ``quantity`` are the
+  ``forecast_objects`` defines (settings in ``publication_settings``); ``sharding`` (above them)
+  makes a replica fit, publish and act only on the shards whose Lease it holds
+  (``adapters.shard_leases``). ``actuation`` writes the pools' CapacityBuffers from the served
+  values (``buffer_sizing``; settings in ``actuator_settings``; only the Lease holder writes, or
+  with sharding the owner of the pool's sizing series). ``fit_schedule`` says which work (select,
+  refit, update) each series gets. ``selectors`` and ``quantity`` are the
   Kubernetes-syntax building blocks (durations are ``forecast.durations``).
 
 ``forecast`` (pure numerics) and ``adapters`` (I/O) sit below all of it.

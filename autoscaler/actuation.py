@@ -14,8 +14,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import socket
-import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,7 +23,7 @@ from kubernetes_asyncio.client import ApiClient
 from adapters import capacity_buffers as buffers
 from adapters.kube_client import KubeError
 from adapters.kube_watch import WatchCache, WatchEvent, WatchGroup, WatchSettings
-from adapters.leases import LeaseElector, LeaseTiming
+from adapters.leases import LeaseElector, LeaseTiming, own_identity
 from autoscaler.actuator_settings import CapacityBufferSettings
 from autoscaler.buffer_sizing import BufferState, Mode, desired, reported_status
 from autoscaler.provider import Snapshot
@@ -45,11 +43,6 @@ def own_namespace() -> str:
     return "default"
 
 
-def own_identity() -> str:
-    """This replica's name in the Lease: POD_NAME, else the host name, plus a suffix unique per process."""
-    return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
-
-
 class BufferActuator:
     """Per pool: the desired replicas, what was written and what the autoscaler reports."""
 
@@ -62,6 +55,7 @@ class BufferActuator:
         identity: str | None = None,
         clock: Callable[[], datetime] | None = None,
         on_state: Callable[[], None] | None = None,
+        sharded: bool = False,
     ) -> None:
         self.settings = settings
         self.states = {pool.pool: BufferState(pool) for pool in settings.pools}
@@ -73,9 +67,16 @@ class BufferActuator:
         self._clock = clock or (lambda: datetime.now(UTC))
         self.on_state = on_state or (lambda: None)  # called when what health() says may have changed
         self._wake = asyncio.Event()
+        # With shards owned through Leases (autoscaler/sharding.py): whether this replica owns the shard
+        # of a served series; a pool's buffer is written by the owner of its sizing series only, and
+        # the single Lease below is not used. None until ownership runs: nothing is written.
+        self.sharded = sharded
+        self.owns_series: Callable[[str, Mapping[str, str]], bool] | None = None
+        # Pools whose sizing series this replica owned at the last refresh -> that series' labels.
+        self._owned: dict[str, Mapping[str, str]] = {}
         lease = settings.lease
         self.elector: LeaseElector | None = None
-        if api is not None and not settings.dry_run:
+        if api is not None and not settings.dry_run and not sharded:
             timing = LeaseTiming(
                 lease.lease_duration.total_seconds(),
                 lease.renew_deadline.total_seconds(),
@@ -94,6 +95,8 @@ class BufferActuator:
             return "dry-run"
         if self._api is None or self.api_version is None:
             return "unavailable"
+        if self.sharded:
+            return "writing" if self._owned else "standby"
         return "writing" if self.elector is not None and self.elector.is_leader else "standby"
 
     def health(self) -> dict[str, str]:
@@ -108,6 +111,9 @@ class BufferActuator:
             detail = f"dry run: computed and shown, nothing written ({served or 'no cluster'})"
         elif not self.discovered:
             detail = "discovering the CapacityBuffer API version"
+        elif self.sharded:
+            owned = ", ".join(sorted(self._owned)) or "none"
+            detail = f"{served}: written for the pools whose sizing series' shard this replica owns ({owned})"
         elif self.elector is not None and self.elector.is_leader:
             detail = f"writing {served} (this replica holds lease {self.elector.namespace}/{self.elector.name})"
         else:
@@ -123,9 +129,17 @@ class BufferActuator:
     def on_snapshot(self, snapshot: Snapshot) -> None:
         """After every refresh: the desired replicas of each pool; the writer task acts on changes."""
         now = self._clock()
-        for state in self.states.values():
+        if self.sharded:
+            self._owned = {}
+            for name, state in self.states.items():
+                labels = _sizing_labels(snapshot, state)
+                if labels is not None and self.owns_series is not None and self.owns_series(state.pool.metric, labels):
+                    self._owned[name] = labels
+        for name, state in self.states.items():
             state.desired = desired(snapshot, state.pool, now)
-            state.mode = self.mode
+            state.mode = self.mode if not self.sharded or name in self._owned else "standby"
+            if self.sharded and name not in self._owned:
+                state.written = None  # another replica may write it meanwhile: read it again first
         self._wake.set()
 
     def _leadership(self, leader: bool) -> None:
@@ -203,11 +217,18 @@ class BufferActuator:
             await self._wake.wait()
             self._wake.clear()
             if self.mode == "writing":
-                for state in self.states.values():
+                for name, state in self.states.items():
+                    if self.sharded and not self._still_owned(name):
+                        continue
                     if state.desired.replicas is not None and state.desired.replicas != state.written:
                         await self._write(state, state.desired.replicas)
                 self.on_state()
             self.rounds += 1
+
+    def _still_owned(self, name: str) -> bool:
+        """Owned at the last refresh and now (a shard lost since then is not acted on)."""
+        labels, owns = self._owned.get(name), self.owns_series
+        return labels is not None and owns is not None and owns(self.states[name].pool.metric, labels)
 
     async def _write(self, state: BufferState, replicas: int) -> None:
         """Bring one buffer to ``replicas``: from a fresh read each attempt, retried after 409 Conflict."""
@@ -241,6 +262,17 @@ class BufferActuator:
             return
         log.warning("capacity buffer %s/%s: still conflicting after retries: %s", pool.namespace, pool.name,
                     state.last_error)  # fmt: skip
+
+
+def _sizing_labels(snapshot: Snapshot, state: BufferState) -> Mapping[str, str] | None:
+    """The labels of the one served series that sizes the pool's buffer (None: none, or ambiguous)."""
+    pool = state.pool
+    matching = [
+        series.labels
+        for series in snapshot.series.get(pool.metric, ())
+        if all(series.labels.get(key) == value for key, value in pool.series_labels.items())
+    ]
+    return matching[0] if len(matching) == 1 else None
 
 
 def chunk_template(state: BufferState) -> dict[str, object]:

@@ -68,6 +68,8 @@ class Publisher:
         self._written: dict[int, dict[str, Any]] = {}
         self._lock = asyncio.Lock()  # one publication at a time, in refresh order
         self._pending: set[asyncio.Task[None]] = set()  # a task nobody references may be collected
+        # With shards owned through Leases: whether this replica owns a shard now (None: it owns all).
+        self.owns: Callable[[int], bool] | None = None
 
     def seed(self, objects: Iterable[Mapping[str, Any]]) -> None:
         """Know what is published already, so that a restart does not rewrite unchanged shards."""
@@ -79,13 +81,17 @@ class Publisher:
 
     def publish_soon(self, snapshot: Snapshot, pacing: Pacing, samples: Sequence[LeadTimeSample] = ()) -> None:
         """Publish without making the caller (the refresh) wait for the API server or fail with it."""
-        task = asyncio.create_task(self._publish_quietly(snapshot, pacing, samples), name="publish-gpuforecasts")
+        # The shards owned when the snapshot was made: one taken over since may lack its restored values.
+        owned = None if self.owns is None else frozenset(filter(self.owns, range(self.shards)))
+        task = asyncio.create_task(self._publish_quietly(snapshot, pacing, samples, owned), name="publish-gpuforecasts")
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
-    async def _publish_quietly(self, snapshot: Snapshot, pacing: Pacing, samples: Sequence[LeadTimeSample]) -> None:
+    async def _publish_quietly(
+        self, snapshot: Snapshot, pacing: Pacing, samples: Sequence[LeadTimeSample], owned: frozenset[int] | None
+    ) -> None:
         try:
-            await self.publish(snapshot, pacing, samples)
+            await self.publish(snapshot, pacing, samples, owned)
         except Exception as error:  # a bug here must not surface as an unretrieved task error
             self._failed(f"publishing failed: {type(error).__name__}: {error}")
             log.exception("publishing the forecasts failed")
@@ -96,11 +102,20 @@ class Publisher:
             task.cancel()
         await asyncio.gather(*self._pending, return_exceptions=True)
 
-    async def publish(self, snapshot: Snapshot, pacing: Pacing, samples: Sequence[LeadTimeSample] = ()) -> None:
+    async def publish(
+        self,
+        snapshot: Snapshot,
+        pacing: Pacing,
+        samples: Sequence[LeadTimeSample] = (),
+        owned: frozenset[int] | None = None,
+    ) -> None:
+        """Write the changed shards; with ``owned``, only those (and only while ``owns`` still says so)."""
         async with self._lock:
             # Off the event loop: at 1,000 series this takes about 0.1 s the API would otherwise wait.
             statuses = await asyncio.to_thread(shard_statuses, snapshot, self.signal_of, pacing, self.shards, samples)
             for shard, status in statuses.items():
+                if owned is not None and (shard not in owned or self.owns is None or not self.owns(shard)):
+                    continue  # another replica's shard (or lost since): its owner writes it
                 if self._written.get(shard) == status:
                     self.stats.unchanged += 1
                     continue
@@ -151,6 +166,7 @@ class PublishedView:
         self._reported: set[str] = set()  # each problem is logged once, not at every event
         # namespace/name -> (resourceVersion, what it says): an event re-reads only the object it changed.
         self._parts: dict[str, tuple[str, Published]] = {}
+        self._objects: Mapping[str, Mapping[str, Any]] = {}  # namespace/name -> object, as last watched
         # Called with each snapshot swapped in (a reading replica's readiness).
         self.on_served: Callable[[Snapshot], None] | None = None
 
@@ -174,8 +190,14 @@ class PublishedView:
             if known is None or known[0] != version or not version:
                 known = (version, read_objects([obj], self.metrics, self.signal_of, self.shards))
             parts[key] = known
-        self._parts = parts
+        self._parts, self._objects = parts, dict(cache.objects)
         self.serve(self._reported_once(Published.merged(part for _, part in parts.values())))
+
+    def shard(self, namespace: str, shard: int) -> tuple[Mapping[str, Any], Published] | None:
+        """One shard's object as last watched and what it says (a shard taken over restores from it)."""
+        key = f"{namespace}/{object_name(shard, self.shards)}"
+        obj, part = self._objects.get(key), self._parts.get(key)
+        return (obj, part[1]) if obj is not None and part is not None else None
 
     def serve(self, published: Published) -> None:
         snapshot = published.snapshot(self.metrics, self.clock())

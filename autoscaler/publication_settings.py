@@ -2,11 +2,37 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
-from autoscaler.server_settings import STRICT
+from autoscaler.server_settings import STRICT, Duration
+
+
+class ShardingSettings(BaseModel):
+    """Shards owned through Leases (docs/high-availability.md, "Ownership"): each replica fits,
+    publishes and acts on the shards whose Lease it holds; all replicas serve every shard."""
+
+    model_config = STRICT
+
+    enabled: bool = False
+    # Leases are named <prefix>-shard-<i>-of-<shards> and <prefix>-member-<identity>, in
+    # publication.namespace.
+    lease_prefix: str = Field(default="gpu-autoscaler", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40)
+    # client-go's defaults: a holder stops acting 10 s after its last renewal, others take over after 15 s.
+    lease_duration: Duration = timedelta(seconds=15)
+    renew_deadline: Duration = timedelta(seconds=10)
+    retry_period: Duration = timedelta(seconds=2)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ShardingSettings:
+        if not self.lease_duration > self.renew_deadline > self.retry_period > timedelta(0):
+            raise ValueError(
+                "publication.sharding durations must satisfy lease_duration > renew_deadline > retry_period > 0 "
+                f"(got {self.lease_duration}, {self.renew_deadline}, {self.retry_period})"
+            )
+        return self
 
 
 class PublicationSettings(BaseModel):
@@ -23,8 +49,18 @@ class PublicationSettings(BaseModel):
     # What the APIs serve: this replica's own refreshes (local) or the published objects (objects),
     # so that every replica gives one answer.
     serve_from: Literal["local", "objects"] = "local"
-    # Whether this replica writes the objects. Until shards are owned through Leases (the next step in
-    # docs/high-availability.md) exactly one replica should publish; the others set false and read.
+    # Whether this replica writes the objects. Without sharding exactly one replica should publish; the
+    # others set false and read. With sharding every replica publishes the shards it owns.
     publish: bool = True
     # Attempts of one object's update when it meets 409 Conflicts (each after a fresh read).
     write_attempts: int = Field(default=3, ge=1, le=10)
+    sharding: ShardingSettings = ShardingSettings()
+
+    @model_validator(mode="after")
+    def _sharding_serves_from_the_objects(self) -> PublicationSettings:
+        if self.sharding.enabled and not (self.enabled and self.serve_from == "objects" and self.publish):
+            raise ValueError(
+                "publication.sharding needs publication.enabled: true, serve_from: objects and publish: true "
+                "(every replica serves every shard from the objects and publishes the shards it owns)"
+            )
+        return self

@@ -26,9 +26,10 @@ import pandas as pd
 
 from adapters.types import NODEPOOL_LABEL, AdapterError, ScheduledWindow, Signal
 from autoscaler import fitting, policy
+from autoscaler.fit_schedule import FitSchedule
 from autoscaler.fitting import CapacityInputs, SeriesKey, WorkerResult, WorkRequest
 from autoscaler.plans import MetricPlan, RefreshInputs, RefreshSettings, SignalSource
-from autoscaler.provenance import Provenance, WorkKind
+from autoscaler.provenance import Provenance
 from autoscaler.provider import ServedSeries, Snapshot, SnapshotProvider
 from autoscaler.workers import ForecastPools, WorkFailed
 
@@ -48,32 +49,6 @@ class RefreshStats:
 
 def series_key(signal: Signal) -> SeriesKey:
     return (signal.name, tuple(sorted(signal.labels.items())))
-
-
-class FitSchedule:
-    """Which work each series gets: a selection on its cadence, a refit on its own, else an update."""
-
-    def __init__(self, settings: RefreshSettings) -> None:
-        self.settings = settings
-        # The model each series last selected by full backtest, and when; when it was last fitted.
-        self.selected: dict[SeriesKey, tuple[str, datetime]] = {}
-        self.fitted_at: dict[SeriesKey, datetime] = {}
-
-    def work_for(self, key: SeriesKey, now: datetime) -> tuple[WorkKind, str | None]:
-        selected = self.selected.get(key)
-        if selected is None or now - selected[1] >= self.settings.reselect_every:
-            return "select", None
-        refit_every = self.settings.refit_every
-        fitted_at = self.fitted_at.get(key, selected[1])
-        if refit_every is not None and now - fitted_at >= refit_every:
-            return "refit", selected[0]
-        return "update", selected[0]
-
-    def done(self, key: SeriesKey, result: WorkerResult, now: datetime) -> None:
-        if result.work == "select":
-            self.selected[key] = (result.engine.model, now)
-        if result.work != "update":
-            self.fitted_at[key] = now
 
 
 @dataclass(frozen=True)
@@ -108,6 +83,8 @@ class Refresher:
         self._served: dict[SeriesKey, tuple[ServedSeries, ...]] = {}
         # What each (metric, series) served last, for paced step-downs.
         self._previous: dict[tuple[str, SeriesKey], tuple[float, datetime]] = {}
+        # Which series this replica fits and serves (shards owned through Leases); None: all of them.
+        self.owns: Callable[[SeriesKey], bool] | None = None
 
     @property
     def settings(self) -> RefreshSettings:
@@ -154,6 +131,21 @@ class Refresher:
         for key, previous in pacing.items():
             self._previous.setdefault(key, previous)
 
+    def keep_owned(self) -> None:
+        """Forget what this replica no longer owns (values, pacing, schedule): its new owner publishes
+        them, and should the shard come back, its state is restored from what was published since."""
+        owns = self.owns
+        if owns is None:
+            return
+        for key in [key for key in self._served if not owns(key)]:
+            self._forget(key)
+        self._previous = {k: v for k, v in self._previous.items() if owns(k[1])}
+
+    def _forget(self, key: SeriesKey) -> None:
+        self._served.pop(key, None)
+        self._previous = {k: v for k, v in self._previous.items() if k[1] != key}
+        self.schedule.forget(key)
+
     def _restorable(self, plan: MetricPlan, series: ServedSeries) -> ServedSeries | None:
         reason = policy.unservable(series.value)
         if reason is not None:
@@ -179,11 +171,13 @@ class Refresher:
         past_windows = list(self.windows(now - history_span, history_span)) if history_span is not None else []
         # Only signals that a plan serves are forecast; the others (utilisation, replicas) feed them.
         served_signals = {plan.signal for plan in self.plans}
+        self.keep_owned()
+        owns = self.owns or (lambda key: True)
         fitted = await asyncio.gather(
             *(
                 self._fit(signal, now, past_windows, self._capacity_inputs(signal, pulled))
                 for signal in signals
-                if signal.name in served_signals
+                if signal.name in served_signals and owns(series_key(signal))
             )
         )
         windows = list(self.windows(now, self.settings.window_horizon))
@@ -227,10 +221,7 @@ class Refresher:
         names = {name for name, _ in pulled}
         for key in [key for key in self._served if key[0] in names and key not in pulled]:
             log.info("signal %s: series %s is gone from its source; no longer served", key[0], dict(key[1]))
-            del self._served[key]
-            self._previous = {k: v for k, v in self._previous.items() if k[1] != key}
-            self.schedule.selected.pop(key, None)
-            self.schedule.fitted_at.pop(key, None)
+            self._forget(key)
 
     def _failed(self, name: str, reason: str) -> None:
         self.stats.failures[name] = self.stats.failures.get(name, 0) + 1

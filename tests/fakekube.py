@@ -256,10 +256,13 @@ class Fault:
     plural: str | None = None  # match this resource, e.g. "cronjobs", "tokenreviews" (None: any)
     watch: bool | None = None  # True: only watches, False: only non-watch requests, None: both
     times: int | None = 1  # requests it applies to; None: forever
+    user_agent: str | None = None  # match one client's requests (its User-Agent header; None: any)
     hits: int = 0
 
-    def matches(self, method: str, plural: str | None, watch: bool) -> bool:
+    def matches(self, method: str, plural: str | None, watch: bool, user_agent: str = "") -> bool:
         if self.times is not None and self.hits >= self.times:
+            return False
+        if self.user_agent is not None and self.user_agent != user_agent:
             return False
         if self.method is not None and self.method != method:
             return False
@@ -593,7 +596,7 @@ class FakeKube:
 
     async def _apply_fault(self, request: web.Request, plural: str | None, watch: bool) -> web.Response | None:
         for fault in self.faults:
-            if fault.matches(request.method, plural, watch):
+            if fault.matches(request.method, plural, watch, request.headers.get("User-Agent", "")):
                 fault.hits += 1
                 if fault.delay_s:
                     await asyncio.sleep(fault.delay_s)  # a slow API server is the fault under test

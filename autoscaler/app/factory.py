@@ -27,6 +27,7 @@ from autoscaler.provider import MetricsProvider, Snapshot, SnapshotProvider, emp
 from autoscaler.publication import Publication, Publisher, open_publication
 from autoscaler.refresher import Refresher, RefreshStats
 from autoscaler.settings import Settings
+from autoscaler.sharding import Sharding, open_sharding
 from autoscaler.web import kubernetes_auth
 from autoscaler.web.auth import AccessControl, AllowAuthenticated, Authenticator, Authorizer, RequestHeaderConfig
 from autoscaler.web.certificates import CertificateFileError, common_name, read_certificates, validity_fault
@@ -55,6 +56,7 @@ log = logging.getLogger(__name__)
 
 REFRESHER = web.AppKey("refresher", Refresher)
 PUBLISHER = web.AppKey("publisher", Publisher)
+SHARDING = web.AppKey("sharding", Sharding)
 
 
 def _read_authorities(path: Path | None, setting: str) -> tuple[x509.Certificate, ...]:
@@ -92,7 +94,8 @@ def buffer_actuator(settings: Settings, kube: ApiClient | None) -> BufferActuato
     buffers = settings.actuators.capacity_buffers
     if buffers is None:
         return None
-    return BufferActuator(buffers, kube, watch=watch_settings(settings.kubernetes))
+    sharded = settings.publication.enabled and settings.publication.sharding.enabled
+    return BufferActuator(buffers, kube, watch=watch_settings(settings.kubernetes), sharded=sharded)
 
 
 def after_refresh(
@@ -290,13 +293,15 @@ async def _refresher_ctx(
     async with contextlib.AsyncExitStack() as stack:
         publication = None
         if settings.publication.enabled and kube is not None:
-            # A reading replica is ready once the objects give it something to serve.
+            # A reading replica is ready once the objects give it something to serve; so is a sharded one
+            # (owning no shard, it may never make a forecast of its own).
             reading = not settings.publication.publish
+            sharded = settings.publication.sharding.enabled
             publication = await stack.enter_async_context(
                 open_publication(
                     settings.publication, kube, served=provider, metrics=pipeline.metrics, plans=pipeline.plans,
                     watch_settings=watch_settings(settings.kubernetes),
-                    on_served=partial(_serving_published, readiness) if reading else None,
+                    on_served=partial(_serving_published, readiness) if reading or sharded else None,
                 )
             )  # fmt: skip
             if reading:  # it neither pulls nor fits: what it serves comes from the publishing replica
@@ -322,6 +327,15 @@ async def _refresher_ctx(
         restored = persistence.load(saved_values, pipeline.metrics)
         if restored is not None:
             _restore(refresher, readiness, restored, "saved", f"from {saved_values}")
+        if publication is not None and kube is not None and settings.publication.sharding.enabled:
+            app[SHARDING] = await stack.enter_async_context(
+                open_sharding(
+                    settings.publication, kube, refresher=refresher, publication=publication,
+                    lead_times=pipeline.lead_times,
+                )
+            )  # fmt: skip
+            if actuator is not None:  # a pool's buffer is written by the owner of its sizing series
+                actuator.owns_series = app[SHARDING].owns_series
         async for _ in _running(refresher, readiness):
             yield
 

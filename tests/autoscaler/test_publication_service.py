@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -145,3 +146,37 @@ async def test_a_new_pod_with_an_empty_state_dir_serves_the_published_values_at_
 
 def _value(quantity: str) -> float:
     return float(quantity.removesuffix("m")) / (1000 if quantity.endswith("m") else 1)
+
+
+async def test_two_sharded_services_split_the_shards_and_give_one_answer(fake_kube, kube_api, tmp_path):
+    """The app factory's wiring: with publication.sharding each service takes its share of the shard
+    Leases, fits and publishes those, and serves every shard from the objects."""
+    from tests.autoscaler.test_sharded_refresh import POOLS, PoolsSource
+
+    sharded = {"serve_from": "objects", "sharding": {"enabled": True}}
+    other_api = await fake_kube.api_client()
+    async with (
+        contextlib.AsyncExitStack() as stack,
+        service(settings_for(tmp_path, "a", **sharded), kube_api, PoolsSource()) as (a, ready_a),
+        service(settings_for(tmp_path, "b", **sharded), other_api, PoolsSource()) as (b, ready_b),
+        aiohttp.ClientSession() as session,
+    ):
+        stack.push_async_callback(other_api.close)
+
+        def holders() -> list[str]:
+            names = [f"gpu-autoscaler-shard-{shard}-of-{SHARDS}" for shard in range(SHARDS)]
+            return [
+                (fake_kube.get("leases", name, NAMESPACE) or {}).get("spec", {}).get("holderIdentity") for name in names
+            ]
+
+        async def one_answer() -> bool:
+            assert ready_a.ready and ready_b.ready, (ready_a, ready_b)
+            counts = sorted(Counter(holders()).values())
+            assert counts == [2, 2], holders()
+            for metric in ("gpu_demand_forecast", "gpu_headroom"):
+                mine, theirs = await items(session, a, metric), await items(session, b, metric)
+                assert sorted(i["metricLabels"]["pool"] for i in mine) == sorted(POOLS), mine
+                assert mine == theirs, (mine, theirs)
+            return True
+
+        await eventually(one_answer, message="balanced and one answer", timeout=90, interval=0.5)

@@ -297,7 +297,7 @@ def test_insecure_overlay_skips_verification_and_generates_its_own_certificate(c
     assert api["insecureSkipTLSVerify"] is True and "caBundle" not in api
     pod = one("overlays/insecure", "Deployment")["spec"]["template"]["spec"]
     assert not [v for v in pod["volumes"] if "secret" in v], "no Secret to wait for"
-    env = {e["name"]: e["value"] for e in pod["containers"][0].get("env", [])}
+    env = {e["name"]: e.get("value") for e in pod["containers"][0].get("env", [])}
     settings = load_settings(config_file("overlays/insecure"), environ=env)
     assert settings.server.tls.cert_file is None and settings.server.tls.key_file is None
     # The self-signed certificate is written to the state dir: it must be on the writable emptyDir.
@@ -356,7 +356,7 @@ def test_deployment_mounts_what_the_config_names(kustomization, config_file):
     assert config_mount["readOnly"] is True
     assert volumes[config_mount["name"]]["configMap"]["name"] == "gpu-autoscaler-config"
     settings = load_settings(config_file(kustomization), environ={})
-    env = {e["name"]: e["value"] for e in container.get("env", [])}
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
     if "GPU_AUTOSCALER_SERVER__TLS__CERT_FILE" not in env:
         for path in (settings.server.tls.cert_file, settings.server.tls.key_file):
             assert path is not None

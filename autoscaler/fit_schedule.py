@@ -1,0 +1,39 @@
+"""Which work each series gets at a refresh: a model selection, a refit or an update (see ``refresher``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from autoscaler.fitting import SeriesKey, WorkerResult
+from autoscaler.plans import RefreshSettings
+from autoscaler.provenance import WorkKind
+
+
+class FitSchedule:
+    """Which work each series gets: a selection on its cadence, a refit on its own, else an update."""
+
+    def __init__(self, settings: RefreshSettings) -> None:
+        self.settings = settings
+        # The model each series last selected by full backtest, and when; when it was last fitted.
+        self.selected: dict[SeriesKey, tuple[str, datetime]] = {}
+        self.fitted_at: dict[SeriesKey, datetime] = {}
+
+    def work_for(self, key: SeriesKey, now: datetime) -> tuple[WorkKind, str | None]:
+        selected = self.selected.get(key)
+        if selected is None or now - selected[1] >= self.settings.reselect_every:
+            return "select", None
+        refit_every = self.settings.refit_every
+        fitted_at = self.fitted_at.get(key, selected[1])
+        if refit_every is not None and now - fitted_at >= refit_every:
+            return "refit", selected[0]
+        return "update", selected[0]
+
+    def done(self, key: SeriesKey, result: WorkerResult, now: datetime) -> None:
+        if result.work == "select":
+            self.selected[key] = (result.engine.model, now)
+        if result.work != "update":
+            self.fitted_at[key] = now
+
+    def forget(self, key: SeriesKey) -> None:
+        self.selected.pop(key, None)
+        self.fitted_at.pop(key, None)

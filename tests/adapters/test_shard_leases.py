@@ -1,0 +1,179 @@
+"""Shards owned through Leases (adapters/shard_leases.py) against the fake API with the real client,
+on looptime's loop: balance, failover of a dead replica, a replica cut off the API, the forced race."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+
+from adapters.leases import LeaseElector, LeaseTiming
+from adapters.shard_leases import ShardOwnership, member_lease_name, shard_lease_name
+from tests import fakekube
+from tests.eventually import eventually
+
+fake_kube = fakekube.fake_kube
+kube_api = fakekube.kube_api
+
+NAMESPACE, PREFIX, SHARDS = "gpu-autoscaler", "gpu-autoscaler", 6
+TIMING = LeaseTiming(15.0, 10.0, 2.0)
+
+
+@contextlib.asynccontextmanager
+async def replica(fake_kube, identity: str, changes: list | None = None) -> AsyncIterator[ShardOwnership]:
+    """One replica's ownership loop on its own client (its User-Agent is its identity, so that a fault
+    can cut this one replica off)."""
+    api = await fake_kube.api_client()
+    api.user_agent = identity
+    ownership = ShardOwnership(
+        api, NAMESPACE, prefix=PREFIX, shards=SHARDS, identity=identity, timing=TIMING,
+        on_change=(lambda shard, owned: changes.append((shard, owned))) if changes is not None else None,
+    )  # fmt: skip
+    try:
+        async with ownership.running():
+            yield ownership
+    finally:
+        await api.close()
+
+
+def holders(fake_kube) -> dict[int, str | None]:
+    found = {}
+    for shard in range(SHARDS):
+        lease = fake_kube.get("leases", shard_lease_name(PREFIX, shard, SHARDS), NAMESPACE)
+        found[shard] = (lease or {}).get("spec", {}).get("holderIdentity") if lease else None
+    return found
+
+
+def never_both(*replicas: ShardOwnership) -> None:
+    for shard in range(SHARDS):
+        assert sum(r.owns(shard) for r in replicas) <= 1, f"shard {shard} owned twice"
+
+
+@pytest.mark.looptime
+async def test_one_replica_takes_every_shard(fake_kube):
+    changes: list = []
+    async with replica(fake_kube, "a", changes) as a:
+        await eventually(lambda: a.owned() == frozenset(range(SHARDS)), message="all shards")
+        assert holders(fake_kube) == dict.fromkeys(range(SHARDS), "a")
+        assert sorted(changes) == [(shard, True) for shard in range(SHARDS)]
+        member = fake_kube.get("leases", member_lease_name(PREFIX, "a"), NAMESPACE)
+        assert member["spec"]["holderIdentity"] == "a" and member["spec"]["leaseDurationSeconds"] == 15
+    # A clean shutdown hands every Lease back: a successor need not wait for them to expire.
+    assert holders(fake_kube) == dict.fromkeys(range(SHARDS))
+    assert changes[-SHARDS:] == [(shard, False) for shard in sorted(range(SHARDS))]
+
+
+@pytest.mark.looptime
+async def test_two_replicas_converge_to_a_balanced_split_and_never_share_a_shard(fake_kube):
+    async with replica(fake_kube, "a") as a:
+        await eventually(lambda: len(a.owned()) == SHARDS, message="a holds all")
+        async with replica(fake_kube, "b") as b:
+            await eventually(lambda: len(a.owned()) == len(b.owned()) == SHARDS // 2, timeout=30,
+                             message="balanced")  # fmt: skip
+            for _ in range(30):  # many rounds later: still balanced, never a shard owned twice
+                never_both(a, b)
+                assert a.owned() | b.owned() == frozenset(range(SHARDS))
+                await asyncio.sleep(1)
+            assert (a.live, b.live) == (2, 2)
+            held = holders(fake_kube)
+            assert sorted(held.values()) == ["a"] * 3 + ["b"] * 3
+        # b leaves cleanly: a takes its shards back at its next rounds, long before any expiry.
+        loop = asyncio.get_running_loop()
+        left = loop.time()
+        await eventually(lambda: len(a.owned()) == SHARDS, timeout=30, message="a holds all again")
+        # b's membership Lease is released; a counts one live replica after b's record lapses.
+        assert loop.time() - left <= TIMING.lease_duration_s + 2 * TIMING.retry_period_s
+
+
+@pytest.mark.looptime
+async def test_a_dead_replicas_shards_are_taken_over_within_the_lease_duration(fake_kube):
+    loop = asyncio.get_running_loop()
+    async with replica(fake_kube, "a") as a:
+        api = await fake_kube.api_client()
+        b = ShardOwnership(api, NAMESPACE, prefix=PREFIX, shards=SHARDS, identity="b", timing=TIMING)
+        task = asyncio.create_task(b.run())
+        await eventually(lambda: len(a.owned()) == len(b.owned()) == SHARDS // 2, timeout=40, message="balanced")
+        lost = b.owned()
+        task.cancel()  # b dies: no release, its Leases simply stop being renewed
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        died = loop.time()
+        assert all(holders(fake_kube)[shard] == "b" for shard in lost)
+        await eventually(lambda: a.owned() == frozenset(range(SHARDS)), timeout=40, message="a took b's shards")
+        assert loop.time() - died <= TIMING.lease_duration_s + 2 * TIMING.retry_period_s
+        assert holders(fake_kube) == dict.fromkeys(range(SHARDS), "a")
+        transitions = [
+            fake_kube.get("leases", shard_lease_name(PREFIX, shard, SHARDS), NAMESPACE)["spec"]["leaseTransitions"]
+            for shard in sorted(lost)
+        ]
+        assert all(count >= 1 for count in transitions)
+        await api.close()
+
+
+@pytest.mark.looptime
+async def test_a_replica_cut_off_the_api_stops_acting_in_time_and_rejoins(fake_kube):
+    loop = asyncio.get_running_loop()
+    changes: list = []
+    async with replica(fake_kube, "a") as a, replica(fake_kube, "b", changes) as b:
+        await eventually(lambda: len(a.owned()) == len(b.owned()) == SHARDS // 2, timeout=40, message="balanced")
+        held = b.owned()
+        renewed = max(b.electors[shard]._renewed_at or 0.0 for shard in held)
+        fault = fake_kube.fail(status=503, user_agent="b", times=None)  # every request of b fails
+        await eventually(lambda: not b.owned(), timeout=20, message="b stopped acting")
+        assert loop.time() - renewed <= TIMING.renew_deadline_s + 0.5  # on its own clock, at the deadline
+        # Told at its next round (owns() said so at once): whatever acts on a shard stops.
+        await eventually(lambda: set(changes[-len(held) :]) == {(shard, False) for shard in held}, timeout=3,
+                         message="b was told")  # fmt: skip
+        cut = loop.time()
+        await eventually(lambda: len(a.owned()) == SHARDS, timeout=40, message="a took b's shards")
+        assert loop.time() - cut <= TIMING.lease_duration_s + 2 * TIMING.retry_period_s
+        never_both(a, b)
+        fault.times = fault.hits  # the API answers b again
+        await eventually(lambda: len(a.owned()) == len(b.owned()) == SHARDS // 2, timeout=60, message="rejoined")
+        never_both(a, b)
+
+
+@pytest.mark.looptime
+async def test_two_candidates_reading_one_version_exactly_one_wins(fake_kube, kube_api):
+    """The forced race: both read the same (free) Lease version, then both write; the API server
+    accepts the first update and answers the second 409 Conflict."""
+    name = shard_lease_name(PREFIX, 0, SHARDS)
+    fake_kube.add("leases", {"metadata": {"name": name, "namespace": NAMESPACE}, "spec": {}})
+    first = LeaseElector(kube_api, NAMESPACE, name, "a", TIMING)
+    second = LeaseElector(kube_api, NAMESPACE, name, "b", TIMING)
+    read_by_first, read_by_second = await first.read(), await second.read()
+    assert read_by_first == read_by_second
+    before = len(fake_kube.requests_for("leases"))
+    won = await asyncio.gather(first.step(read_by_first), second.step(read_by_second))  # both in flight
+    assert sorted(won) == [False, True]
+    winner, loser = (first, second) if won[0] else (second, first)
+    assert (winner.is_leader, loser.is_leader) == (True, False)
+    puts = sorted((r.method, r.status) for r in fake_kube.requests_for("leases")[before:])
+    assert puts == [("PUT", 200), ("PUT", 409)]
+    assert fake_kube.get("leases", name, NAMESPACE)["spec"]["holderIdentity"] == winner.identity
+    # The loser keeps out until the winner's record has stood unchanged for the lease duration.
+    assert await loser.try_acquire_or_renew() is False
+    assert loser.holder == winner.identity
+
+
+@pytest.mark.looptime
+async def test_a_short_cut_off_past_the_renew_deadline_resumes_the_same_shards(fake_kube):
+    """Cut off for 12 s: past its renew deadline (it stops acting) but before the lease duration (nobody
+    may take over); once it reaches the API it renews the same Leases and is told to act again."""
+    changes: list = []
+    async with replica(fake_kube, "a") as a, replica(fake_kube, "b", changes) as b:
+        await eventually(lambda: len(a.owned()) == len(b.owned()) == SHARDS // 2, timeout=40, message="balanced")
+        held, before = b.owned(), holders(fake_kube)
+        await asyncio.sleep(1)  # b has just renewed (every 2 s)
+        fault = fake_kube.fail(status=503, user_agent="b", times=None)
+        await asyncio.sleep(11)
+        assert not b.owned()
+        assert a.owned().isdisjoint(held)  # 11-13 s unchanged: too early for a to take them
+        fault.times = fault.hits
+        await eventually(lambda: b.owned() == held, timeout=5, message="b renewed its own Leases")
+        assert holders(fake_kube) == before
+        told = [change for change in changes if change[0] in held]
+        assert told[-2 * len(held) :] == sorted((s, False) for s in held) + sorted((s, True) for s in held)
+        never_both(a, b)

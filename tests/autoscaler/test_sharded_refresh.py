@@ -1,0 +1,218 @@
+"""Two replicas in one process (each its own client, Refresher, publication and shard Leases) on the
+fake API, on looptime's loop: each fits only the series of the shards it owns; a replica cut off the
+API stops fitting and publishing within its renew deadline and keeps serving the last published
+values; the other takes its shards over from what was published (values and pacing) and no served
+value goes missing; the cut-off replica rejoins and the split is balanced again."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+import pytest
+from kubernetes_asyncio.client import ApiClient
+from pydantic import ValidationError
+
+from adapters.kube_watch import WatchSettings
+from adapters.types import Signal
+from autoscaler import fitting
+from autoscaler.forecast_objects import shard_of
+from autoscaler.provider import SnapshotProvider, empty_snapshot
+from autoscaler.publication import Publication, open_publication
+from autoscaler.publication_settings import PublicationSettings
+from autoscaler.refresher import Refresher
+from autoscaler.sharding import Sharding, open_sharding
+from tests import fakekube
+from tests.autoscaler import test_publication
+from tests.autoscaler.test_publication import METRICS, NAMESPACE, PLANS, Clock, TraceSource, refresher, served_items
+from tests.eventually import eventually
+
+fake_kube = fakekube.fake_kube
+pool = test_publication.pool  # a thread pool running the real forecast worker function
+SHARDS = 4
+# One pool per shard of 4 (sha256 of the signal series, autoscaler/forecast_objects.shard_of).
+POOLS = {"earth": 0, "uranus": 1, "saturn": 2, "jupiter": 3}
+SETTINGS = PublicationSettings.model_validate(
+    {"enabled": True, "namespace": NAMESPACE, "shards": SHARDS, "serve_from": "objects", "sharding": {"enabled": True}}
+)
+
+
+class PoolsSource(TraceSource):
+    """The Helios trace once per pool, each pool scaled differently."""
+
+    async def pull(self, now: datetime) -> list[Signal]:
+        (signal,) = await super().pull(now)
+        return [
+            replace(signal, labels={"pool": pool}, series=signal.series * (1 + index / 4))
+            for index, pool in enumerate(POOLS)
+        ]
+
+
+@dataclass
+class Replica:
+    identity: str
+    refresher: Refresher
+    served: SnapshotProvider  # what its APIs serve: the published objects
+    publication: Publication
+    sharding: Sharding
+
+    async def refresh(self) -> None:
+        snapshot = await self.refresher.refresh_once()
+        publisher = self.publication.publisher
+        assert publisher.owns is not None
+        owned = frozenset(filter(publisher.owns, range(SHARDS)))
+        await publisher.publish(snapshot, self.refresher.pacing, (), owned)
+
+
+@contextlib.asynccontextmanager
+async def replica(fake_kube, pool, clock, identity: str) -> AsyncIterator[Replica]:
+    api: ApiClient = await fake_kube.api_client()
+    api.user_agent = identity  # so that a fault can cut off this replica alone
+    served = SnapshotProvider(empty_snapshot(METRICS), clock=clock)
+    instance = refresher(pool, clock, PoolsSource())
+    try:
+        async with (
+            open_publication(
+                SETTINGS, api, served=served, metrics=METRICS, plans=PLANS, watch_settings=WatchSettings()
+            ) as publication,
+            open_sharding(
+                SETTINGS, api, refresher=instance, publication=publication, lead_times=None, identity=identity
+            ) as sharding,
+        ):
+            yield Replica(identity, instance, served, publication, sharding)
+    finally:
+        await api.close()
+
+
+@pytest.fixture
+def fits(monkeypatch) -> Counter:
+    """(replica scope, pool) -> fits: the real worker function, counted."""
+    counted: Counter = Counter()
+    real = fitting.work_in_worker
+
+    def counting(request):
+        counted[request.scope, dict(request.key[1])["pool"]] += 1
+        return real(request)
+
+    monkeypatch.setattr(fitting, "work_in_worker", counting)
+    return counted
+
+
+def fitted_by(fits: Counter, who: Replica) -> dict[str, int]:
+    return {pool: count for (scope, pool), count in fits.items() if scope == who.refresher.scope}
+
+
+def owned_pools(who: Replica) -> set[str]:
+    return {pool for pool, shard in POOLS.items() if who.sharding.ownership.owns(shard)}
+
+
+def served_pools(who: Replica) -> list[str]:
+    return sorted(item["metricLabels"]["pool"] for item in served_items(who.served, "gpu_demand_forecast"))
+
+
+@pytest.mark.looptime
+async def test_two_replicas_split_the_fits_and_fail_over_without_a_gap(fake_kube, pool, fits):
+    clock = Clock()
+    assert {pool_: shard_of(("gpus", (("pool", pool_),)), SHARDS) for pool_ in POOLS} == POOLS
+    async with replica(fake_kube, pool, clock, "a") as a:
+        assert owned_pools(a) == set(POOLS)  # alone, it took every shard before its first refresh
+        await a.refresh()
+        assert fitted_by(fits, a) == dict.fromkeys(POOLS, 1)
+        await eventually(lambda: served_pools(a) == sorted(POOLS), message="a serves what it published")
+
+        async with replica(fake_kube, pool, clock, "b") as b:
+            balanced = lambda: len(owned_pools(a)) == len(owned_pools(b)) == 2  # noqa: E731
+            await eventually(balanced, timeout=40, message="balanced")
+            fits.clear()
+            for _ in range(2):
+                clock.now += timedelta(minutes=1)
+                await asyncio.gather(a.refresh(), b.refresh())
+            # Each series was fitted by its owner only, once per refresh.
+            assert fitted_by(fits, a) == dict.fromkeys(owned_pools(a), 2)
+            assert fitted_by(fits, b) == dict.fromkeys(owned_pools(b), 2)
+            assert owned_pools(a).isdisjoint(owned_pools(b))
+            for metric in ("gpu_demand_forecast", "gpu_headroom"):
+                await eventually(lambda m=metric: served_items(a.served, m) == served_items(b.served, m),
+                                 message="one answer")  # fmt: skip
+            assert served_pools(b) == sorted(POOLS)
+
+            await _cut_off_and_rejoin(fake_kube, clock, a, b, fits)
+
+
+async def _cut_off_and_rejoin(fake_kube, clock, a: Replica, b: Replica, fits: Counter) -> None:
+    loop = asyncio.get_running_loop()
+    b_pools = owned_pools(b)
+    published_by_b = {
+        item["labels"]["pool"]: item["value"]
+        for pool in b_pools
+        for item in fake_kube.get("gpuforecasts", f"shard-{POOLS[pool]}-of-{SHARDS}", NAMESPACE)["status"]["items"]
+        if item["metric"] == "gpu_demand_forecast"
+    }
+    fault = fake_kube.fail(status=503, user_agent="b", times=None)
+    cut = loop.time()
+    await eventually(lambda: not owned_pools(b), timeout=15, message="b stopped acting")
+    assert loop.time() - cut <= 10 + 0.5  # within its renew deadline
+    fits.clear()
+    clock.now += timedelta(minutes=1)
+    before = len(fake_kube.requests_for("gpuforecasts", watch=False))
+    await b.refresh()
+    assert fitted_by(fits, b) == {}  # it owns nothing: no fit, no write
+    assert [r.status for r in fake_kube.requests_for("gpuforecasts", watch=False)[before:]] == []
+    assert served_pools(b) == sorted(POOLS)  # it serves the last published values
+
+    # a takes b's shards over; until then and after, a serves every pool (the objects still hold them).
+    while owned_pools(a) != set(POOLS):
+        assert served_pools(a) == sorted(POOLS)
+        assert loop.time() - cut <= 15 + 2 * 2, "a did not take b's shards within the lease duration"
+        await asyncio.sleep(0.5)
+    # Before its first fit, a continues from what b published: b's values are in a's own snapshot.
+    local = {s.labels["pool"]: s.value for s in a.refresher.provider.snapshot.series["gpu_demand_forecast"]}
+    assert {pool: local[pool] for pool in b_pools} == published_by_b
+    assert all(("gpu_demand_forecast", ("gpus", (("pool", p),))) in a.refresher.pacing for p in b_pools)
+    fits.clear()
+    clock.now += timedelta(minutes=1)
+    await a.refresh()
+    assert fitted_by(fits, a) == dict.fromkeys(POOLS, 1)
+    assert served_pools(a) == sorted(POOLS)
+
+    fault.times = fault.hits  # b reaches the API again: it rejoins, and the split is balanced again
+    await eventually(lambda: len(owned_pools(a)) == len(owned_pools(b)) == 2, timeout=60, message="rejoined")
+    assert owned_pools(a).isdisjoint(owned_pools(b))
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        (
+            {"enabled": True, "sharding": {"enabled": True}},
+            "publication.sharding needs publication.enabled: true, serve_from: objects and publish: true",
+        ),
+        (
+            {"enabled": True, "serve_from": "objects", "publish": False, "sharding": {"enabled": True}},
+            "publication.sharding needs publication.enabled: true, serve_from: objects and publish: true",
+        ),
+        (
+            {"sharding": {"lease_duration": "10s", "renew_deadline": "10s"}},
+            "durations must satisfy lease_duration > renew_deadline > retry_period > 0 (got 0:00:10, 0:00:10, 0:00:02)",
+        ),
+        ({"sharding": {"retry_period": "0s"}}, "lease_duration > renew_deadline > retry_period > 0"),
+        ({"sharding": {"lease_prefix": "GPU_autoscaler"}}, "String should match pattern"),
+        ({"sharding": {"leases": 3}}, "Extra inputs are not permitted"),
+    ],
+)
+def test_sharding_settings_refuse_what_cannot_work(document, message):
+    with pytest.raises(ValidationError) as refused:
+        PublicationSettings.model_validate(document)
+    assert message in str(refused.value)
+
+
+def test_sharding_settings_default_to_client_gos_lease_timings():
+    sharding = SETTINGS.sharding
+    assert (sharding.lease_duration, sharding.renew_deadline, sharding.retry_period) == (
+        timedelta(seconds=15), timedelta(seconds=10), timedelta(seconds=2)
+    )  # fmt: skip
+    assert sharding.lease_prefix == "gpu-autoscaler"
