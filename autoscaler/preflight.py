@@ -108,7 +108,7 @@ def required_permissions(settings: Settings) -> list[Permission]:
         ):
             quota = Access("list", "", "resourcequotas", namespace=namespace)
             permissions.append(Permission(("list",), quota, "metrics.*.placeholder_namespace (GPU quota)"))
-    return permissions + _buffer_permissions(settings)
+    return permissions + _buffer_permissions(settings) + _publication_permissions(settings)
 
 
 KARPENTER_FIX = "install Karpenter (v1 API) or set {setting}: false"
@@ -140,6 +140,26 @@ def _buffer_permissions(settings: Settings) -> list[Permission]:
     return permissions
 
 
+def _publication_permissions(settings: Settings) -> list[Permission]:
+    """GPUForecast objects (read by every replica, written unless it only reads) and, sharded, the
+    shard and membership Leases, all in ``publication.namespace`` (manifests/base: two Roles)."""
+    publication = settings.publication
+    if not publication.enabled:
+        return []
+    fix = "grant it in a Role in {namespace} (manifests/base/{file})"
+    namespace = publication.namespace
+    objects = Access("list", "gpu-autoscaler.io", "gpuforecasts", namespace=namespace)
+    verbs = ("get", "list", "watch", "create", "update", "patch") if publication.publish else ("get", "list", "watch")
+    permissions = [
+        Permission(verbs, objects, "publication", fix.format(namespace=namespace, file="role-gpuforecasts.yaml"))
+    ]
+    if publication.sharding.enabled:
+        leases = Access("get", "coordination.k8s.io", "leases", namespace=namespace)
+        lease_fix = fix.format(namespace=namespace, file="role-shard-leases.yaml")
+        permissions.append(Permission(("get", "list", "create", "update"), leases, "publication.sharding", lease_fix))
+    return permissions
+
+
 def required_resources(settings: Settings) -> list[RequiredResource]:
     """The custom resources the settings read (one line each; a new reader adds its line here)."""
     inputs = settings.inputs
@@ -147,6 +167,9 @@ def required_resources(settings: Settings) -> list[RequiredResource]:
         RequiredResource("autoscaling.x-k8s.io", "v1beta1", "capacitybuffers", "actuators.capacity_buffers",
                          BUFFERS_FIX, fallback_versions=("v1alpha1",))
     ] if settings.actuators.capacity_buffers is not None else []  # fmt: skip
+    if settings.publication.enabled:
+        crd_fix = "kubectl apply the GPUForecast CRD (manifests/base/crd-gpuforecasts.yaml)"
+        buffers.append(RequiredResource("gpu-autoscaler.io", "v1alpha1", "gpuforecasts", "publication", crd_fix))
     if inputs is None:
         return buffers
     wanted = [

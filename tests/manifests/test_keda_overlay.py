@@ -24,7 +24,7 @@ pytestmark = pytest.mark.kubectl
 
 def container_env(kustomization: str) -> dict[str, str]:
     container = one(kustomization, "Deployment", "gpu-autoscaler")["spec"]["template"]["spec"]["containers"][0]
-    return {e["name"]: e["value"] for e in container.get("env", [])}
+    return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}  # POD_NAME: valueFrom
 
 
 def test_the_overlay_is_the_cert_manager_install_without_the_apiservice():

@@ -466,11 +466,21 @@ def test_rbac_grants_what_preflight_checks(kustomization, config_file):
     from autoscaler.preflight import required_permissions
 
     settings = load_settings(config_file(kustomization), environ={})
-    role = one(kustomization, "ClusterRole", "gpu-autoscaler")
+    cluster_rules = one(kustomization, "ClusterRole", "gpu-autoscaler")["rules"]
     for permission in required_permissions(settings):
         access = permission.access
         if (access.resource, access.namespace) == ("configmaps", "kube-system"):
             continue  # the built-in Role extension-apiserver-authentication-reader (test_rbac: its binding)
+        # A namespaced permission may come from a Role in that namespace bound to the service account.
+        role_rules = [
+            rule
+            for role in objects(kustomization, "Role")
+            if access.namespace is not None and role["metadata"].get("namespace") == access.namespace
+            and any(binding["roleRef"]["name"] == role["metadata"]["name"]
+                    for binding in objects(kustomization, "RoleBinding")
+                    if binding["metadata"].get("namespace") == access.namespace)
+            for rule in role["rules"]
+        ]  # fmt: skip
         for verb in permission.verbs:
             assert any(
                 access.group in rule["apiGroups"]
@@ -478,8 +488,8 @@ def test_rbac_grants_what_preflight_checks(kustomization, config_file):
                 and verb in rule["verbs"]
                 and (access.name is None or "resourceNames" not in rule or access.name in rule["resourceNames"])
                 and ("resourceNames" not in rule or access.name is not None)
-                for rule in role["rules"]
-            ), f"{kustomization}: ClusterRole gpu-autoscaler does not grant {verb} {access}"
+                for rule in cluster_rules + role_rules
+            ), f"{kustomization}: neither ClusterRole gpu-autoscaler nor a bound Role grants {verb} {access}"
 
 
 def test_network_policy():
