@@ -107,10 +107,17 @@ async def test_a_publishing_and_a_reading_replica_give_one_answer(fake_kube, kub
 
         await eventually(one_answer, message="both replicas serve the published items", timeout=60, interval=0.2)
         assert ready_b.reason.startswith("serving published forecasts")
-        written = re.search(
-            r'^gpu_autoscaler_gpuforecast_writes_total\{outcome="written"\} (\S+)$', await text(session, a), re.M
-        )
-        assert written is not None and float(written.group(1)) >= SHARDS
+
+        async def every_shard_written() -> bool:
+            # The publisher writes in the background: the shards holding the served series may land
+            # before the empty ones, so the count is awaited, not read once.
+            written = re.search(
+                r'^gpu_autoscaler_gpuforecast_writes_total\{outcome="written"\} (\S+)$', await text(session, a), re.M
+            )
+            assert written is not None and float(written.group(1)) >= SHARDS, written
+            return True
+
+        await eventually(every_shard_written, message="every shard's object written once", timeout=30)
         assert "gpu_autoscaler_gpuforecast_writes" not in await text(session, b)  # the reader writes nothing
     # Only the publishing replica wrote; the reader listed and watched.
     by_reader = [r for r in fake_kube.requests_for("gpuforecasts") if r.headers.get("User-Agent") == "reading-replica"]
