@@ -7,13 +7,12 @@ a served metric; docs/capacity-buffers.md explains the design.
 from __future__ import annotations
 
 import re
-from datetime import timedelta
 from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
 from autoscaler.selectors import SelectorError, validate_key, validate_value
-from autoscaler.server_settings import STRICT, Duration
+from autoscaler.server_settings import STRICT, LeaseTimings
 
 # RFC 1123 subdomain (object names) and label (namespaces), as kube-apiserver checks them.
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -92,26 +91,18 @@ class BufferPoolSettings(_Strict):
         return dict(self.labels) if self.labels is not None else {"nodepool": self.pool}
 
 
-class LeaseSettings(_Strict):
+class LeaseSettings(LeaseTimings):
     """The Lease only whose holder writes (one for all pools until ownership is sharded)."""
 
     name: str = "gpu-autoscaler-actuator"
     # None: the service's own namespace (POD_NAMESPACE, else the service account's namespace file).
     namespace: str | None = None
-    lease_duration: Duration = timedelta(seconds=15)
-    renew_deadline: Duration = timedelta(seconds=10)
-    retry_period: Duration = timedelta(seconds=2)
 
     @model_validator(mode="after")
-    def _ordered(self) -> LeaseSettings:
+    def _names_valid(self) -> LeaseSettings:
         _check_name(self.name, "lease name", _SUBDOMAIN, 253)
         if self.namespace is not None:
             _check_name(self.namespace, "lease namespace", _LABEL, 63)
-        if not self.lease_duration > self.renew_deadline > self.retry_period > timedelta(0):
-            raise ValueError(
-                "lease durations must satisfy lease_duration > renew_deadline > retry_period > 0 "
-                f"(got {self.lease_duration}, {self.renew_deadline}, {self.retry_period})"
-            )
         return self
 
 

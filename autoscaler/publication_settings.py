@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from autoscaler.server_settings import STRICT, Duration
+from autoscaler.server_settings import STRICT, LeaseTimings
 
 
-class ShardingSettings(BaseModel):
+class ShardingSettings(LeaseTimings):
     """Shards owned through Leases (docs/high-availability.md, "Ownership"): each replica fits,
     publishes and acts on the shards whose Lease it holds; all replicas serve every shard."""
 
@@ -20,19 +19,7 @@ class ShardingSettings(BaseModel):
     # Leases are named <prefix>-shard-<i>-of-<shards> and <prefix>-member-<identity>, in
     # publication.namespace.
     lease_prefix: str = Field(default="gpu-autoscaler", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40)
-    # client-go's defaults: a holder stops acting 10 s after its last renewal, others take over after 15 s.
-    lease_duration: Duration = timedelta(seconds=15)
-    renew_deadline: Duration = timedelta(seconds=10)
-    retry_period: Duration = timedelta(seconds=2)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> ShardingSettings:
-        if not self.lease_duration > self.renew_deadline > self.retry_period > timedelta(0):
-            raise ValueError(
-                "publication.sharding durations must satisfy lease_duration > renew_deadline > retry_period > 0 "
-                f"(got {self.lease_duration}, {self.renew_deadline}, {self.retry_period})"
-            )
-        return self
+    # lease_duration, renew_deadline, retry_period: LeaseTimings (client-go's 15 s / 10 s / 2 s).
 
 
 class PublicationSettings(BaseModel):

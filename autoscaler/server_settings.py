@@ -110,3 +110,24 @@ class ServerSettings(_Strict):
             return ipaddress.ip_address(self.bind_address).is_loopback
         except ValueError:
             return False
+
+
+class LeaseTimings(BaseModel):
+    """client-go's leader-election timings, shared by every Lease the service holds: a holder stops
+    acting ``renew_deadline`` after its last renewal, before others may take the Lease
+    (``lease_duration``); it renews every ``retry_period``."""
+
+    model_config = STRICT
+
+    lease_duration: Duration = timedelta(seconds=15)
+    renew_deadline: Duration = timedelta(seconds=10)
+    retry_period: Duration = timedelta(seconds=2)
+
+    @model_validator(mode="after")
+    def _timings_ordered(self) -> LeaseTimings:
+        if not self.lease_duration > self.renew_deadline > self.retry_period > timedelta(0):
+            raise ValueError(
+                "lease durations must satisfy lease_duration > renew_deadline > retry_period > 0 "
+                f"(got {self.lease_duration}, {self.renew_deadline}, {self.retry_period})"
+            )
+        return self
