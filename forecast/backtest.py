@@ -73,10 +73,8 @@ def run_backtest_records(
     input_name: str = "",
     seed: int = 0,
     progress: ProgressCallback | None = None,
-    switch_margin: float = 0.0,
 ) -> BacktestRun:
-    """Forecast from every origin with every model and with automatic selection (which, with a
-    ``switch_margin``, keeps the previous origin's selection unless beaten by it: forecast.hysteresis)."""
+    """Forecast from every origin with every model and with automatic selection."""
     history = prepare(series)
     values = history.values
     n = len(history)
@@ -102,7 +100,7 @@ def run_backtest_records(
             started = time.perf_counter()
             forecast: Forecast | None
             try:
-                forecast = _forecast(name, train, per_day, max_horizon, quantile, seed, selected, switch_margin)
+                forecast = _forecast(name, train, per_day, max_horizon, quantile, seed, selected)
             except Exception:  # a failing model is counted and skipped, not fatal
                 record.failures += 1
                 forecast = None
@@ -151,7 +149,6 @@ def _forecast(
     quantile: float,
     seed: int,
     selected: list[str],
-    switch_margin: float = 0.0,
 ) -> Forecast:
     """``name``'s forecast from the end of ``train``: one model, or the engine's selection (``AUTO``,
     whose chosen model is appended to ``selected``). Raises whatever fitting raises."""
@@ -163,8 +160,6 @@ def _forecast(
             policy_quantile=quantile,
             lead_steps=max_horizon,
             seed=seed,
-            incumbent=selected[-1] if selected and switch_margin > 0 else None,
-            switch_margin=switch_margin,
         )
         selected.append(result.model)
         return result.forecast

@@ -15,10 +15,9 @@ several policy quantiles from one fit of each candidate.
 
 from __future__ import annotations
 
-import functools
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -27,7 +26,6 @@ from forecast import metrics
 from forecast.base import CalibratedModel, Holdout, model_history
 from forecast.ensemble import combine_forecasts, combine_holdouts, confidence_set, ensemble_members, ensemble_name
 from forecast.history import History
-from forecast.hysteresis import Incumbent, keep_incumbent
 from forecast.registry import MODEL_NAMES, MODELS, make_model
 from forecast.types import Forecast
 
@@ -112,15 +110,11 @@ def fit_select_predict(
     candidates: Sequence[str] | None = None,
     seed: int = 0,
     time_budget_s: float = DEFAULT_TIME_BUDGET_S,
-    incumbent: str | None = None,
-    switch_margin: float = 0.0,
 ) -> EngineResult:
     """Choose the best model for ``series`` by backtest and forecast ``horizon_steps`` ahead.
 
     ``quantiles`` are the levels the forecast carries; ``policy_quantile`` is the level the
     autoscaling policy serves and selection optimises; ``time_budget_s`` applies to each candidate.
-    ``incumbent`` (the previous selection) is kept unless the best challenger's calibration pinball
-    is lower than the incumbent's by more than ``switch_margin`` (relative; 0 disables hysteresis).
     Raises ``ValueError`` only when the series itself is unusable (e.g. fewer than two values).
     """
     results = fit_select_many(
@@ -132,8 +126,6 @@ def fit_select_predict(
         candidates=candidates,
         seed=seed,
         time_budget_s=time_budget_s,
-        incumbents=None if incumbent is None else {float(policy_quantile): incumbent},
-        switch_margin=switch_margin,
     )
     return results[float(policy_quantile)]
 
@@ -159,16 +151,13 @@ def fit_select_many(
     candidates: Sequence[str] | None = None,
     seed: int = 0,
     time_budget_s: float = DEFAULT_TIME_BUDGET_S,
-    incumbents: Mapping[float, str] | None = None,
-    switch_margin: float = 0.0,
 ) -> dict[float, EngineResult]:
     """:func:`fit_select_predict` for several policy quantiles, fitting each candidate once.
 
     Parameters never depend on the policy quantile (gbm trains one independent model per level, so
     it trains every level here and each quantile's selection keeps only its own), hence each result
     equals a separate call's, apart from timings and the order of notes: ``time_budget_s`` applies
-    to a candidate's shared fit plus its scoring at that quantile. ``incumbents`` holds the previous
-    selection per policy quantile (see :func:`fit_select_predict`'s ``incumbent``).
+    to a candidate's shared fit plus its scoring at that quantile.
     """
     started = time.perf_counter()
     if horizon_steps < 1 or lead_steps < 1:
@@ -179,16 +168,12 @@ def fit_select_many(
     for policy_quantile in levels_served:
         if not 0.0 < policy_quantile < 1.0:
             raise ValueError(f"policy_quantile must be in (0, 1), got {policy_quantile}")
-    if not 0.0 <= switch_margin < 1.0:
-        raise ValueError(f"switch_margin must be in [0, 1), got {switch_margin}")
-    hysteresis = {float(level): name for level, name in (incumbents or {}).items()}
     fitted = _fit_candidates(series, max(horizon_steps, lead_steps), levels_served, candidates, seed)
     results: dict[float, EngineResult] = {}
     for policy_quantile in levels_served:
         levels = sorted({float(level) for level in quantiles} | {policy_quantile})
-        keep = Incumbent(hysteresis[policy_quantile], switch_margin) if policy_quantile in hysteresis else None
         results[policy_quantile] = _select(
-            fitted, series, horizon_steps, levels, policy_quantile, lead_steps, seed, time_budget_s, started, keep
+            fitted, series, horizon_steps, levels, policy_quantile, lead_steps, seed, time_budget_s, started
         )
     return results
 
@@ -266,16 +251,12 @@ def _select(
     seed: int,
     time_budget_s: float,
     started: float,
-    incumbent: Incumbent | None = None,
 ) -> EngineResult:
     """Score the fitted candidates at ``policy_quantile``, choose, and forecast."""
     history = candidates.history
     notes = list(candidates.notes)
     scored = _score_candidates(candidates, policy_quantile, lead_steps, time_budget_s, notes)
     ranked, combinations = _rank(scored, candidates.forced_members, policy_quantile)
-    if incumbent is not None and candidates.forced_members is None:
-        rescore = functools.partial(_score, policy_quantile=policy_quantile, seconds=0.0)
-        ranked = keep_incumbent(ranked, combinations, scored.scores, scored.holdouts, incumbent, rescore, notes)
     for name in ranked:
         chosen = tuple(scored.models[member] for member in combinations.get(name, (name,)))
         selection = Selection(model=name, members=chosen, nonnegative=history.nonnegative)
