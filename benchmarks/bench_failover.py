@@ -1,0 +1,363 @@
+"""Sharded replicas as real processes (issue #16): first full selection, steady refresh, peak RSS,
+API writes per second, and failover time over repeated SIGKILLs of a shard's holder.
+
+    PYTHONPATH=. .venv/bin/python -m benchmarks.bench_failover [--replicas 2] [--series 100] [--kills 5]
+
+The fake Kubernetes API (``tests.fakekube``) runs in this process on loopback; a real Prometheus holds
+``--series`` series ``bench_gpus{pool=...}`` backfilled from the Helios Earth per-VC running GPUs
+(5-minute means, shifted per copy, plus 1 so that no real value is 0). ``--replicas`` processes of
+``gpu-autoscaler serve`` (own state dir, ports, ``POD_NAME``; auth off, loopback) publish with sharding
+and serve from the GPUForecast objects. Measured: time from start until every replica serves every
+series; the refresh duration each replica reports on /metrics (steady: after the first); peak RSS of
+each replica's process tree (VmHWM, service plus forecast workers); GPUForecast and Lease writes per
+second seen by the fake API over a steady window. Then ``--kills`` times: SIGKILL the process group
+of the replica holding a shard's Lease; poll every surviving replica's external metrics API every
+0.2 s for every series (missing, or 0 where it was not, is counted); failover time = kill until a live
+replica holds the shard's Lease and the shard's object has been written again; restart the killed
+replica and wait for a balanced split before the next kill. Goal: failover within lease_duration plus
+one refresh, no missing or zero value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+import pandas as pd
+import yaml
+
+from benchmarks.bench_refresh import real_series
+from tests.fakekube import FakeKube
+from tests.prometheus_fixture import BackfillSeries, PrometheusServer, binaries_or_skip, free_port, write_blocks
+
+NAMESPACE = "gpu-autoscaler"
+METRIC = "gpu_demand_forecast"
+API = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/default/{METRIC}"
+WRITES = {"POST", "PUT", "PATCH"}
+
+
+@dataclass
+class Replica:
+    index: int
+    workdir: Path
+    config: Path
+    secure_port: int = field(default_factory=free_port)
+    http_port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+    peak_rss_mb: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return f"replica-{self.index}"
+
+    def start(self) -> None:
+        command = [sys.executable, "-m", "autoscaler", "serve", "--config", str(self.config), "--skip-preflight"]
+        command += ["--secure-port", str(self.secure_port), "--http-port", str(self.http_port)]
+        command += ["--bind-address", "127.0.0.1", "--state-dir", str(self.workdir / "state")]
+        env = os.environ | {"POD_NAME": self.name}
+        with (self.workdir / "serve.log").open("ab") as log:
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.sample_rss()
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+        self.process = None
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def sample_rss(self) -> None:
+        """Peak RSS of the process tree (service plus forecast workers), in MB, kept across restarts."""
+        if not self.alive():
+            return
+        assert self.process is not None
+        total = 0.0
+        for pid in [self.process.pid, *children(self.process.pid)]:
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            found = re.search(r"^VmHWM:\s+(\d+) kB", status, re.M)
+            total += int(found.group(1)) / 1024 if found else 0.0
+        self.peak_rss_mb = max(self.peak_rss_mb, total)
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in Path(f"/proc/{pid}/task").iterdir():
+        text = (entry / "children").read_text().split()
+        found += [int(child) for child in text]
+    return found + [grandchild for child in found for grandchild in children_safe(child)]
+
+
+def children_safe(pid: int) -> list[int]:
+    try:
+        return children(pid)
+    except OSError:
+        return []
+
+
+def backfill(count: int, days: int, work: Path, promtool: str) -> tuple[Path, pd.Timestamp]:
+    series = real_series(count, days)
+    end = series[0].index[-1]
+    stamps = pd.DatetimeIndex(series[0].index).as_unit("s").asi8
+    out = [
+        BackfillSeries("bench_gpus", {"pool": f"pool-{i}"}, stamps, [f"{v + 1:g}" for v in np.nan_to_num(s.to_numpy())])
+        for i, s in enumerate(series)
+    ]
+    # PrometheusServer's readiness probe asks for count(kube_node_labels).
+    out.append(BackfillSeries("kube_node_labels", {"node": "bench"}, stamps, ["1"] * len(stamps)))
+    return write_blocks(out, promtool, work / "blocks"), end
+
+
+def config(args: argparse.Namespace, prometheus_url: str, kubeconfig: Path) -> dict[str, Any]:
+    return {
+        "server": {"shutdown_grace": "1s", "shutdown_delay": "0s"},
+        "auth": {"mode": "none"},
+        "prometheus": {"url": prometheus_url, "timeout": "60s"},
+        "kubernetes": {"kubeconfig": str(kubeconfig)},
+        "signals": [{"name": "gpus", "query": "bench_gpus", "by": ["pool"], "step": "5m", "liveness": False}],
+        "metrics": {METRIC: {"signal": "gpus", "kind": "demand"}},
+        "forecast": {"lookback": f"{args.days}d", "interval": args.interval, "reselect_every": "1d", "workers": 1},
+        "publication": {
+            "enabled": True,
+            "namespace": NAMESPACE,
+            "shards": args.shards,
+            "serve_from": "objects",
+            "sharding": {
+                "enabled": True,
+                "lease_duration": args.lease_duration,
+                "renew_deadline": args.renew_deadline,
+                "retry_period": args.retry_period,
+            },
+        },
+    }
+
+
+async def served(session: aiohttp.ClientSession, replica: Replica) -> dict[str, float] | None:
+    """pool -> value served by this replica's external metrics API (None: no answer)."""
+    try:
+        url = f"https://127.0.0.1:{replica.secure_port}{API}"
+        async with session.get(url, ssl=False, timeout=aiohttp.ClientTimeout(total=2)) as response:
+            if response.status != 200:
+                return {}
+            items = (await response.json())["items"]
+    except (aiohttp.ClientError, TimeoutError, OSError):
+        return None
+    return {item["metricLabels"]["pool"]: quantity(item["value"]) for item in items}
+
+
+def quantity(text: str) -> float:
+    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+
+
+async def refresh_seconds(session: aiohttp.ClientSession, replica: Replica) -> float | None:
+    try:
+        async with session.get(f"http://127.0.0.1:{replica.http_port}/metrics") as response:
+            text = await response.text()
+    except (aiohttp.ClientError, OSError):
+        return None
+    found = re.search(r"^gpu_autoscaler_refresh_duration_seconds (\S+)$", text, re.M)
+    return float(found.group(1)) if found else None
+
+
+def holders(fake: FakeKube, shards: int) -> dict[int, str]:
+    """shard -> the replica name holding its Lease ('' if none)."""
+    out = {}
+    for shard in range(shards):
+        lease = fake.get("leases", f"gpu-autoscaler-shard-{shard}-of-{shards}", NAMESPACE) or {}
+        holder = (lease.get("spec") or {}).get("holderIdentity") or ""
+        out[shard] = holder.rsplit("_", 1)[0]
+    return out
+
+
+def object_version(fake: FakeKube, shard: int, shards: int) -> str:
+    found = fake.get("gpuforecasts", f"shard-{shard}-of-{shards}", NAMESPACE) or {}
+    return str(found.get("metadata", {}).get("resourceVersion", ""))
+
+
+async def wait_all_serving(session: aiohttp.ClientSession, replicas: list[Replica], count: int, limit: float) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        answers = [await served(session, r) for r in replicas]
+        if all(a is not None and len(a) == count for a in answers):
+            return time.monotonic() - started
+        for replica in replicas:
+            replica.sample_rss()
+        await asyncio.sleep(0.5)
+    raise RuntimeError(f"not every replica served {count} series within {limit:g} s")
+
+
+async def wait_balanced(fake: FakeKube, replicas: list[Replica], shards: int, limit: float) -> None:
+    share = shards // len(replicas)
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        held = list(holders(fake, shards).values())
+        if all(held.count(r.name) >= share for r in replicas):
+            return
+        await asyncio.sleep(0.5)
+    raise RuntimeError(f"shards not balanced within {limit:g} s: {holders(fake, shards)}")
+
+
+@dataclass
+class Failover:
+    seconds: float | None  # None: not published again within the limit
+    lease_seconds: float | None
+    missing: int  # polls x series with no value on a surviving replica
+    zero: int  # polls x series served 0 where the baseline was not 0
+    polls: int
+
+
+async def one_failover(
+    fake: FakeKube, session: aiohttp.ClientSession, replicas: list[Replica], shard: int, args: argparse.Namespace
+) -> tuple[Failover, Replica]:
+    victim = next(r for r in replicas if r.name == holders(fake, args.shards)[shard])
+    survivors = [r for r in replicas if r is not victim]
+    baseline = await served(session, survivors[0]) or {}
+    version = object_version(fake, shard, args.shards)
+    killed = time.monotonic()
+    victim.kill()
+    lease_at = published_at = None
+    missing = zero = polls = 0
+    while time.monotonic() - killed < args.failover_limit and published_at is None:
+        holder = holders(fake, args.shards)[shard]
+        taken = holder in {r.name for r in survivors}
+        if taken and lease_at is None:
+            lease_at = time.monotonic() - killed
+        if taken and object_version(fake, shard, args.shards) != version:
+            published_at = time.monotonic() - killed
+        for replica in survivors:
+            answer = await served(session, replica) or {}
+            missing += sum(pool not in answer for pool in baseline)
+            zero += sum(answer.get(pool) == 0 and value != 0 for pool, value in baseline.items())
+            polls += 1
+        await asyncio.sleep(0.2)
+    return Failover(published_at, lease_at, missing, zero, polls), victim
+
+
+async def steady_writes(fake: FakeKube, seconds: float) -> dict[str, float]:
+    before = len(fake.requests)
+    await asyncio.sleep(seconds)
+    window = fake.requests[before:]
+    return {
+        plural: sum(r.method in WRITES and r.plural == plural for r in window) / seconds
+        for plural in ("gpuforecasts", "leases")
+    }
+
+
+async def run(args: argparse.Namespace, work: Path) -> None:
+    prometheus_binary, promtool = binaries_or_skip()
+    blocks, end = backfill(args.series, args.days, work, promtool)
+    server = PrometheusServer(binary=prometheus_binary, data_dir=blocks, trace=None, probe_at=end)
+    fake = FakeKube(work)
+    replicas: list[Replica] = []
+    try:
+        server.start()
+        await fake.start()
+        settings = work / "config.yaml"
+        settings.write_text(yaml.safe_dump(config(args, server.url, fake.kubeconfig_path)))
+        for index in range(args.replicas):
+            (work / f"replica-{index}").mkdir()
+            replicas.append(Replica(index, work / f"replica-{index}", settings))
+        async with aiohttp.ClientSession() as session:
+            await measure(fake, session, replicas, args)
+    finally:
+        for replica in replicas:
+            replica.kill()
+        await fake.stop()
+        server.stop()
+
+
+async def measure(
+    fake: FakeKube, session: aiohttp.ClientSession, replicas: list[Replica], args: argparse.Namespace
+) -> None:
+    for replica in replicas:
+        replica.start()
+    first = await wait_all_serving(session, replicas, args.series, args.start_limit)
+    print(f"first full selection: every replica serves all {args.series} series {first:.1f} s after start", flush=True)
+    await wait_balanced(fake, replicas, args.shards, args.start_limit)
+    writes = await steady_writes(fake, args.steady_window)
+    refreshes = [await refresh_seconds(session, r) for r in replicas]
+    print(f"steady refresh (last, per replica): {', '.join(f'{s:.2f} s' if s else '-' for s in refreshes)}")
+    print(
+        f"writes/s to the API over {args.steady_window:g} s (all replicas): "
+        f"GPUForecast {writes['gpuforecasts']:.2f}, Lease {writes['leases']:.2f}",
+        flush=True,
+    )
+    results = []
+    for kill in range(args.kills):
+        shard = kill % args.shards
+        result, victim = await one_failover(fake, session, replicas, shard, args)
+        results.append(result)
+        print(f"kill {kill + 1}: {victim.name} (shard {shard}) {result}", flush=True)
+        victim.start()
+        await wait_all_serving(session, replicas, args.series, args.start_limit)
+        await wait_balanced(fake, replicas, args.shards, args.start_limit)
+    for replica in replicas:
+        replica.sample_rss()
+    report(results, replicas, args)
+
+
+def report(results: list[Failover], replicas: list[Replica], args: argparse.Namespace) -> None:
+    done = [r.seconds for r in results if r.seconds is not None]
+    leases = [r.lease_seconds for r in results if r.lease_seconds is not None]
+    print(f"peak RSS per replica (service + workers): {', '.join(f'{r.peak_rss_mb:.0f} MB' for r in replicas)}")
+    if done:
+        print(
+            f"failover (lease taken and object written): p50 {np.percentile(done, 50):.1f} s, "
+            f"p95 {np.percentile(done, 95):.1f} s, max {max(done):.1f} s over {len(done)} of {len(results)} kills"
+        )
+    if leases:
+        print(f"lease taken: p50 {np.percentile(leases, 50):.1f} s, p95 {np.percentile(leases, 95):.1f} s")
+    print(
+        f"missing values: {sum(r.missing for r in results)}, zero values: {sum(r.zero for r in results)} "
+        f"over {sum(r.polls for r in results)} polls x {args.series} series"
+    )
+    print(f"goal: lease_duration + one refresh = {args.lease_duration} + {args.interval}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--series", type=int, default=100)
+    parser.add_argument("--days", type=int, default=3, help="history per series (5-minute points)")
+    parser.add_argument("--shards", type=int, default=16)
+    parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument("--interval", default="10s", help="forecast.interval (refresh)")
+    parser.add_argument("--lease-duration", default="15s")
+    parser.add_argument("--renew-deadline", default="10s")
+    parser.add_argument("--retry-period", default="2s")
+    parser.add_argument("--steady-window", type=float, default=30.0, help="seconds over which writes are counted")
+    parser.add_argument("--failover-limit", type=float, default=90.0, help="seconds per kill at most")
+    parser.add_argument("--start-limit", type=float, default=600.0, help="seconds to start/converge at most")
+    args = parser.parse_args()
+    print(
+        f"{args.replicas} replicas, {args.series} series, {args.shards} shards, {args.days} days of history, "
+        f"refresh {args.interval}, lease {args.lease_duration}/{args.renew_deadline}/{args.retry_period}; "
+        f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as work:
+        asyncio.run(run(args, Path(work)))
+    print(f"wall time {time.monotonic() - started:.0f} s; load {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
