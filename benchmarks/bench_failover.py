@@ -205,11 +205,12 @@ async def wait_all_serving(session: aiohttp.ClientSession, replicas: list[Replic
 
 
 async def wait_balanced(fake: FakeKube, replicas: list[Replica], shards: int, limit: float) -> None:
-    share = shards // len(replicas)
+    # Each takes at most ceil(shards / replicas), so the last may hold fewer (16 on 3: 6, 6, 4).
+    least = shards - (len(replicas) - 1) * -(-shards // len(replicas))
     started = time.monotonic()
     while time.monotonic() - started < limit:
         held = list(holders(fake, shards).values())
-        if all(held.count(r.name) >= share for r in replicas):
+        if all(held.count(r.name) >= least for r in replicas) and sum(held.count(r.name) for r in replicas) == shards:
             return
         await asyncio.sleep(0.5)
     raise RuntimeError(f"shards not balanced within {limit:g} s: {holders(fake, shards)}")
