@@ -998,43 +998,43 @@ class FakeKube:
         return web.json_response(answer, status=201)
 
     async def _subject_access_review(self, request: web.Request) -> web.Response | None:
-        body = await request.json()
-        spec = body.get("spec") or {}
-        self.sar_requests.append(spec)
-        failed, failure = await self._review_failure(request)
-        if failed:
-            return failure
-        allowed = bool(self.sar_rule(spec))
-        status: dict[str, Any] = {"allowed": allowed}
-        if not allowed:
-            status["reason"] = "denied by the fake's sar_rule"
-        answer = {
-            "kind": "SubjectAccessReview",
-            "apiVersion": "authorization.k8s.io/v1",
-            "metadata": {"creationTimestamp": None},
-            "spec": spec,
-            "status": status,
-        }
-        return web.json_response(answer, status=201)
+        """A review of another user's permission (the delegated authoriser), answered by ``sar_rule``."""
+        return await self._access_review(request, "SubjectAccessReview", self.sar_requests, self.sar_rule, "sar_rule")
 
     async def _self_subject_access_review(self, request: web.Request) -> web.Response | None:
-        """The caller's own permission; the body is checked as kube-apiserver checks it (400/422)."""
+        """The caller's own permission (``caller``), answered by ``ssar_rule``."""
+
+        def rule(spec: Mapping[str, Any]) -> bool:
+            return self.ssar_rule({**spec, "user": self.caller["username"], "groups": self.caller["groups"]})
+
+        return await self._access_review(request, "SelfSubjectAccessReview", self.ssar_requests, rule, "ssar_rule")
+
+    async def _access_review(
+        self,
+        request: web.Request,
+        kind: str,
+        recorded: list[dict[str, Any]],
+        rule: Callable[[Mapping[str, Any]], bool],
+        rule_name: str,
+    ) -> web.Response | None:
+        """Either access review: the body is checked as kube-apiserver checks it (400/422), recorded,
+        then answered by ``rule`` unless ``fail_mode`` says the review backend fails."""
         body = await request.json()
         try:
-            validate("authorization.k8s.io", "SelfSubjectAccessReview", body)
+            validate("authorization.k8s.io", kind, body)
         except Refused as refused:
             return web.json_response(refused.status, status=refused.status["code"])
         spec = body.get("spec") or {}
-        self.ssar_requests.append(spec)
+        recorded.append(spec)
         failed, failure = await self._review_failure(request)
         if failed:
             return failure
-        allowed = bool(self.ssar_rule({**spec, "user": self.caller["username"], "groups": self.caller["groups"]}))
+        allowed = bool(rule(spec))
         status: dict[str, Any] = {"allowed": allowed}
         if not allowed:
-            status["reason"] = "denied by the fake's ssar_rule"
+            status["reason"] = f"denied by the fake's {rule_name}"
         answer = {
-            "kind": "SelfSubjectAccessReview",
+            "kind": kind,
             "apiVersion": "authorization.k8s.io/v1",
             "metadata": {"creationTimestamp": None},
             "spec": spec,

@@ -62,6 +62,7 @@ CORE_KINDS = frozenset(
         ("", "Pod"), ("", "ConfigMap"), ("", "ResourceQuota"), ("", "PodTemplate"), ("batch", "CronJob"),
         ("batch", "Job"), ("coordination.k8s.io", "Lease"), ("apiregistration.k8s.io", "APIService"),
         ("apiextensions.k8s.io", "CustomResourceDefinition"), ("authorization.k8s.io", "SelfSubjectAccessReview"),
+        ("authorization.k8s.io", "SubjectAccessReview"),
     }
 )  # fmt: skip
 

@@ -247,6 +247,10 @@ class BufferCollector(Collector):
         yield family
 
 
+# Request latency buckets of both APIs (HTTPS and gRPC), so their histograms compare bucket by bucket.
+LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+
+
 class SelfMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -260,7 +264,7 @@ class SelfMetrics:
             "gpu_autoscaler_api_request_duration_seconds",
             "API request latency by route",
             ["route"],
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            buckets=LATENCY_BUCKETS_S,
             registry=self.registry,
         )
         # KEDA's external scaler (autoscaler.keda): its own families, as its methods and status codes
@@ -275,7 +279,7 @@ class SelfMetrics:
             "gpu_autoscaler_grpc_request_duration_seconds",
             "Latency of unary gRPC calls to the KEDA external scaler by method",
             ["method"],
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            buckets=LATENCY_BUCKETS_S,
             registry=self.registry,
         )
         self.grpc_streams = Gauge(
