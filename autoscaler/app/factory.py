@@ -89,13 +89,14 @@ def needs_kubernetes_api(settings: Settings) -> bool:
     )
 
 
-def buffer_actuator(settings: Settings, kube: ApiClient | None) -> BufferActuator | None:
-    """The CapacityBuffer writer the settings ask for (compute-only without a cluster: the demo's dry run)."""
+def buffer_actuator(settings: Settings, kube: ApiClient | None, identity: str | None = None) -> BufferActuator | None:
+    """The CapacityBuffer writer the settings ask for (compute-only without a cluster: the demo's dry run);
+    ``identity`` names this replica in its Lease (None: a new one)."""
     buffers = settings.actuators.capacity_buffers
     if buffers is None:
         return None
     sharded = settings.publication.enabled and settings.publication.sharding.enabled
-    return BufferActuator(buffers, kube, watch=watch_settings(settings.kubernetes), sharded=sharded)
+    return BufferActuator(buffers, kube, watch=watch_settings(settings.kubernetes), sharded=sharded, identity=identity)
 
 
 def after_refresh(
@@ -238,12 +239,13 @@ def create_app(
     self_metrics: SelfMetrics | None = None,
     actuator: BufferActuator | None = None,
     kube: ApiClient | None = None,
+    identity: str | None = None,
 ) -> tuple[web.Application, web.Application]:
     """The composition root: the secure API app and the plain ops app, sharing one provider.
 
     The API app owns the refresher and the CapacityBuffer writer (started and stopped by its
     ``cleanup_ctx``); with ``settings.publication`` enabled, ``kube`` publishes and watches the
-    GPUForecast objects.
+    GPUForecast objects; ``identity`` names this replica in the shard Leases (None: a new one).
     """
     provider = provider or SnapshotProvider(empty_snapshot(pipeline.metrics))
     readiness = readiness or Readiness()
@@ -267,7 +269,9 @@ def create_app(
         self_metrics.watch_buffers(lambda: tuple(actuator.states.values()))
         api_app.cleanup_ctx.append(partial(_actuator_ctx, actuator, readiness))
     if pipeline.sources:
-        api_app.cleanup_ctx.append(partial(_refresher_ctx, settings, pipeline, provider, readiness, actuator, kube))
+        api_app.cleanup_ctx.append(
+            partial(_refresher_ctx, settings, pipeline, provider, readiness, actuator, kube, identity)
+        )
     else:
         readiness.ready, readiness.reason = True, "no signals configured: nothing to forecast"
     return api_app, ops_app
@@ -287,6 +291,7 @@ async def _refresher_ctx(
     readiness: Readiness,
     actuator: BufferActuator | None,
     kube: ApiClient | None,
+    identity: str | None,
     app: web.Application,
 ) -> AsyncIterator[None]:
     """Start the refresher (after restoring saved or published values) with the app; stop it after."""
@@ -331,7 +336,7 @@ async def _refresher_ctx(
             app[SHARDING] = await stack.enter_async_context(
                 open_sharding(
                     settings.publication, kube, refresher=refresher, publication=publication,
-                    lead_times=pipeline.lead_times,
+                    lead_times=pipeline.lead_times, identity=identity,
                 )
             )  # fmt: skip
             if actuator is not None:  # a pool's buffer is written by the owner of its sizing series

@@ -16,6 +16,8 @@ from aiohttp import web
 from kubernetes_asyncio.client import ApiClient
 
 from adapters.kube_client import KubeClientSettings, create_api_client
+from adapters.leases import own_identity
+from autoscaler import __version__
 from autoscaler.app.factory import buffer_actuator, build_access, client_ca_pems, create_app, needs_kubernetes_api
 from autoscaler.keda.server import serving_grpc
 from autoscaler.kube_inputs import watch_settings
@@ -160,14 +162,21 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
     if settings.demo.enabled:
         settings = prepare_demo(settings)
     async with contextlib.AsyncExitStack() as stack:
-        kube = await stack.enter_async_context(kubernetes_client(settings)) if needs_kubernetes_api(settings) else None
+        identity = own_identity()  # one name per process: its Leases and its API client's User-Agent
+        kube = (
+            await stack.enter_async_context(kubernetes_client(settings, identity))
+            if needs_kubernetes_api(settings)
+            else None
+        )
         if kube is not None and settings.preflight.on_start:
             await _preflight(kube, settings)
         pipeline = await stack.enter_async_context(open_pipeline(settings, kube))
         access = await build_access(settings, kube)
         tls = server_tls(settings, access)
-        actuator = buffer_actuator(settings, kube)
-        api_app, ops_app = create_app(settings, pipeline=pipeline, access=access, actuator=actuator, kube=kube)
+        actuator = buffer_actuator(settings, kube, identity)
+        api_app, ops_app = create_app(
+            settings, pipeline=pipeline, access=access, actuator=actuator, kube=kube, identity=identity
+        )
         if kube is not None and settings.auth.mode == "kubernetes" and access.authenticator is not None:
             follower = await stack.enter_async_context(
                 kubernetes_auth.following_authentication(
@@ -195,13 +204,21 @@ async def _preflight(kube: ApiClient, settings: Settings) -> None:
         raise PreflightFailed(checks, blocking_only=True)
 
 
+def user_agent(identity: str) -> str:
+    """``gpu-autoscaler/<version> (<Lease identity>)``, as kubectl sends ``kubectl/v1.31.0 (linux/amd64)``:
+    the API server's audit log, and a test's fake API, tell the replicas (and their restarts) apart."""
+    return f"gpu-autoscaler/{__version__} ({identity})"
+
+
 @contextlib.asynccontextmanager
-async def kubernetes_client(settings: Settings) -> AsyncIterator[ApiClient]:
+async def kubernetes_client(settings: Settings, identity: str | None = None) -> AsyncIterator[ApiClient]:
+    """The service's API client; ``identity`` (None: a new one) is the replica its User-Agent names."""
     kube_settings = settings.kubernetes
     client = await create_api_client(
         KubeClientSettings(
             kubeconfig_path=kube_settings.kubeconfig,
             request_timeout_s=kube_settings.request_timeout.total_seconds(),
+            user_agent=user_agent(identity or own_identity()),
         )
     )
     try:

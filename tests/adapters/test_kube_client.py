@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import re
 import time
 
 import pytest
@@ -81,6 +82,44 @@ async def test_exec_plugin_credentials_are_fetched_again(fake_kube, tmp_path):
     finally:
         await api.close()
     assert [r.headers["Authorization"] for r in fake_kube.requests] == ["Bearer first", "Bearer second"]
+
+
+async def test_user_agent_setting_is_sent_with_every_request(fake_kube):
+    named = await create_api_client(
+        KubeClientSettings(
+            kubeconfig_path=fake_kube.kubeconfig_path, user_agent="gpu-autoscaler/0.1.0 (pod-a_1f2e3d4c)"
+        )
+    )
+    unnamed = await create_api_client(KubeClientSettings(kubeconfig_path=fake_kube.kubeconfig_path))
+    try:
+        await list_cronjobs(named)
+        await list_cronjobs(named)
+        await list_cronjobs(unnamed)
+    finally:
+        await named.close()
+        await unnamed.close()
+    agents = [r.headers["User-Agent"] for r in fake_kube.requests]
+    assert agents[:2] == ["gpu-autoscaler/0.1.0 (pod-a_1f2e3d4c)"] * 2
+    assert agents[2].startswith("OpenAPI-Generator/")  # without the setting: the library's own
+
+
+async def test_the_service_client_names_its_replica_like_kubectl(fake_kube, monkeypatch):
+    """``gpu-autoscaler/<version> (<Lease identity>)``: POD_NAME plus the per-process suffix."""
+    from autoscaler import __version__
+    from autoscaler.app.serving import kubernetes_client
+    from autoscaler.settings import Settings
+
+    monkeypatch.setenv("POD_NAME", "gpu-autoscaler-7d9f-x2k4")
+    settings = Settings.model_validate({"kubernetes": {"kubeconfig": str(fake_kube.kubeconfig_path)}})
+    async with kubernetes_client(settings, "gpu-autoscaler-7d9f-x2k4_0a1b2c3d") as given:
+        await list_cronjobs(given)
+    async with kubernetes_client(settings) as fresh:
+        await list_cronjobs(fresh)
+    agents = [r.headers["User-Agent"] for r in fake_kube.requests]
+    assert agents[0] == f"gpu-autoscaler/{__version__} (gpu-autoscaler-7d9f-x2k4_0a1b2c3d)"
+    assert re.fullmatch(
+        rf"gpu-autoscaler/{re.escape(__version__)} \(gpu-autoscaler-7d9f-x2k4_[0-9a-f]{{8}}\)", agents[1]
+    )
 
 
 async def test_missing_kubeconfig_is_a_kube_error(tmp_path):
