@@ -290,6 +290,7 @@ class _Watcher:
     bookmarks: bool
     selector: FieldSelector
     api_version: str
+    user_agent: str = ""  # the client's, so that one client's streams can be cut (a partition)
     queue: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
 
 
@@ -518,18 +519,20 @@ class FakeKube:
         async with self._watchers_changed:
             await self._watchers_changed.wait_for(lambda: self.watchers(plural) >= count)
 
-    def _signal(self, plural: str | None, signal: str, payload: Any = None) -> None:
+    def _signal(self, plural: str | None, signal: str, payload: Any = None, *, user_agent: str | None = None) -> None:
         for watcher in self._watchers:
-            if plural is None or watcher.resource.plural == plural:
+            if (plural is None or watcher.resource.plural == plural) and user_agent in (None, watcher.user_agent):
                 watcher.queue.put_nowait((signal, payload))
 
     def bookmark(self, plural: str | None = None) -> None:
         """Send a BOOKMARK at the current resourceVersion to watches that asked for bookmarks."""
         self._signal(plural, "bookmark")
 
-    def cut_watches(self, plural: str | None = None) -> None:
-        """Drop open watch connections mid-stream (the client sees a broken chunked body)."""
-        self._signal(plural, "cut")
+    def cut_watches(self, plural: str | None = None, *, user_agent: str | None = None) -> None:
+        """Drop open watch connections mid-stream (the client sees a broken chunked body); with
+        ``user_agent``, only that client's: with ``fail(disconnect=True, user_agent=...)`` the client is
+        cut off the API entirely, its open streams included, as by a network partition."""
+        self._signal(plural, "cut", user_agent=user_agent)
 
     def end_watches(self, plural: str | None = None) -> None:
         """End open watches cleanly, as the API server does when timeoutSeconds has passed."""
@@ -893,7 +896,7 @@ class FakeKube:
         # Register and take the backlog in one synchronous step: no event can slip in between.
         selector = parse_field_selector(request.query.get("fieldSelector"))
         bookmarks = _query_bool(request.query.get("allowWatchBookmarks"))
-        watcher = _Watcher(rt, namespace, bookmarks, selector, api_version)
+        watcher = _Watcher(rt, namespace, bookmarks, selector, api_version, request.headers.get("User-Agent", ""))
         if requested_rv in ("", "0"):
             current = self._select(rt, namespace, selector)
             backlog = [{"type": "ADDED", "object": _as_version(o, api_version)} for o in current]

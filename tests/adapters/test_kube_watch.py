@@ -145,6 +145,33 @@ async def test_cut_stream_resumes_from_the_last_resource_version(fake_kube, kube
 
 
 @pytest.mark.looptime
+async def test_one_client_cut_off_loses_its_streams_and_requests_while_another_keeps_watching(fake_kube, kube_api):
+    """The fake's partition of one client (by User-Agent): its open watch breaks and its reconnects
+    are dropped; the other client's watch goes on seeing events."""
+    other = await fake_kube.api_client()
+    other.user_agent = "other-replica"
+    kube_api.user_agent = "cut-replica"
+    async with (
+        contextlib.AsyncExitStack() as stack,
+        WatchGroup(SETTINGS) as cut_group,
+        WatchGroup(SETTINGS) as kept_group,
+    ):
+        stack.push_async_callback(other.close)
+        cut, kept = cut_group.start(cronjob_resource(kube_api)), kept_group.start(cronjob_resource(other))
+        await asyncio.wait_for(fake_kube.wait_for_watchers("cronjobs", 2), 5)
+        fault = fake_kube.fail(disconnect=True, user_agent="cut-replica", times=None)
+        fake_kube.cut_watches(user_agent="cut-replica")
+        fake_kube.add("cronjobs", cronjob("during"))
+        await eventually(lambda: "ml/during" in kept.objects, message="the other client to see ml/during")
+        await asyncio.sleep(3 * SETTINGS.backoff_initial_s)  # loop time: reconnects are tried and dropped
+        assert "ml/during" not in cut.objects
+        assert fault.hits >= 2 and cut.reconnects >= 1
+        assert kept.reconnects == 0
+        fake_kube.faults.remove(fault)  # the partition heals
+        await eventually(lambda: "ml/during" in cut.objects, message="the cut client to catch up", timeout=30)
+
+
+@pytest.mark.looptime
 async def test_expired_resource_version_on_reconnect_relists_to_the_true_state(fake_kube, kube_api):
     for name in ("a", "b", "c"):
         fake_kube.add("cronjobs", cronjob(name))
