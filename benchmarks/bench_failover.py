@@ -23,107 +23,33 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
-import signal
-import subprocess
-import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import numpy as np
-import pandas as pd
 import yaml
 
-from benchmarks.bench_refresh import real_series
 from tests.fakekube import FakeKube
-from tests.prometheus_fixture import BackfillSeries, PrometheusServer, binaries_or_skip, free_port, write_blocks
+from tests.prometheus_fixture import PrometheusServer, binaries_or_skip
+from tests.service_replicas import (
+    FAMILY,
+    NAMESPACE,
+    Replica,
+    backfill,
+    balanced,
+    holders,
+    object_version,
+    real_series,
+    self_metric,
+    served,
+)
 
-NAMESPACE = "gpu-autoscaler"
 METRIC = "gpu_demand_forecast"
-API = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/default/{METRIC}"
 WRITES = {"POST", "PUT", "PATCH"}
-
-
-@dataclass
-class Replica:
-    index: int
-    workdir: Path
-    config: Path
-    secure_port: int = field(default_factory=free_port)
-    http_port: int = field(default_factory=free_port)
-    process: subprocess.Popen[bytes] | None = None
-    peak_rss_mb: float = 0.0
-
-    @property
-    def name(self) -> str:
-        return f"replica-{self.index}"
-
-    def start(self) -> None:
-        command = [sys.executable, "-m", "autoscaler", "serve", "--config", str(self.config), "--skip-preflight"]
-        command += ["--secure-port", str(self.secure_port), "--http-port", str(self.http_port)]
-        command += ["--bind-address", "127.0.0.1", "--state-dir", str(self.workdir / "state")]
-        env = os.environ | {"POD_NAME": self.name}
-        with (self.workdir / "serve.log").open("ab") as log:
-            self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-
-    def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.sample_rss()
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
-        self.process = None
-
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def sample_rss(self) -> None:
-        """Peak RSS of the process tree (service plus forecast workers), in MB, kept across restarts."""
-        if not self.alive():
-            return
-        assert self.process is not None
-        total = 0.0
-        for pid in [self.process.pid, *children(self.process.pid)]:
-            try:
-                status = Path(f"/proc/{pid}/status").read_text()
-            except OSError:
-                continue
-            found = re.search(r"^VmHWM:\s+(\d+) kB", status, re.M)
-            total += int(found.group(1)) / 1024 if found else 0.0
-        self.peak_rss_mb = max(self.peak_rss_mb, total)
-
-
-def children(pid: int) -> list[int]:
-    found = []
-    for entry in Path(f"/proc/{pid}/task").iterdir():
-        text = (entry / "children").read_text().split()
-        found += [int(child) for child in text]
-    return found + [grandchild for child in found for grandchild in children_safe(child)]
-
-
-def children_safe(pid: int) -> list[int]:
-    try:
-        return children(pid)
-    except OSError:
-        return []
-
-
-def backfill(count: int, days: int, work: Path, promtool: str) -> tuple[Path, pd.Timestamp]:
-    series = real_series(count, days)
-    end = series[0].index[-1]
-    stamps = pd.DatetimeIndex(series[0].index).as_unit("s").asi8
-    out = [
-        BackfillSeries("bench_gpus", {"pool": f"pool-{i}"}, stamps, [f"{v + 1:g}" for v in np.nan_to_num(s.to_numpy())])
-        for i, s in enumerate(series)
-    ]
-    # PrometheusServer's readiness probe asks for count(kube_node_labels).
-    out.append(BackfillSeries("kube_node_labels", {"node": "bench"}, stamps, ["1"] * len(stamps)))
-    return write_blocks(out, promtool, work / "blocks"), end
 
 
 def config(args: argparse.Namespace, prometheus_url: str, kubeconfig: Path) -> dict[str, Any]:
@@ -132,7 +58,7 @@ def config(args: argparse.Namespace, prometheus_url: str, kubeconfig: Path) -> d
         "auth": {"mode": "none"},
         "prometheus": {"url": prometheus_url, "timeout": "60s"},
         "kubernetes": {"kubeconfig": str(kubeconfig)},
-        "signals": [{"name": "gpus", "query": "bench_gpus", "by": ["pool"], "step": "5m", "liveness": False}],
+        "signals": [{"name": "gpus", "query": FAMILY, "by": ["pool"], "step": "5m", "liveness": False}],
         "metrics": {METRIC: {"signal": "gpus", "kind": "demand"}},
         "forecast": {"lookback": f"{args.days}d", "interval": args.interval, "reselect_every": "1d", "workers": 1},
         "publication": {
@@ -150,52 +76,10 @@ def config(args: argparse.Namespace, prometheus_url: str, kubeconfig: Path) -> d
     }
 
 
-async def served(session: aiohttp.ClientSession, replica: Replica) -> dict[str, float] | None:
-    """pool -> value served by this replica's external metrics API (None: no answer)."""
-    try:
-        url = f"https://127.0.0.1:{replica.secure_port}{API}"
-        async with session.get(url, ssl=False, timeout=aiohttp.ClientTimeout(total=2)) as response:
-            if response.status != 200:
-                return {}
-            items = (await response.json())["items"]
-    except (aiohttp.ClientError, TimeoutError, OSError):
-        return None
-    return {item["metricLabels"]["pool"]: quantity(item["value"]) for item in items}
-
-
-def quantity(text: str) -> float:
-    return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
-
-
-async def refresh_seconds(session: aiohttp.ClientSession, replica: Replica) -> float | None:
-    try:
-        async with session.get(f"http://127.0.0.1:{replica.http_port}/metrics") as response:
-            text = await response.text()
-    except (aiohttp.ClientError, OSError):
-        return None
-    found = re.search(r"^gpu_autoscaler_refresh_duration_seconds (\S+)$", text, re.M)
-    return float(found.group(1)) if found else None
-
-
-def holders(fake: FakeKube, shards: int) -> dict[int, str]:
-    """shard -> the replica name holding its Lease ('' if none)."""
-    out = {}
-    for shard in range(shards):
-        lease = fake.get("leases", f"gpu-autoscaler-shard-{shard}-of-{shards}", NAMESPACE) or {}
-        holder = (lease.get("spec") or {}).get("holderIdentity") or ""
-        out[shard] = holder.rsplit("_", 1)[0]
-    return out
-
-
-def object_version(fake: FakeKube, shard: int, shards: int) -> str:
-    found = fake.get("gpuforecasts", f"shard-{shard}-of-{shards}", NAMESPACE) or {}
-    return str(found.get("metadata", {}).get("resourceVersion", ""))
-
-
 async def wait_all_serving(session: aiohttp.ClientSession, replicas: list[Replica], count: int, limit: float) -> float:
     started = time.monotonic()
     while time.monotonic() - started < limit:
-        answers = [await served(session, r) for r in replicas]
+        answers = [await served(session, r, METRIC) for r in replicas]
         if all(a is not None and len(a) == count for a in answers):
             return time.monotonic() - started
         for replica in replicas:
@@ -205,12 +89,9 @@ async def wait_all_serving(session: aiohttp.ClientSession, replicas: list[Replic
 
 
 async def wait_balanced(fake: FakeKube, replicas: list[Replica], shards: int, limit: float) -> None:
-    # Each takes at most ceil(shards / replicas), so the last may hold fewer (16 on 3: 6, 6, 4).
-    least = shards - (len(replicas) - 1) * -(-shards // len(replicas))
     started = time.monotonic()
     while time.monotonic() - started < limit:
-        held = list(holders(fake, shards).values())
-        if all(held.count(r.name) >= least for r in replicas) and sum(held.count(r.name) for r in replicas) == shards:
+        if balanced(list(holders(fake, shards).values()), [r.name for r in replicas], shards):
             return
         await asyncio.sleep(0.5)
     raise RuntimeError(f"shards not balanced within {limit:g} s: {holders(fake, shards)}")
@@ -230,7 +111,7 @@ async def one_failover(
 ) -> tuple[Failover, Replica]:
     victim = next(r for r in replicas if r.name == holders(fake, args.shards)[shard])
     survivors = [r for r in replicas if r is not victim]
-    baseline = await served(session, survivors[0]) or {}
+    baseline = await served(session, survivors[0], METRIC) or {}
     version = object_version(fake, shard, args.shards)
     killed = time.monotonic()
     victim.kill()
@@ -244,7 +125,7 @@ async def one_failover(
         if taken and object_version(fake, shard, args.shards) != version:
             published_at = time.monotonic() - killed
         for replica in survivors:
-            answer = await served(session, replica) or {}
+            answer = await served(session, replica, METRIC) or {}
             missing += sum(pool not in answer for pool in baseline)
             zero += sum(answer.get(pool) == 0 and value != 0 for pool, value in baseline.items())
             polls += 1
@@ -264,7 +145,8 @@ async def steady_writes(fake: FakeKube, seconds: float) -> dict[str, float]:
 
 async def run(args: argparse.Namespace, work: Path) -> None:
     prometheus_binary, promtool = binaries_or_skip()
-    blocks, end = backfill(args.series, args.days, work, promtool)
+    series = real_series(args.series, args.days)
+    blocks, end = backfill(series, work, promtool), series[0].index[-1]
     server = PrometheusServer(binary=prometheus_binary, data_dir=blocks, trace=None, probe_at=end)
     fake = FakeKube(work)
     replicas: list[Replica] = []
@@ -294,7 +176,7 @@ async def measure(
     print(f"first full selection: every replica serves all {args.series} series {first:.1f} s after start", flush=True)
     await wait_balanced(fake, replicas, args.shards, args.start_limit)
     writes = await steady_writes(fake, args.steady_window)
-    refreshes = [await refresh_seconds(session, r) for r in replicas]
+    refreshes = [await self_metric(session, r, "gpu_autoscaler_refresh_duration_seconds") for r in replicas]
     print(f"steady refresh (last, per replica): {', '.join(f'{s:.2f} s' if s else '-' for s in refreshes)}")
     print(
         f"writes/s to the API over {args.steady_window:g} s (all replicas): "

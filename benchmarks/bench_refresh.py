@@ -41,31 +41,11 @@ from autoscaler.web.readiness import Readiness
 from autoscaler.web.tls import ServerTLS, ServingFiles
 from autoscaler.workers import ForecastPools, default_workers, forecast_pools
 from benchmarks.bench_api import PATH, Result, load_in_this_process
-from tests.data_helpers import DATA_DIR
 from tests.pki import make_pki
+from tests.service_replicas import real_series
 
 METRICS = (MetricInfo("gpu_demand_forecast", "bench"),)
 PLANS = (MetricPlan("gpu_demand_forecast", "gpus", "demand"),)
-
-
-def real_series(count: int, days: int) -> list[pd.Series]:
-    frames = [
-        pd.read_csv(path, usecols=["time", "running_gpu_num"], parse_dates=["time"]).set_index("time")[
-            "running_gpu_num"
-        ]
-        for path in sorted((DATA_DIR / "helios_earth_2020").glob("earth_*_cluster_sequence_vc.csv.gz"))
-    ]
-    per_vc = [frame.resample("5min").mean().astype(float) for frame in frames]
-    points = days * 288
-    series = []
-    for index in range(count):
-        source = per_vc[index % len(per_vc)]
-        offset = (index // len(per_vc)) * 37 % max(1, len(source) - points)  # a different slice per copy
-        values = source.to_numpy()[offset : offset + points]
-        series.append(values)
-    end = pd.Timestamp.now(tz="UTC").floor("5min")
-    index = pd.date_range(end=end, periods=points, freq="5min")
-    return [pd.Series(values, index=index) for values in series]
 
 
 class BenchSource:
