@@ -108,6 +108,12 @@ def binaries_or_skip() -> tuple[str, str]:
     return str(found[0]), str(found[1])
 
 
+def helios_or_skip() -> None:
+    """Skips (or fails under CI) when the Helios Earth trace, which backfills derive from, is missing."""
+    if not (DATA_DIR / "helios_earth_2020").is_dir():
+        _skip_or_fail(f"trace data not found under {DATA_DIR} (set GPU_AUTOSCALER_DATA)")
+
+
 def load_trace(end: pd.Timestamp, days: int = TRACE_DAYS) -> FixtureTrace:
     """Read the real traces and shift their last ``days`` days to end at ``end`` (a whole minute)."""
     if not all((DATA_DIR / folder).is_dir() for folder in ("helios_earth_2020", "alibaba_genai_v2026")):
@@ -313,7 +319,7 @@ class PrometheusServer:
             "--log.level=warn",
         ]
         with self.log_path.open("ab") as log:
-            self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+            self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
         self._wait_until_ready(timeout_s)
 
     def stop(self) -> None:
@@ -372,7 +378,7 @@ class PrometheusServer:
         return self.log_path.read_text(encoding="utf-8", errors="replace")[-3000:]
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: a killed test run must not leave Prometheus running (Linux only)."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)

@@ -23,7 +23,7 @@ import pandas as pd
 
 from tests.data_helpers import DATA_DIR
 from tests.fakekube import FakeKube, RecordedRequest
-from tests.prometheus_fixture import BackfillSeries, free_port, write_blocks
+from tests.prometheus_fixture import BackfillSeries, die_with_parent, free_port, write_blocks
 
 NAMESPACE = "gpu-autoscaler"  # publication.namespace: the Leases and GPUForecasts
 LEASE_PREFIX = "gpu-autoscaler"  # publication.sharding.lease_prefix (its default)
@@ -95,8 +95,15 @@ class Replica:
         env = os.environ | {"POD_NAME": self.name}
         self.workdir.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
+            # Its own process group (a kill takes the forecast workers too); and it dies with the caller,
+            # so a test run killed outright leaves no replica behind.
             self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
             )
 
     def kill(self) -> None:

@@ -35,7 +35,7 @@ from autoscaler.publication_settings import ShardingSettings
 from autoscaler.settings import ForecastSettings
 from tests.eventually import eventually
 from tests.fakekube import FakeKube
-from tests.prometheus_fixture import PrometheusServer, binaries_or_skip
+from tests.prometheus_fixture import PrometheusServer, binaries_or_skip, helios_or_skip
 from tests.service_replicas import (
     FAMILY,
     NAMESPACE,
@@ -100,6 +100,7 @@ def config(prometheus_url: str, kubeconfig: Path) -> dict[str, Any]:
 def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One backfilled Prometheus for the file's tests (the replicas only read it)."""
     prometheus, promtool = binaries_or_skip()
+    helios_or_skip()
     work = tmp_path_factory.mktemp("failover-prometheus")
     series = real_series(SERIES, DAYS)
     server = PrometheusServer(
