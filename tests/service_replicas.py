@@ -233,12 +233,15 @@ def object_version(fake: FakeKube, shard: int, shards: int) -> str:
     return str(found.get("metadata", {}).get("resourceVersion", ""))
 
 
-def forecast_writes(fake: FakeKube, user_agent: str, *, since: float = 0.0) -> list[RecordedRequest]:
-    """GPUForecast writes (tried: dropped ones too) of one client that reached the fake from loop time ``since``."""
+def writes_of(
+    fake: FakeKube, user_agent: str, *, since: float = 0.0, plural: str | None = None
+) -> list[RecordedRequest]:
+    """Writes (of ``plural``, None: of anything) one client tried from loop time ``since``: every
+    request that reached the fake, whether it was answered, refused or dropped."""
     return [
         request
         for request in fake.requests
-        if request.plural == "gpuforecasts"
+        if plural in (None, request.plural)
         and request.method in WRITES
         and request.at >= since
         and request.headers.get("User-Agent") == user_agent
