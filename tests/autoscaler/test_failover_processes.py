@@ -247,7 +247,7 @@ SHARD_IN_PATH = re.compile(rf"/gpuforecasts/shard-(\d+)-of-{SHARDS}(/status)?$")
 
 
 @dataclass
-class Watcher:
+class Poller:
     """Polls every POLL_S, until stopped: the Lease holders, and each replica's served values against
     ``baseline`` (missing, or 0 where the baseline is not 0). A replica in ``frozen`` must serve, for
     each series, its baseline value or the value ``published_at_cut`` (an update on the wire when the
@@ -321,11 +321,13 @@ class Watcher:
 
 
 @contextlib.asynccontextmanager
-async def watching(watcher: Watcher) -> AsyncIterator[Watcher]:
-    task = asyncio.create_task(watcher.run())
+async def polling(poller: Poller) -> AsyncIterator[Poller]:
+    task = asyncio.create_task(poller.run())
     try:
-        yield watcher
+        yield poller
     finally:
+        if task.done():
+            task.result()  # it only ends by failing: raise that, or the checks above saw nothing
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
@@ -376,12 +378,12 @@ async def test_sigkill_of_a_shard_holder_fails_over_without_a_gap(cluster: Clust
         assert all(held[shard] in {r.name for r in survivors} for shard in orphaned), held
         return True
 
-    async with watching(Watcher(cluster, survivors, baseline)) as watcher:
+    async with polling(Poller(cluster, survivors, baseline)) as poller:
         killed_at = loop.time()
         victim.kill()
         # The Lease expires lease_duration after the victim's last renewal (up to one retry period before
-        # the kill); a survivor notices at its next round (one more): within one refresh interval.
-        # One poll more, as the state is seen up to one poll late.
+        # the kill); a survivor notices at its next round (one more): two retry periods, within one
+        # refresh interval here. One poll more, as the state is seen up to one poll late.
         await eventually(
             taken,
             message="the killed replica's shards held by live replicas within lease_duration + one refresh",
@@ -391,12 +393,12 @@ async def test_sigkill_of_a_shard_holder_fails_over_without_a_gap(cluster: Clust
         failover_s = loop.time() - killed_at
         await wait_balanced(cluster, survivors, LEASE_DURATION_S + REFRESH_S)
         await asyncio.sleep(REFRESH_S)  # serving goes on being watched through the new owners' first refresh
-    print(f"shards {orphaned} held by live replicas {failover_s:.1f} s after the kill; {watcher.polls} polls")
-    assert watcher.polls >= failover_s / (2 * POLL_S)  # the survivors were polled throughout
-    assert watcher.missing == [], watcher.missing[:5]
-    assert watcher.zero == [], watcher.zero[:5]
-    assert watcher.taken_early(orphaned, victim_identity, killed_at) == []
-    assert watcher.writes_by_non_holders(agents_of(cluster)) == []
+    print(f"shards {orphaned} held by live replicas {failover_s:.1f} s after the kill; {poller.polls} polls")
+    assert poller.polls >= failover_s / (2 * POLL_S)  # the survivors were polled throughout
+    assert poller.missing == [], poller.missing[:5]
+    assert poller.zero == [], poller.zero[:5]
+    assert poller.taken_early(orphaned, victim_identity, killed_at) == []
+    assert poller.writes_by_non_holders(agents_of(cluster)) == []
     await one_answer(cluster, survivors)
 
 
@@ -424,13 +426,13 @@ async def test_a_replica_cut_off_the_api_stops_acting_keeps_serving_and_rejoins(
         assert all(held[shard] not in ("", identity) for shard in owned), held
         return True
 
-    async with watching(Watcher(cluster, [kept, cut], baseline, frozen={cut.name})) as watcher:
+    async with polling(Poller(cluster, [kept, cut], baseline, frozen={cut.name})) as poller:
         # The partition: every request of the replica is dropped, its open watches too.
         fault = cluster.fake.fail(disconnect=True, user_agent=agent, times=None)
         cluster.fake.cut_watches(user_agent=agent)
         cut_at = loop.time()
         # What was published when the API went away (taken before the next poll: no await in between).
-        watcher.published_at_cut, newest_at_cut = published(cluster.fake), newest_publication(cluster.fake)
+        poller.published_at_cut, newest_at_cut = published(cluster.fake), newest_publication(cluster.fake)
         # Others may take its shards only once lease_duration has passed since its last renewal (up to
         # a retry period before the cut); they notice within a round: within one refresh interval.
         await eventually(
@@ -458,7 +460,7 @@ async def test_a_replica_cut_off_the_api_stops_acting_keeps_serving_and_rejoins(
 
         cluster.fake.faults.remove(fault)  # the partition heals
         healed_at = loop.time()
-        watcher.frozen.clear()
+        poller.frozen.clear()
         # Its membership Lease is renewed at its next round, the other releases the extras at its next,
         # it takes them at the one after: a few retry periods, well within lease_duration + one refresh.
         rejoined_s = await wait_balanced(cluster, [kept, cut], LEASE_DURATION_S + REFRESH_S)
@@ -472,11 +474,11 @@ async def test_a_replica_cut_off_the_api_stops_acting_keeps_serving_and_rejoins(
         await one_answer(cluster, [kept, cut])
         assert await _newer(cluster, cut, newest_at_cut)
     print(f"shards {owned} taken {taken_s:.1f} s after the cut; balanced {rejoined_s:.1f} s after the heal")
-    assert watcher.missing == [], watcher.missing[:5]
-    assert watcher.zero == [], watcher.zero[:5]
-    assert watcher.changed == [], watcher.changed[:5]
-    assert watcher.taken_early(owned, identity, cut_at) == []
-    assert watcher.writes_by_non_holders(agents_of(cluster)) == []
+    assert poller.missing == [], poller.missing[:5]
+    assert poller.zero == [], poller.zero[:5]
+    assert poller.changed == [], poller.changed[:5]
+    assert poller.taken_early(owned, identity, cut_at) == []
+    assert poller.writes_by_non_holders(agents_of(cluster)) == []
 
 
 def published_by(cluster: Cluster, agent: str, *, since: float) -> bool:
