@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -430,7 +431,7 @@ async def test_a_replica_cut_off_the_api_stops_acting_keeps_serving_and_rejoins(
         # The partition: every request of the replica is dropped, its open watches too.
         fault = cluster.fake.fail(disconnect=True, user_agent=agent, times=None)
         cluster.fake.cut_watches(user_agent=agent)
-        cut_at = loop.time()
+        cut_at, cut_wall = loop.time(), time.time()
         # What was published when the API went away (taken before the next poll: no await in between).
         poller.published_at_cut, newest_at_cut = published(cluster.fake), newest_publication(cluster.fake)
         # Others may take its shards only once lease_duration has passed since its last renewal (up to
@@ -456,6 +457,13 @@ async def test_a_replica_cut_off_the_api_stops_acting_keeps_serving_and_rejoins(
             interval=POLL_S,
         )
         assert not await _newer(cluster, cut, newest_at_cut)
+        # So the age of what it serves (/metrics: now - the newest publication it has seen) has grown by
+        # at least the time since the cut.
+        served_at = await self_metric(cluster.session, cut, SNAPSHOT_AT)
+        assert served_at is not None
+        now = time.time()
+        age_s = now - served_at
+        assert age_s >= now - cut_wall, (age_s, now - cut_wall)
         assert not [r for r in writes_of(cluster.fake, agent, since=cut_at) if r.at > cut_at + RENEW_DEADLINE_S]
 
         cluster.fake.faults.remove(fault)  # the partition heals
@@ -473,7 +481,10 @@ async def test_a_replica_cut_off_the_api_stops_acting_keeps_serving_and_rejoins(
         )
         await one_answer(cluster, [kept, cut])
         assert await _newer(cluster, cut, newest_at_cut)
-    print(f"shards {owned} taken {taken_s:.1f} s after the cut; balanced {rejoined_s:.1f} s after the heal")
+    print(
+        f"shards {owned} taken {taken_s:.1f} s after the cut; served values {age_s:.1f} s old at the heal; "
+        f"balanced {rejoined_s:.1f} s after the heal"
+    )
     assert poller.missing == [], poller.missing[:5]
     assert poller.zero == [], poller.zero[:5]
     assert poller.changed == [], poller.changed[:5]
