@@ -17,6 +17,7 @@ class FitSchedule:
         # The model each series last selected by full backtest, and when; when it was last fitted.
         self.selected: dict[SeriesKey, tuple[str, datetime]] = {}
         self.fitted_at: dict[SeriesKey, datetime] = {}
+        self.adopted: set[SeriesKey] = set()  # models selected elsewhere, not yet refitted here
 
     def work_for(self, key: SeriesKey, now: datetime) -> tuple[WorkKind, str | None]:
         selected = self.selected.get(key)
@@ -24,7 +25,7 @@ class FitSchedule:
             return "select", None
         refit_every = self.settings.refit_every
         fitted_at = self.fitted_at.get(key, selected[1])
-        if refit_every is not None and now - fitted_at >= refit_every:
+        if key in self.adopted or (refit_every is not None and now - fitted_at >= refit_every):
             return "refit", selected[0]
         return "update", selected[0]
 
@@ -33,7 +34,18 @@ class FitSchedule:
             self.selected[key] = (result.engine.model, now)
         if result.work != "update":
             self.fitted_at[key] = now
+            self.adopted.discard(key)
+
+    def adopt(self, key: SeriesKey, model: str, now: datetime) -> None:
+        """Continue with a model another process selected (a shard taken over): its next work is a
+        refit of that model (about 0-0.1 s a series against 0.1-0.13 s for a selection; never an
+        update from models a worker may still hold from an earlier ownership), and it is reselected
+        on the usual cadence from now."""
+        if key not in self.selected:
+            self.selected[key] = (model, now)
+            self.adopted.add(key)
 
     def forget(self, key: SeriesKey) -> None:
         self.selected.pop(key, None)
         self.fitted_at.pop(key, None)
+        self.adopted.discard(key)

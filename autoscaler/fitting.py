@@ -58,7 +58,7 @@ class WorkerResult:
     engine: EngineResult
     capacity: policy.ReplicaCapacity | None = None
     # What the worker did: a full selection, a refit of the chosen models, or a forecast from the
-    # newest data with the models it holds (a worker without them selects instead).
+    # newest data with the models it holds (a worker without them refits the chosen models).
     work: WorkKind = "select"
 
 
@@ -104,9 +104,15 @@ def work_in_worker(request: WorkRequest) -> WorkerResult:
             result, update_failure = _forecast_with_held(held, series, request, removal_notes, started)
         work: WorkKind = "update"
         if result is None:
-            work = "refit" if request.work == "refit" and request.model is not None else "select"
+            # Without held models, a series whose model was chosen already (before this worker
+            # restarted, or by the shard's previous owner) is refitted, not selected again; held
+            # models that no longer fit the signal (its step changed) call for a new selection.
+            refit = request.work == "refit" or (request.work == "update" and not update_failure)
+            work = "refit" if refit and request.model is not None else "select"
+            unknown = _unknown_model(request.model) if work == "refit" else ()
+            work = "select" if unknown else work
             result = _fit(series, request, work, started)
-            result = replace(result, notes=(*result.notes, *removal_notes, *update_failure))
+            result = replace(result, notes=(*result.notes, *removal_notes, *update_failure, *unknown))
         capacity = None
         if request.capacity_inputs is not None:
             inputs = request.capacity_inputs
@@ -114,6 +120,17 @@ def work_in_worker(request: WorkRequest) -> WorkerResult:
                 inputs.utilization, inputs.requests_per_replica, inputs.target_utilization
             )
     return WorkerResult(result, capacity, work)
+
+
+def _unknown_model(model: str | None) -> tuple[str, ...]:
+    """A note when a model to refit is not one this version knows (published by another version
+    of the service during a rolling upgrade, or a garbled object): it is selected again instead."""
+    from forecast.ensemble import ensemble_members
+    from forecast.registry import MODELS
+
+    if model is None or all(name in MODELS for name in ensemble_members(model) or (model,)):
+        return ()
+    return (f"model {model!r} is not known to this version; selected again",)
 
 
 def _forecast_with_held(

@@ -14,6 +14,7 @@ how a forecast becomes a served value, in ``policy.decide``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import time
@@ -85,6 +86,7 @@ class Refresher:
         self._previous: dict[tuple[str, SeriesKey], tuple[float, datetime]] = {}
         # Which series this replica fits and serves (shards owned through Leases); None: all of them.
         self.owns: Callable[[SeriesKey], bool] | None = None
+        self._wake = asyncio.Event()
 
     @property
     def settings(self) -> RefreshSettings:
@@ -117,9 +119,17 @@ class Refresher:
                 checked = self._restorable(plan, series) if plan is not None else None
                 if plan is not None and checked is not None:
                     grouped.setdefault((plan.signal, tuple(sorted(series.labels.items()))), []).append(checked)
+        now = self.clock()
         for key, restored in grouped.items():
             self._served.setdefault(key, tuple(restored))
+            model = next((s.published.model for s in restored if s.published and s.published.model), None)
+            if model is not None:  # from another process's object: refit its model, do not reselect
+                self.schedule.adopt(key, model, now)
         self.provider.swap(self._build(snapshot.created_at))
+
+    def wake(self) -> None:
+        """Refresh now rather than at the end of the interval (a shard was just taken over)."""
+        self._wake.set()
 
     @property
     def pacing(self) -> dict[tuple[str, SeriesKey], tuple[float, datetime]]:
@@ -203,7 +213,9 @@ class Refresher:
                 raise
             except Exception:
                 log.exception("refresh failed; keeping the previous snapshot")
-            await asyncio.sleep(self.settings.interval.total_seconds())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.settings.interval.total_seconds())
+            self._wake.clear()
 
     async def _pull(self, source: SignalSource, now: datetime) -> list[Signal]:
         try:

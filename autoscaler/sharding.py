@@ -3,7 +3,8 @@
 ``open_sharding`` runs ``adapters.shard_leases.ShardOwnership`` and ties it to the refresher (it fits
 only the series of owned shards), the publisher (it writes only owned shards) and, through
 ``Sharding.owns_series``, to whatever else acts. A shard taken over is first restored from its
-published object (values, step-down pacing, lead-time samples), before this replica's first fit of it.
+published object (values, step-down pacing, lead-time samples, the models its owner selected), then
+refreshed at once: its series are refitted with those models, not selected again.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ def take_over(
             lead_times.restore(published.lead_time_samples)
         log.info("shard %d: continuing from its published object %s", shard, obj["metadata"]["name"])
     refresher.keep_owned()  # the restore brought the other shards' values too
+    # Its series are fitted (refits of the published models) at once, not at the next interval.
+    refresher.wake()
 
 
 @contextlib.asynccontextmanager

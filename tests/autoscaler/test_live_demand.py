@@ -203,7 +203,7 @@ async def test_the_shipped_alerts_fire_when_kube_state_metrics_stops(cluster: Li
     # Newest data point dead + 5 min: older than the 900 s TTL after dead + 20 min, firing 5 min later.
     # Last success dead + 9 min: over 10 minutes old after dead + 19 min, firing 5 min later.
     stale = [
-        {"severity": "warning", "namespace": "gpu-autoscaler", "pod": "a", "metric": name}
+        {"severity": "warning", "namespace": "gpu-autoscaler", "metric": name}
         for name in ("gpu_demand_forecast", "gpu_headroom")
     ]
     failing = [{"severity": "warning", "namespace": "gpu-autoscaler", "signal": "gpus_requested"}]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -19,6 +21,7 @@ from autoscaler.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProv
 from autoscaler.refresher import Refresher
 from autoscaler.selectors import EVERYTHING, Selector, parse_selector
 from autoscaler.workers import ForecastPools
+from tests.eventually import eventually
 
 METRICS = (MetricInfo("gpu_demand_forecast", "demand"), MetricInfo("gpu_headroom", "headroom"))
 PLANS = (MetricPlan("gpu_demand_forecast", "gpus", "demand", 0.9), MetricPlan("gpu_headroom", "gpus", "headroom", 0.9))
@@ -374,3 +377,24 @@ async def test_a_computed_value_that_must_not_be_served_keeps_the_last_good_one(
     # A forecast with no finite value is not 0 demand: the last good values stay, with their age.
     assert second.series == first.series
     assert "gpu_demand_forecast{'pool': 'earth'}: not served (nan is not a finite number)" in caplog.text
+
+
+@pytest.mark.looptime
+async def test_run_refreshes_at_once_when_woken_else_once_an_interval(parts):
+    instance, _source, _provider, _clock = parts
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    task = asyncio.create_task(instance.run())
+    try:
+        await eventually(lambda: instance.stats.refreshes == 1, message="first refresh")
+        await asyncio.sleep(20)
+        assert instance.stats.refreshes == 1  # the interval is 1 min
+        instance.wake()  # a shard was taken over: its series are fitted now, not in 40 s
+        await eventually(lambda: instance.stats.refreshes == 2, timeout=5, message="woken refresh")
+        assert loop.time() - started < 30
+        await eventually(lambda: instance.stats.refreshes == 3, timeout=65, message="next interval")
+        assert loop.time() - started >= 20 + 60  # the interval counts again from the woken refresh
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -88,8 +88,10 @@ async def test_a_killed_worker_costs_one_refresh_and_the_pool_is_replaced(make_r
     assert instance.stats.last_success["gpus"] == instance.clock.now
     # Stamped with the newest point of the 5-minute trace, not the refresh time.
     assert third.series["gpu_demand_forecast"][0].timestamp == pd.Timestamp(instance.clock.now).floor("5min")
-    # The new worker holds no fitted models, so it selected again instead of forecasting from none.
-    assert third.series["gpu_demand_forecast"][0].provenance.work == "select"
+    # The new worker holds no fitted models: it refitted the selected one instead of forecasting from
+    # none (and instead of a whole selection again).
+    assert third.series["gpu_demand_forecast"][0].provenance.work == "refit"
+    assert third.series["gpu_demand_forecast"][0].provenance.model == served.provenance.model
 
 
 async def test_a_fit_past_its_deadline_stops_in_the_worker_which_stays(make_refresher):

@@ -102,6 +102,21 @@ def fits(monkeypatch) -> Counter:
     return counted
 
 
+@pytest.fixture
+def works(monkeypatch, fits) -> dict:
+    """(replica scope, pool) -> (model asked for, work done) of each one's latest fit."""
+    done: dict = {}
+    counting = fitting.work_in_worker
+
+    def recording(request):
+        result = counting(request)
+        done[request.scope, dict(request.key[1])["pool"]] = (request.model, result.work)
+        return result
+
+    monkeypatch.setattr(fitting, "work_in_worker", recording)
+    return done
+
+
 def fitted_by(fits: Counter, who: Replica) -> dict[str, int]:
     return {pool: count for (scope, pool), count in fits.items() if scope == who.refresher.scope}
 
@@ -115,7 +130,7 @@ def served_pools(who: Replica) -> list[str]:
 
 
 @pytest.mark.looptime
-async def test_two_replicas_split_the_fits_and_fail_over_without_a_gap(fake_kube, pool, fits):
+async def test_two_replicas_split_the_fits_and_fail_over_without_a_gap(fake_kube, pool, fits, works):
     clock = Clock()
     assert {pool_: shard_of(("gpus", (("pool", pool_),)), SHARDS) for pool_ in POOLS} == POOLS
     async with replica(fake_kube, pool, clock, "a") as a:
@@ -140,18 +155,20 @@ async def test_two_replicas_split_the_fits_and_fail_over_without_a_gap(fake_kube
                                  message="one answer")  # fmt: skip
             assert served_pools(b) == sorted(POOLS)
 
-            await _cut_off_and_rejoin(fake_kube, clock, a, b, fits)
+            await _cut_off_and_rejoin(fake_kube, clock, a, b, fits, works)
 
 
-async def _cut_off_and_rejoin(fake_kube, clock, a: Replica, b: Replica, fits: Counter) -> None:
+async def _cut_off_and_rejoin(fake_kube, clock, a: Replica, b: Replica, fits: Counter, works: dict) -> None:
     loop = asyncio.get_running_loop()
     b_pools = owned_pools(b)
-    published_by_b = {
-        item["labels"]["pool"]: item["value"]
+    b_items = [
+        item
         for pool in b_pools
         for item in fake_kube.get("gpuforecasts", f"shard-{POOLS[pool]}-of-{SHARDS}", NAMESPACE)["status"]["items"]
         if item["metric"] == "gpu_demand_forecast"
-    }
+    ]
+    published_by_b = {item["labels"]["pool"]: item["value"] for item in b_items}
+    model_of_b = {item["labels"]["pool"]: item["model"] for item in b_items}
     fault = fake_kube.fail(status=503, user_agent="b", times=None)
     cut = loop.time()
     await eventually(lambda: not owned_pools(b), timeout=15, message="b stopped acting")
@@ -177,6 +194,10 @@ async def _cut_off_and_rejoin(fake_kube, clock, a: Replica, b: Replica, fits: Co
     clock.now += timedelta(minutes=1)
     await a.refresh()
     assert fitted_by(fits, a) == dict.fromkeys(POOLS, 1)
+    # The series taken over were refitted with the models b selected, not selected again.
+    assert {pool: works[a.refresher.scope, pool] for pool in b_pools} == {
+        pool: (model_of_b[pool], "refit") for pool in b_pools
+    }
     assert served_pools(a) == sorted(POOLS)
 
     fault.times = fault.hits  # b reaches the API again: it rejoins, and the split is balanced again

@@ -77,8 +77,6 @@ def grpc_settings(pki: PKI, *, mutual: bool = True, **server: object) -> ServerS
     )
 
 
-
-
 @pytest.fixture
 async def scaler(pki: PKI) -> AsyncIterator[Scaler]:
     clock = SettableClock(NOW + timedelta(seconds=30))

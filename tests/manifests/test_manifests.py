@@ -632,7 +632,7 @@ def test_stale_alert_threshold_is_the_staleness_ttl(config_file):
     rule = next(
         rule for group in rule_groups() for rule in group["rules"] if rule.get("alert") == "GpuAutoscalerForecastStale"
     )
-    threshold = float(re.search(r">\s*([0-9.]+)\s*$", rule["expr"]).group(1))
+    threshold = float(re.search(r">\s*([0-9.]+)", rule["expr"]).group(1))
     assert ttls == {threshold}
 
 
