@@ -103,14 +103,6 @@ def _seconds(flag: str, text: str, *, allow_zero: bool = False) -> float:
     help="also run reactive_max:5m,10m,15m,... until past the costliest auto policy's GPU-hours "
     "(JSON: rolling_max_sweep; the frontier compares auto with every heuristic run)",
 )
-@click.option(
-    "--release-hold",
-    type=click.Choice(["auto", "off"]),
-    default="off",
-    show_default=True,
-    help="auto: auto:Q also serves the most demand of the last H minutes, H (0-120m) chosen at each reselection "
-    "by replaying its own served targets (idle + Q/(1-Q) x short GPU-minutes); off: the forecast alone",
-)
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="processes")
 @click.option("--seed", default=0, show_default=True, type=int)
 def simulate_command(
@@ -137,7 +129,6 @@ def simulate_command(
     sweep_rolling_max: bool,
     actuation: ActuationKind,
     buffer_chunk_gpus: int | None,
-    release_hold: str,
     workers: int,
     seed: int,
 ) -> None:
@@ -160,7 +151,7 @@ def simulate_command(
             warmup_s=_seconds("--warmup", warmup, allow_zero=True),
             lead_distribution=distribution,
             consolidate_after_s=_seconds("--consolidate-after", consolidate_after, allow_zero=True),
-            cadence=cadence, actuation=actuated, seed=seed, release_hold=release_hold == "auto",
+            cadence=cadence, actuation=actuated, seed=seed,
         )  # fmt: skip
         read = pod_workload if pods_path is not None else demand_workload
         workload = read(source, pd.Timedelta(seconds=step_s), windows, gpus_per_node)

@@ -71,11 +71,6 @@ def build_report(
             "fit_seconds": _round(sum(run.fit_seconds), 2),
             "models": dict(run.models.most_common()),
             "notes": run.notes[:5],
-            **(
-                {"release_holds": dict(sorted(run.holds.items(), key=lambda item: float(item[0][:-1])))}
-                if run.holds
-                else {}
-            ),
         }
         for text, run in result.runs.items()
         if run.spec.forecasting
@@ -94,7 +89,6 @@ def build_report(
         "consolidate_after_seconds": _round(config.consolidate_after_s),
         "declared_windows": len(workload.windows),
         "actuation": actuation_figures(config.actuation),
-        "release_hold": "auto" if config.release_hold else "off",
         "policies": {
             text: policy_figures(run, pods=pods, windows=windows, gpu_hour_price=gpu_hour_price)
             for text, run in result.runs.items()
@@ -163,9 +157,6 @@ def render_table(report: dict[str, Any]) -> None:
     for text, details in report["forecasting"].items():
         models = ", ".join(f"{name} x{count}" for name, count in details["models"].items())
         console.print(f"{text}: {details['fits']} fits, {details['fit_seconds']:g} s; models: {models}")
-        if "release_holds" in details:
-            holds = ", ".join(f"{hold} x{count}" for hold, count in details["release_holds"].items())
-            console.print(f"{text}: release hold chosen per reselection: {holds}")
     for key, heuristic in (("static_sweep", "static buffers"), ("rolling_max_sweep", "rolling maxima")):
         if key in report:
             swept = list(report[key])

@@ -36,7 +36,6 @@ from autoscaler.simulation.policies import (
     parse_policy,
 )
 from autoscaler.simulation.provisioner import BATCH_MAX_S, PoolConfig
-from autoscaler.simulation.release_hold import HoldPlan, apply_release_hold
 from autoscaler.simulation.sweeps import rolling_max_settings, static_buffer_settings, sweep_until_past
 from autoscaler.workers import start_simulation_worker
 from forecast.types import ProgressCallback
@@ -57,8 +56,6 @@ class SimulationConfig:
     cadence: ForecastCadence
     actuation: Actuation = field(default_factory=Actuation)
     seed: int = 0
-    # auto:Q serves at least the most demand of the last H minutes, H chosen by backtest (release_hold.py).
-    release_hold: bool = False
 
 
 @dataclass
@@ -70,8 +67,6 @@ class PolicyRun:
     fit_seconds: list[float] = field(default_factory=list)
     forecast_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
-    # With the release hold: how many reselection periods held for each H ("0m" is no hold).
-    holds: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass
@@ -174,20 +169,9 @@ class _PolicyJobs:
     """
 
     def __init__(
-        self,
-        specs: Sequence[PolicySpec],
-        cluster_runs: _ClusterRuns,
-        planning: Planning,
-        cadence: ForecastCadence,
-        release_hold: bool = False,
+        self, specs: Sequence[PolicySpec], cluster_runs: _ClusterRuns, planning: Planning, cadence: ForecastCadence
     ) -> None:
         self._specs = specs
-        self._hold_plan = (
-            HoldPlan(cadence.step_s, cadence.lead_s, cadence.lookback_s, cadence.reselect_every_s)
-            if release_hold
-            else None
-        )
-        self._holds: dict[str, Counter[str]] = {}
         self._cluster_runs = cluster_runs
         self._planning = planning
         workload = cluster_runs.workload
@@ -238,20 +222,7 @@ class _PolicyJobs:
         self._blocks_done[key] += 1
         if self._blocks_done[key] == len(self._blocks[key]):  # the group's served metrics are complete
             for spec in self._groups[key]:
-                if spec.name == "auto" and self._hold_plan is not None:
-                    self._hold(spec, self._hold_plan)
                 self._cluster_runs.submit(jobs, ("cluster", spec.text), self.metrics[spec.text])
-
-    def _hold(self, spec: PolicySpec, plan: HoldPlan) -> None:
-        """The release hold on a complete ``auto:Q`` metric: H is chosen from the served values
-        before each reselection, so the whole metric must be there first."""
-        workload = self._cluster_runs.workload
-        metric = self.metrics[spec.text]
-        held = apply_release_hold(
-            metric, workload.observed, workload.step_s, plan, self._planning.first_step, spec.quantile
-        )
-        self.metrics[spec.text] = held.values
-        self._holds[spec.text] = Counter(f"{hold_s / 60:g}m" for hold_s in held.chosen_s)
 
     def policy_runs(self) -> dict[str, PolicyRun]:
         """Each policy's run, with its forecasting blocks' figures added up in time order."""
@@ -259,7 +230,6 @@ class _PolicyJobs:
         runs = {}
         for spec in self._specs:
             run = PolicyRun(spec=by_text[spec.text], outcome=self.outcomes[spec.text], metric=self.metrics[spec.text])
-            run.holds.update(self._holds.get(spec.text, Counter()))
             for block in sorted(self._block_results.get(spec.text, []), key=lambda block: block.first_step):
                 run.models.update(block.models)
                 run.fit_seconds.extend(block.fit_seconds)
@@ -325,7 +295,7 @@ def simulate(
     period = simulation_period(workload, config.warmup_s)
     planning = _planning(workload, period, config)
     cluster_runs = _ClusterRuns(workload, period, _pool_config(config), config.actuation)
-    policy_jobs = _PolicyJobs(specs, cluster_runs, planning, config.cadence, config.release_hold)
+    policy_jobs = _PolicyJobs(specs, cluster_runs, planning, config.cadence)
     jobs = _Jobs(workers)
     static: dict[str, Outcome] = {}
     rolling: dict[str, Outcome] = {}

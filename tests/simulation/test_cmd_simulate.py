@@ -104,24 +104,6 @@ def test_sweep_static_runs_through_the_capacity_buffer(demand_csv):
     assert "auto:0.9 (capacity-buffer): " in out
 
 
-def test_release_hold_names_the_hold_chosen_at_each_reselection(demand_csv):
-    args = ("--input", str(demand_csv), "--warmup", "1d", "--policies", "reactive,auto:0.9", "--reselect-every", "6h")
-    code, out, _ = _invoke(*args, "--release-hold", "auto")
-    assert code == 0
-    report = json.loads(out)
-    assert report["release_hold"] == "auto"
-    holds = report["forecasting"]["auto:0.9"]["release_holds"]
-    assert set(holds) <= {"0m", "15m", "30m", "45m", "60m", "90m", "120m"}
-    assert sum(holds.values()) == report["forecasting"]["auto:0.9"]["fits"]  # one choice per reselection
-    code, out, _ = _invoke(*args)
-    assert code == 0
-    default = json.loads(out)
-    assert default["release_hold"] == "off"
-    assert "release_holds" not in default["forecasting"]["auto:0.9"]
-    if set(holds) == {"0m"}:  # no hold chosen anywhere: the same run
-        assert report["policies"] == default["policies"]
-
-
 def test_price_and_schedule_add_their_keys(demand_csv):
     code, out, _ = _invoke(
         "--input", str(demand_csv), "--warmup", "1d", "--policies", "reactive,scheduled",
@@ -177,7 +159,6 @@ def test_table_and_pictures(demand_csv, tmp_path):
         (["--plot", "/nonexistent/run.png"], "does not exist"),
         (["--gpu-hour-price", "-1"], "--gpu-hour-price"),
         (["--refit-every", "12h"], "--refit-every"),
-        (["--release-hold", "sometimes"], "'sometimes' is not one of 'auto', 'off'"),
         (["--policies", "reactive,static_buffer:8", "--sweep-static"], "give at least one auto:Q"),
         (["--policies", "reactive,reactive_max:30m", "--sweep-rolling-max"], "give at least one auto:Q"),
         (["--actuation", "hpa"], "'--actuation'"),
