@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -229,6 +230,7 @@ def main() -> None:
     parser.add_argument("--steady-window", type=float, default=30.0, help="seconds over which writes are counted")
     parser.add_argument("--failover-limit", type=float, default=90.0, help="seconds per kill at most")
     parser.add_argument("--start-limit", type=float, default=600.0, help="seconds to start/converge at most")
+    parser.add_argument("--keep-logs", type=Path, help="copy each replica's serve.log into this directory")
     args = parser.parse_args()
     print(
         f"{args.replicas} replicas, {args.series} series, {args.shards} shards, {args.days} days of history, "
@@ -238,7 +240,13 @@ def main() -> None:
     )
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as work:
-        asyncio.run(run(args, Path(work)))
+        try:
+            asyncio.run(run(args, Path(work)))
+        finally:
+            if args.keep_logs is not None:
+                args.keep_logs.mkdir(parents=True, exist_ok=True)
+                for log in Path(work).glob("replica-*/serve.log"):
+                    shutil.copy(log, args.keep_logs / f"{log.parent.name}.log")
     print(f"wall time {time.monotonic() - started:.0f} s; load {os.getloadavg()[0]:.1f}")
 
 
