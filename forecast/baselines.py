@@ -88,15 +88,28 @@ class NaiveEmpirical(CalibratedModel):
         sampled = np.arange(0, len(origins), REFRESH)
         reuse = np.repeat(np.arange(len(sampled)), REFRESH)[: len(origins)]
         origins = origins[sampled]
-        for h in range(1, horizon + 1):
-            if h >= len(values):
-                break
-            changes = values[h:] - values[:-h]  # changes[s] = y[s + h] - y[s]
+        if not len(origins):
+            return out
+        for h in range(1, min(horizon + 1, len(values))):
             length = max(self.window_ - h, 1)
-            padded = np.concatenate([np.full(length - 1, np.nan), changes])
             ends = origins - h  # last change fully observed by the origin
-            windows = sliding_window_view(padded, length)[np.clip(ends, 0, len(changes) - 1)]
+            windows = _change_windows(values, h, length, np.clip(ends, 0, len(values) - h - 1))
             shift = nanquantile_rows(windows, level)
             shift[ends < 0] = np.nan
             out[:, h - 1] += np.nan_to_num(shift)[reuse]
         return out
+
+
+def _change_windows(values: np.ndarray, h: int, length: int, rows: np.ndarray) -> np.ndarray:
+    """For each ``r`` in ``rows``, the ``length`` changes ``y[s + h] - y[s]`` for ``s`` up to ``r``,
+    NaN before the first change: rows of a sliding window over the NaN-padded changes.
+
+    Only the changes the rows read are computed: a forecast from newer data reads one window, and
+    the whole series' changes cost as much as its quantile.
+    """
+    first, last = int(rows.min()), int(rows.max())
+    lo = first - (length - 1)  # the change the first window starts at (negative: padding)
+    start = max(lo, 0)
+    changes = values[start + h : last + 1 + h] - values[start : last + 1]
+    segment = np.concatenate([np.full(start - lo, np.nan), changes])
+    return np.asarray(sliding_window_view(segment, length)[rows - first])

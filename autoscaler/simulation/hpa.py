@@ -106,7 +106,13 @@ class HPAController:
     """One HPA's memory (recommendations and scale events) and its reconcile step."""
 
     spec: HPASpec = field(default_factory=HPASpec)
-    _recommendations: deque[tuple[float, int]] = field(default_factory=deque)
+    # The recommendations that can still be the minimum over the scale-up window and the maximum
+    # over the scale-down window, oldest first: a recommendation older than a later, lower (higher)
+    # one never again is, so the windows' extremes are at the fronts. The same values as scanning
+    # every recorded recommendation at each sync (sync times never decrease), which cost the
+    # simulator a 20-entry loop per sync.
+    _lowest: deque[tuple[float, int]] = field(default_factory=deque)
+    _highest: deque[tuple[float, int]] = field(default_factory=deque)
     _up_events: deque[_Event] = field(default_factory=deque)
     _down_events: deque[_Event] = field(default_factory=deque)
 
@@ -139,19 +145,23 @@ class HPAController:
         return self._rate_limited(now, current, stabilized)
 
     def _stabilize(self, now: float, current: int, desired: int) -> int:
+        """The current count within [min over the scale-up window, max over the scale-down window]
+        of the recommendations recorded after each window's start, this one included."""
+        lowest, highest = self._lowest, self._highest
         up_cutoff = now - self.spec.scale_up.stabilization_window_seconds
         down_cutoff = now - self.spec.scale_down.stabilization_window_seconds
-        up, down = desired, desired
-        records = self._recommendations
-        oldest = min(up_cutoff, down_cutoff)
-        while records and records[0][0] < oldest:  # older than both windows: never read again
-            records.popleft()
-        for stamp, recommendation in records:
-            if stamp > up_cutoff:
-                up = min(up, recommendation)
-            if stamp > down_cutoff:
-                down = max(down, recommendation)
-        records.append((now, desired))
+        while lowest and lowest[0][0] <= up_cutoff:
+            lowest.popleft()
+        while highest and highest[0][0] <= down_cutoff:
+            highest.popleft()
+        up = min(desired, lowest[0][1]) if lowest else desired
+        down = max(desired, highest[0][1]) if highest else desired
+        while lowest and lowest[-1][1] >= desired:
+            lowest.pop()
+        lowest.append((now, desired))
+        while highest and highest[-1][1] <= desired:
+            highest.pop()
+        highest.append((now, desired))
         return min(max(current, up), down)
 
     def _rate_limited(self, now: float, current: int, desired: int) -> int:

@@ -132,3 +132,40 @@ def test_placeholder_replicas_matches_step_by_step_reconcile():
     # Two metrics: the maximum wins.
     both = placeholder_replicas(times, np.vstack([usage, usage // 2]), HPASpec())
     assert np.array_equal(both, replicas)
+
+
+class _ScanningController(HPAController):
+    """The stabilisation window read as kube-controller-manager reads it: every recommendation
+    recorded after the window's start, scanned at each sync."""
+
+    def __init__(self, spec: HPASpec) -> None:
+        super().__init__(spec)
+        self.recorded: list[tuple[float, int]] = []
+
+    def _stabilize(self, now: float, current: int, desired: int) -> int:
+        up_cutoff = now - self.spec.scale_up.stabilization_window_seconds
+        down_cutoff = now - self.spec.scale_down.stabilization_window_seconds
+        up = min([desired, *(value for stamp, value in self.recorded if stamp > up_cutoff)])
+        down = max([desired, *(value for stamp, value in self.recorded if stamp > down_cutoff)])
+        self.recorded.append((now, desired))
+        return min(max(current, up), down)
+
+
+@pytest.mark.parametrize(("up_window", "down_window"), [(0, 300), (60, 300), (300, 60), (45, 0), (0, 0)])
+def test_stabilisation_keeps_only_possible_extremes_and_matches_a_full_scan(up_window: int, down_window: int) -> None:
+    spec = HPASpec(
+        scale_up=ScalingRules(up_window, HPASpec().scale_up.policies),
+        scale_down=ScalingRules(down_window, HPASpec().scale_down.policies),
+    )
+    rng = np.random.default_rng(up_window * 1000 + down_window)
+    fast, scanning = HPAController(spec), _ScanningController(spec)
+    current = 0
+    # Irregular sync times (repeats included) and proposals that rise and fall in runs.
+    times = np.cumsum(rng.choice([0.0, 5.0, 15.0, 15.0, 40.0], 3000))
+    proposals = np.cumsum(rng.integers(-6, 7, 3000)).clip(0, None)
+    for now, proposal in zip(times.tolist(), proposals.tolist(), strict=True):
+        expected = scanning.reconcile(now, current, [proposal])
+        assert fast.reconcile(now, current, [proposal]) == expected
+        current = expected
+    assert len(fast._highest) + len(fast._lowest) < 60  # not every recommendation is kept
+    assert len(set(proposals.tolist())) > 20
