@@ -8,8 +8,9 @@ megabyte per series and refresh, so only the forecast travels back. Each fit run
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -18,7 +19,9 @@ import pandas as pd
 
 from autoscaler import policy
 from autoscaler.provenance import WorkKind
-from autoscaler.workers import deadline
+from autoscaler.workers import ForecastPools, WorkFailed, deadline
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from forecast.engine import EngineResult, Selection
@@ -54,6 +57,14 @@ class WorkRequest:
 
 
 @dataclass(frozen=True)
+class DropHeld:
+    """Series a refresher no longer fits (a shard handed over, a series gone): their models go."""
+
+    scope: str
+    keys: tuple[SeriesKey, ...]
+
+
+@dataclass(frozen=True)
 class WorkerResult:
     engine: EngineResult
     capacity: policy.ReplicaCapacity | None = None
@@ -80,6 +91,25 @@ _HELD: dict[tuple[str, SeriesKey], HeldModels] = {}
 def held_models(scope: str) -> Mapping[SeriesKey, HeldModels]:
     """The models this process holds for one refresher (a thread pool in tests shares the process)."""
     return {key: held for (held_scope, key), held in _HELD.items() if held_scope == scope}
+
+
+def drop_held(request: DropHeld) -> int:
+    """Forget the fitted models of ``request.keys`` in this worker (they would otherwise stay until
+    ``keep_idle_s``: days of memory for series another replica now fits); how many were held."""
+    return sum(_HELD.pop((request.scope, key), None) is not None for key in request.keys)
+
+
+async def drop_held_models(pools: ForecastPools, scope: str, keys: Iterable[SeriesKey]) -> None:
+    """Have each worker drop the models of ``keys``, in one call per worker; a failure only leaves
+    them to expire (``keep_idle_s``)."""
+    by_worker: dict[int, list[SeriesKey]] = {}
+    for key in keys:
+        by_worker.setdefault(pools.shard_of(key), []).append(key)
+    for held in by_worker.values():
+        try:
+            await pools.run(held[0], drop_held, DropHeld(scope, tuple(held)), 30.0)
+        except WorkFailed as error:
+            log.warning("forecast worker: could not drop the models of %d series: %s", len(held), error)
 
 
 def work_in_worker(request: WorkRequest) -> WorkerResult:

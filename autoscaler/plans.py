@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from adapters.types import ScheduledWindow, Signal
+from adapters.types import NODEPOOL_LABEL, ScheduledWindow, Signal
 from autoscaler import policy
 from autoscaler.provider import MetricInfo
 
@@ -88,3 +88,13 @@ class RefreshInputs:
     caps: CapsFunction | None = None
     pending_gpus: PendingGpusFunction | None = None
     pending_placement: PendingPlacementFunction | None = None
+
+
+def windows_for(labels: Mapping[str, str], windows: Sequence[ScheduledWindow]) -> list[ScheduledWindow]:
+    """The windows a series must provision for: those of its node pool.
+
+    A window names its pool when the CronJob's pods select one (``karpenter.sh/nodepool``); a window
+    that names none belongs to series without a pool (or the unnamed pool, where Pending pods land).
+    """
+    pool = labels.get(NODEPOOL_LABEL, "")
+    return [window for window in windows if window.labels.get(NODEPOOL_LABEL, "") == pool]

@@ -29,7 +29,7 @@ from adapters.types import NODEPOOL_LABEL, AdapterError, ScheduledWindow, Signal
 from autoscaler import fitting, policy
 from autoscaler.fit_schedule import FitSchedule
 from autoscaler.fitting import CapacityInputs, SeriesKey, WorkerResult, WorkRequest
-from autoscaler.plans import MetricPlan, RefreshInputs, RefreshSettings, SignalSource
+from autoscaler.plans import MetricPlan, RefreshInputs, RefreshSettings, SignalSource, windows_for
 from autoscaler.provenance import Provenance
 from autoscaler.provider import ServedSeries, Snapshot, SnapshotProvider
 from autoscaler.workers import ForecastPools, WorkFailed
@@ -87,6 +87,8 @@ class Refresher:
         # Which series this replica fits and serves (shards owned through Leases); None: all of them.
         self.owns: Callable[[SeriesKey], bool] | None = None
         self._wake = asyncio.Event()
+        # Series forgotten since the last refresh: their workers drop the models they hold for them.
+        self._dropped: set[SeriesKey] = set()
 
     @property
     def settings(self) -> RefreshSettings:
@@ -152,6 +154,7 @@ class Refresher:
         self._previous = {k: v for k, v in self._previous.items() if owns(k[1])}
 
     def _forget(self, key: SeriesKey) -> None:
+        self._dropped.add(key)
         self._served.pop(key, None)
         self._previous = {k: v for k, v in self._previous.items() if k[1] != key}
         self.schedule.forget(key)
@@ -182,6 +185,8 @@ class Refresher:
         # Only signals that a plan serves are forecast; the others (utilisation, replicas) feed them.
         served_signals = {plan.signal for plan in self.plans}
         self.keep_owned()
+        dropped, self._dropped = self._dropped, set()
+        await fitting.drop_held_models(self.pools, self.scope, dropped)
         owns = self.owns or (lambda key: True)
         fitted = await asyncio.gather(
             *(
@@ -386,13 +391,3 @@ class Refresher:
             series={name: tuple(series) for name, series in served.items()},
             last_error="; ".join(f"{k}: {v}" for k, v in sorted(self.stats.last_error.items())) or None,
         )
-
-
-def windows_for(labels: Mapping[str, str], windows: Sequence[ScheduledWindow]) -> list[ScheduledWindow]:
-    """The windows a series must provision for: those of its node pool.
-
-    A window names its pool when the CronJob's pods select one (``karpenter.sh/nodepool``); a window
-    that names none belongs to series without a pool (or the unnamed pool, where Pending pods land).
-    """
-    pool = labels.get(NODEPOOL_LABEL, "")
-    return [window for window in windows if window.labels.get(NODEPOOL_LABEL, "") == pool]

@@ -121,6 +121,11 @@ def fitted_by(fits: Counter, who: Replica) -> dict[str, int]:
     return {pool: count for (scope, pool), count in fits.items() if scope == who.refresher.scope}
 
 
+def held_pools(who: Replica) -> set[str]:
+    """The pools whose fitted models the replica's worker (a thread pool here: this process) holds."""
+    return {dict(key[1])["pool"] for key in fitting.held_models(who.refresher.scope)}
+
+
 def owned_pools(who: Replica) -> set[str]:
     return {pool for pool, shard in POOLS.items() if who.sharding.ownership.owns(shard)}
 
@@ -148,6 +153,8 @@ async def test_two_replicas_split_the_fits_and_fail_over_without_a_gap(fake_kube
                 await asyncio.gather(a.refresh(), b.refresh())
             # Each series was fitted by its owner only, once per refresh.
             assert fitted_by(fits, a) == dict.fromkeys(owned_pools(a), 2)
+            # a's worker dropped the models of the series it handed to b (not kept for days).
+            assert held_pools(a) == owned_pools(a)
             assert fitted_by(fits, b) == dict.fromkeys(owned_pools(b), 2)
             assert owned_pools(a).isdisjoint(owned_pools(b))
             for metric in ("gpu_demand_forecast", "gpu_headroom"):
@@ -178,6 +185,7 @@ async def _cut_off_and_rejoin(fake_kube, clock, a: Replica, b: Replica, fits: Co
     before = len(fake_kube.requests_for("gpuforecasts", watch=False))
     await b.refresh()
     assert fitted_by(fits, b) == {}  # it owns nothing: no fit, no write
+    assert held_pools(b) == set()  # and its worker holds no models any more
     assert [r.status for r in fake_kube.requests_for("gpuforecasts", watch=False)[before:]] == []
     assert served_pools(b) == sorted(POOLS)  # it serves the last published values
 
