@@ -184,6 +184,10 @@ async def measure(
         f"GPUForecast {writes['gpuforecasts']:.2f}, Lease {writes['leases']:.2f}",
         flush=True,
     )
+    for replica in replicas:
+        replica.sample_rss()
+    # Before any failover: a survivor then holds the models of every series, and VmHWM keeps that peak.
+    print(f"peak RSS per replica before the first kill: {', '.join(f'{r.peak_rss_mb:.0f} MB' for r in replicas)}")
     results = []
     for kill in range(args.kills):
         shard = kill % args.shards
