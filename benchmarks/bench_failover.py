@@ -13,7 +13,9 @@ each replica's process tree (VmHWM, service plus forecast workers); GPUForecast 
 second seen by the fake API over a steady window. Then ``--kills`` times: SIGKILL the process group
 of the replica holding a shard's Lease; poll every surviving replica's external metrics API every
 0.2 s for every series (missing, or 0 where it was not, is counted); failover time = kill until a live
-replica holds the shard's Lease and the shard's object has been written again; restart the killed
+replica holds the shard's Lease and the shard's object has been written again (possibly with the
+restored values, by a refresh under way at the takeover), and until every item of the object was
+decided after the kill (the new owner's own forecasts); restart the killed
 replica and wait for a balanced split before the next kill. Goal: failover within lease_duration plus
 one refresh, no missing or zero value.
 """
@@ -27,6 +29,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +105,9 @@ async def wait_balanced(fake: FakeKube, replicas: list[Replica], shards: int, li
 class Failover:
     seconds: float | None  # None: not published again within the limit
     lease_seconds: float | None
+    # Every item of the shard's object decided after the kill: the new owner's own forecasts (a
+    # write of the restored values, e.g. by a refresh that was under way at the takeover, is not).
+    fresh_seconds: float | None
     missing: int  # polls x series with no value on a surviving replica
     zero: int  # polls x series served 0 where the baseline was not 0
     polls: int
@@ -114,24 +120,36 @@ async def one_failover(
     survivors = [r for r in replicas if r is not victim]
     baseline = await served(session, survivors[0], METRIC) or {}
     version = object_version(fake, shard, args.shards)
-    killed = time.monotonic()
+    killed, killed_wall = time.monotonic(), time.time()
     victim.kill()
-    lease_at = published_at = None
+    lease_at = published_at = fresh_at = None
     missing = zero = polls = 0
-    while time.monotonic() - killed < args.failover_limit and published_at is None:
+    while time.monotonic() - killed < args.failover_limit and fresh_at is None:
         holder = holders(fake, args.shards)[shard]
         taken = holder in {r.name for r in survivors}
         if taken and lease_at is None:
             lease_at = time.monotonic() - killed
-        if taken and object_version(fake, shard, args.shards) != version:
+        if taken and published_at is None and object_version(fake, shard, args.shards) != version:
             published_at = time.monotonic() - killed
+        if taken and decided_after(fake, shard, args.shards, killed_wall):
+            fresh_at = time.monotonic() - killed
         for replica in survivors:
             answer = await served(session, replica, METRIC) or {}
             missing += sum(pool not in answer for pool in baseline)
             zero += sum(answer.get(pool) == 0 and value != 0 for pool, value in baseline.items())
             polls += 1
         await asyncio.sleep(0.2)
-    return Failover(published_at, lease_at, missing, zero, polls), victim
+    return Failover(published_at, lease_at, fresh_at, missing, zero, polls), victim
+
+
+def decided_after(fake: FakeKube, shard: int, shards: int, moment: float) -> bool:
+    """Whether every item of the shard's object was decided after ``moment`` (seconds since the epoch)."""
+    found = fake.get("gpuforecasts", f"shard-{shard}-of-{shards}", NAMESPACE) or {}
+    items = (found.get("status") or {}).get("items") or []
+    decided = [item.get("decidedAt") for item in items]
+    return bool(items) and all(
+        at is not None and datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp() > moment for at in decided
+    )
 
 
 async def steady_writes(fake: FakeKube, seconds: float) -> dict[str, float]:
@@ -213,6 +231,12 @@ def report(results: list[Failover], replicas: list[Replica], args: argparse.Name
         )
     if leases:
         print(f"lease taken: p50 {np.percentile(leases, 50):.1f} s, p95 {np.percentile(leases, 95):.1f} s")
+    fresh = [r.fresh_seconds for r in results if r.fresh_seconds is not None]
+    if fresh:
+        print(
+            f"new owner's own forecasts published: p50 {np.percentile(fresh, 50):.1f} s, "
+            f"p95 {np.percentile(fresh, 95):.1f} s, max {max(fresh):.1f} s over {len(fresh)} of {len(results)} kills"
+        )
     print(
         f"missing values: {sum(r.missing for r in results)}, zero values: {sum(r.zero for r in results)} "
         f"over {sum(r.polls for r in results)} polls x {args.series} series"
