@@ -17,15 +17,15 @@ class FitSchedule:
         # The model each series last selected by full backtest, and when; when it was last fitted.
         self.selected: dict[SeriesKey, tuple[str, datetime]] = {}
         self.fitted_at: dict[SeriesKey, datetime] = {}
-        self.adopted: set[SeriesKey] = set()  # models selected elsewhere, not yet refitted here
 
     def work_for(self, key: SeriesKey, now: datetime) -> tuple[WorkKind, str | None]:
         selected = self.selected.get(key)
         if selected is None or now - selected[1] >= self.settings.reselect_every:
             return "select", None
         refit_every = self.settings.refit_every
-        fitted_at = self.fitted_at.get(key, selected[1])
-        if key in self.adopted or (refit_every is not None and now - fitted_at >= refit_every):
+        # Never fitted here: a model selected elsewhere (``adopt``) is refitted first.
+        fitted_at = self.fitted_at.get(key)
+        if fitted_at is None or (refit_every is not None and now - fitted_at >= refit_every):
             return "refit", selected[0]
         return "update", selected[0]
 
@@ -34,18 +34,15 @@ class FitSchedule:
             self.selected[key] = (result.engine.model, now)
         if result.work != "update":
             self.fitted_at[key] = now
-            self.adopted.discard(key)
 
     def adopt(self, key: SeriesKey, model: str, now: datetime) -> None:
         """Continue with a model another process selected (a shard taken over): its next work is a
-        refit of that model (about 0-0.1 s a series against 0.1-0.13 s for a selection; never an
+        refit of that model (0.00-0.14 s a series against 0.06-0.18 s for a selection,
+        ``benchmarks/bench_refit.py``; never an
         update from models a worker may still hold from an earlier ownership), and it is reselected
         on the usual cadence from now."""
-        if key not in self.selected:
-            self.selected[key] = (model, now)
-            self.adopted.add(key)
+        self.selected.setdefault(key, (model, now))
 
     def forget(self, key: SeriesKey) -> None:
         self.selected.pop(key, None)
         self.fitted_at.pop(key, None)
-        self.adopted.discard(key)
