@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -155,19 +155,26 @@ def shard_statuses(
     pacing: Pacing,
     shards: int,
     samples: Iterable[LeadTimeSample] = (),
+    only: Collection[int] | None = None,
 ) -> dict[int, dict[str, Any]]:
-    """Every shard's status (an empty shard too: a series that left it must leave its object)."""
-    items: dict[int, list[dict[str, Any]]] = {shard: [] for shard in range(shards)}
-    sample_items: dict[int, list[dict[str, Any]]] = {shard: [] for shard in range(shards)}
+    """Every shard's status (an empty shard too: a series that left it must leave its object), or
+    those of the shards in ``only``."""
+    wanted = range(shards) if only is None else sorted(only)
+    items: dict[int, list[dict[str, Any]]] = {shard: [] for shard in wanted}
+    sample_items: dict[int, list[dict[str, Any]]] = {shard: [] for shard in wanted}
     for sample in samples:
-        sample_items[shard_of(pool_key(sample.nodepool), shards)].append(sample_item(sample))
+        sample_shard = shard_of(pool_key(sample.nodepool), shards)
+        if sample_shard in sample_items:
+            sample_items[sample_shard].append(sample_item(sample))
     for metric, series_list in snapshot.series.items():
         signal = signal_of.get(metric)
         if signal is None:
             continue
         for series in series_list:
             key: SeriesKey = (signal, tuple(sorted(series.labels.items())))
-            items[shard_of(key, shards)].append(served_item(series, pacing.get((metric, key))))
+            shard = shard_of(key, shards)
+            if shard in items:  # served_item is the costly part: only for the shards asked for
+                items[shard].append(served_item(series, pacing.get((metric, key))))
     return {shard: shard_status(shard_items, sample_items[shard]) for shard, shard_items in items.items()}
 
 

@@ -79,10 +79,15 @@ class Publisher:
                 status.pop("publishedAt", None)
                 self._written[spec["shard"]] = status
 
-    def publish_soon(self, snapshot: Snapshot, pacing: Pacing, samples: Sequence[LeadTimeSample] = ()) -> None:
-        """Publish without making the caller (the refresh) wait for the API server or fail with it."""
+    def publish_soon(
+        self, snapshot: Snapshot, pacing: Pacing, samples: Sequence[LeadTimeSample] = (), only: int | None = None
+    ) -> None:
+        """Publish without making the caller (the refresh) wait for the API server or fail with it;
+        with ``only``, that shard alone (its series were just fitted, the others' not yet)."""
         # The shards owned when the snapshot was made: one taken over since may lack its restored values.
         owned = None if self.owns is None else frozenset(filter(self.owns, range(self.shards)))
+        if only is not None:
+            owned = (owned if owned is not None else frozenset(range(self.shards))) & {only}
         task = asyncio.create_task(self._publish_quietly(snapshot, pacing, samples, owned), name="publish-gpuforecasts")
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
@@ -112,7 +117,9 @@ class Publisher:
         """Write the changed shards; with ``owned``, only those (and only while ``owns`` still says so)."""
         async with self._lock:
             # Off the event loop: at 1,000 series this takes about 0.1 s the API would otherwise wait.
-            statuses = await asyncio.to_thread(shard_statuses, snapshot, self.signal_of, pacing, self.shards, samples)
+            statuses = await asyncio.to_thread(
+                shard_statuses, snapshot, self.signal_of, pacing, self.shards, samples, owned
+            )
             for shard, status in statuses.items():
                 if owned is not None and (shard not in owned or self.owns is None or not self.owns(shard)):
                     continue  # another replica's shard (or lost since): its owner writes it

@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 import pandas as pd
 
 from adapters.types import NODEPOOL_LABEL, AdapterError, ScheduledWindow, Signal
-from autoscaler import fitting, policy
+from autoscaler import fit_groups, fitting, policy
 from autoscaler.fit_schedule import FitSchedule
 from autoscaler.fitting import CapacityInputs, SeriesKey, WorkerResult, WorkRequest
 from autoscaler.plans import MetricPlan, RefreshInputs, RefreshSettings, SignalSource, windows_for
@@ -86,6 +86,10 @@ class Refresher:
         self._previous: dict[tuple[str, SeriesKey], tuple[float, datetime]] = {}
         # Which series this replica fits and serves (shards owned through Leases); None: all of them.
         self.owns: Callable[[SeriesKey], bool] | None = None
+        # With shards: a series' shard, and what to do with each shard's values as soon as they are
+        # fitted, before the refresh ends (publish them; ``fit_groups``).
+        self.group_of: Callable[[SeriesKey], int] | None = None
+        self.on_group_done: Callable[[Snapshot, int], None] | None = None
         self._wake = asyncio.Event()
         # Series forgotten since the last refresh: their workers drop the models they hold for them.
         self._dropped: set[SeriesKey] = set()
@@ -188,17 +192,23 @@ class Refresher:
         dropped, self._dropped = self._dropped, set()
         await fitting.drop_held_models(self.pools, self.scope, dropped)
         owns = self.owns or (lambda key: True)
-        fitted = await asyncio.gather(
-            *(
-                self._fit(signal, now, past_windows, self._capacity_inputs(signal, pulled))
-                for signal in signals
-                if signal.name in served_signals and owns(series_key(signal))
-            )
-        )
+        requests = [
+            (signal, self._work_request(signal, now, past_windows, self._capacity_inputs(signal, pulled)))
+            for signal in signals
+            if signal.name in served_signals and owns(series_key(signal))
+        ]
         windows = list(self.windows(now, self.settings.window_horizon))
-        for outcome in fitted:
-            if outcome is not None:
-                self._served[outcome.key] = self._serve_all(outcome, now, windows)
+
+        def serve_group(group: int, outcomes: list[_Fitted | None], last: bool) -> None:
+            for outcome in outcomes:
+                if outcome is not None:
+                    self._served[outcome.key] = self._serve_all(outcome, now, windows)
+            if not last and self.on_group_done is not None:
+                self.provider.swap(partial := self._build(now))
+                self.on_group_done(partial, group)
+
+        groups = fit_groups.in_groups(requests, lambda pair: (pair[1].key, pair[1].work), self.group_of)
+        await fit_groups.run_in_groups(groups, lambda pair: self._fit(*pair, now), serve_group)
         snapshot = self._build(now)
         self.provider.swap(snapshot)
         self.stats.refreshes += 1
@@ -281,10 +291,7 @@ class Refresher:
             keep_idle_s=4 * self.settings.reselect_every.total_seconds(),
         )
 
-    async def _fit(
-        self, signal: Signal, now: datetime, past_windows: Sequence[ScheduledWindow], capacity: CapacityInputs | None
-    ) -> _Fitted | None:
-        request = self._work_request(signal, now, past_windows, capacity)
+    async def _fit(self, signal: Signal, request: WorkRequest, now: datetime) -> _Fitted | None:
         try:
             # Looked up at call time: the module's function is the seam tests replace.
             result = await self.pools.run(request.key, fitting.work_in_worker, request, request.timeout_s or 0.0)

@@ -4,7 +4,8 @@
 only the series of owned shards), the publisher (it writes only owned shards) and, through
 ``Sharding.owns_series``, to whatever else acts. A shard taken over is first restored from its
 published object (values, step-down pacing, lead-time samples, the models its owner selected), then
-refreshed at once: its series are refitted with those models, not selected again.
+refreshed at once: its series are refitted with those models, not selected again, and each shard is
+published as soon as its series are fitted, not when the whole refresh ends.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 from kubernetes_asyncio.client import ApiClient
 
@@ -22,6 +24,7 @@ from adapters.nodeclaims import LeadTimeHistory
 from adapters.shard_leases import ShardOwnership
 from autoscaler.fitting import SeriesKey
 from autoscaler.forecast_objects import shard_of
+from autoscaler.provider import Snapshot
 from autoscaler.publication import Publication
 from autoscaler.publication_settings import PublicationSettings
 from autoscaler.refresher import Refresher
@@ -90,6 +93,14 @@ async def open_sharding(
     )  # fmt: skip
     sharding = Sharding(ownership, publication.publisher.signal_of)
     refresher.owns = sharding.owns_key
+    refresher.group_of = partial(shard_of, shards=settings.shards)
+
+    def publish_shard(snapshot: Snapshot, shard: int) -> None:
+        """A shard whose series are all fitted is published before the refresh ends (``fit_groups``)."""
+        samples = lead_times.samples() if lead_times is not None else ()
+        publication.publisher.publish_soon(snapshot, refresher.pacing, samples, only=shard)
+
+    refresher.on_group_done = publish_shard
     publication.publisher.owns = ownership.owns
     refresher.keep_owned()  # owning nothing yet: values restored at start-up are served from the objects
     async with ownership.running():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -130,6 +131,14 @@ def owned_pools(who: Replica) -> set[str]:
     return {pool for pool, shard in POOLS.items() if who.sharding.ownership.owns(shard)}
 
 
+def written_pools(fake_kube, since: int) -> list[str]:
+    """The pool of each GPUForecast written since request ``since``, in the order written (a write
+    refused with 409 Conflict, retried after a fresh read, counts once)."""
+    pool_of = {f"shard-{shard}-of-{SHARDS}": pool for pool, shard in POOLS.items()}
+    requests = fake_kube.requests_for("gpuforecasts", watch=False)[since:]
+    return [pool_of[name] for r in requests if r.method != "GET" and r.status < 300 for name in pool_of if f"/{name}" in r.path]
+
+
 def served_pools(who: Replica) -> list[str]:
     return sorted(item["metricLabels"]["pool"] for item in served_items(who.served, "gpu_demand_forecast"))
 
@@ -200,8 +209,14 @@ async def _cut_off_and_rejoin(fake_kube, clock, a: Replica, b: Replica, fits: Co
     assert all(("gpu_demand_forecast", ("gpus", (("pool", p),))) in a.refresher.pacing for p in b_pools)
     fits.clear()
     clock.now += timedelta(minutes=1)
+    written_before = len(fake_kube.requests_for("gpuforecasts", watch=False))
     await a.refresh()
     assert fitted_by(fits, a) == dict.fromkeys(POOLS, 1)
+    # Each shard was published once, as soon as its series were fitted: a's own shards (forecasts
+    # from fitted models) before the shards taken over (refits), not all of them at the end.
+    assert written_pools(fake_kube, written_before) == [
+        *sorted(set(POOLS) - b_pools, key=POOLS.__getitem__), *sorted(b_pools, key=POOLS.__getitem__)
+    ]
     # The series taken over were refitted with the models b selected, not selected again.
     assert {pool: works[a.refresher.scope, pool] for pool in b_pools} == {
         pool: (model_of_b[pool], "refit") for pool in b_pools
@@ -245,3 +260,31 @@ def test_sharding_settings_default_to_client_gos_lease_timings():
         timedelta(seconds=15), timedelta(seconds=10), timedelta(seconds=2)
     )  # fmt: skip
     assert sharding.lease_prefix == "gpu-autoscaler"
+
+
+async def test_a_shard_is_published_as_soon_as_its_series_are_fitted(fake_kube, pool, monkeypatch):
+    """One worker fits the shards in turn (0 to 3 here: every one a selection); while shard 2's fit
+    runs, shards 0 and 1 are published already, shard 3 not yet."""
+    started, release = threading.Event(), threading.Event()
+    real = fitting.work_in_worker
+
+    def held_at_saturn(request):
+        if dict(request.key[1])["pool"] == "saturn":
+            started.set()
+            release.wait(60)
+        return real(request)
+
+    monkeypatch.setattr(fitting, "work_in_worker", held_at_saturn)
+    async with replica(fake_kube, pool, Clock(), "a") as a:
+        assert owned_pools(a) == set(POOLS)
+        refreshing = asyncio.create_task(a.refresh())
+        try:
+            assert await asyncio.to_thread(started.wait, 60)
+            await eventually(lambda: written_pools(fake_kube, 0) == ["earth", "uranus"], timeout=30,
+                             message="shards 0 and 1 published while shard 2 is fitted")  # fmt: skip
+            assert not refreshing.done()
+        finally:
+            release.set()
+        await refreshing
+        assert written_pools(fake_kube, 0) == ["earth", "uranus", "saturn", "jupiter"]
+        await eventually(lambda: served_pools(a) == sorted(POOLS), message="a serves what it published")
