@@ -15,7 +15,8 @@ of the replica holding a shard's Lease; poll every surviving replica's external 
 0.2 s for every series (missing, or 0 where it was not, is counted); failover time = kill until a live
 replica holds the shard's Lease and the shard's object has been written again (possibly with the
 restored values, by a refresh under way at the takeover), and until every item of the object was
-decided after the kill (the new owner's own forecasts); restart the killed
+decided after the kill (the new owner's own forecasts), for that shard and for every shard the
+killed replica held (the first and the last to be fresh); restart the killed
 replica and wait for a balanced split before the next kill. Goal: failover within lease_duration plus
 one refresh, no missing or zero value.
 """
@@ -108,6 +109,10 @@ class Failover:
     # Every item of the shard's object decided after the kill: the new owner's own forecasts (a
     # write of the restored values, e.g. by a refresh that was under way at the takeover, is not).
     fresh_seconds: float | None
+    # The same for every shard the killed replica held (its first and its last): since shards are
+    # published one by one as their refits finish, the first comes well before the last.
+    first_shard_fresh_seconds: float | None
+    all_shards_fresh_seconds: float | None
     missing: int  # polls x series with no value on a surviving replica
     zero: int  # polls x series served 0 where the baseline was not 0
     polls: int
@@ -116,30 +121,36 @@ class Failover:
 async def one_failover(
     fake: FakeKube, session: aiohttp.ClientSession, replicas: list[Replica], shard: int, args: argparse.Namespace
 ) -> tuple[Failover, Replica]:
-    victim = next(r for r in replicas if r.name == holders(fake, args.shards)[shard])
+    held = holders(fake, args.shards)
+    victim = next(r for r in replicas if r.name == held[shard])
+    victim_shards = {s for s, holder in held.items() if holder == victim.name}
     survivors = [r for r in replicas if r is not victim]
     baseline = await served(session, survivors[0], METRIC) or {}
     version = object_version(fake, shard, args.shards)
     killed, killed_wall = time.monotonic(), time.time()
     victim.kill()
-    lease_at = published_at = fresh_at = None
+    lease_at = published_at = None
+    fresh: dict[int, float] = {}  # victim's shard -> seconds until its object held only fresh items
     missing = zero = polls = 0
-    while time.monotonic() - killed < args.failover_limit and fresh_at is None:
-        holder = holders(fake, args.shards)[shard]
-        taken = holder in {r.name for r in survivors}
+    while time.monotonic() - killed < args.failover_limit and len(fresh) < len(victim_shards):
+        now_held = holders(fake, args.shards)
+        taken = now_held[shard] in {r.name for r in survivors}
         if taken and lease_at is None:
             lease_at = time.monotonic() - killed
         if taken and published_at is None and object_version(fake, shard, args.shards) != version:
             published_at = time.monotonic() - killed
-        if taken and decided_after(fake, shard, args.shards, killed_wall):
-            fresh_at = time.monotonic() - killed
+        for other in victim_shards - fresh.keys():
+            if now_held[other] in {r.name for r in survivors} and decided_after(fake, other, args.shards, killed_wall):
+                fresh[other] = time.monotonic() - killed
         for replica in survivors:
             answer = await served(session, replica, METRIC) or {}
             missing += sum(pool not in answer for pool in baseline)
             zero += sum(answer.get(pool) == 0 and value != 0 for pool, value in baseline.items())
             polls += 1
         await asyncio.sleep(0.2)
-    return Failover(published_at, lease_at, fresh_at, missing, zero, polls), victim
+    everything = max(fresh.values()) if len(fresh) == len(victim_shards) else None
+    first = min(fresh.values(), default=None)
+    return Failover(published_at, lease_at, fresh.get(shard), first, everything, missing, zero, polls), victim
 
 
 def decided_after(fake: FakeKube, shard: int, shards: int, moment: float) -> bool:
@@ -237,6 +248,16 @@ def report(results: list[Failover], replicas: list[Replica], args: argparse.Name
             f"new owner's own forecasts published: p50 {np.percentile(fresh, 50):.1f} s, "
             f"p95 {np.percentile(fresh, 95):.1f} s, max {max(fresh):.1f} s over {len(fresh)} of {len(results)} kills"
         )
+    for label, values in (
+        ("first of the killed replica's shards fresh", [r.first_shard_fresh_seconds for r in results]),
+        ("all of the killed replica's shards fresh", [r.all_shards_fresh_seconds for r in results]),
+    ):
+        known = [value for value in values if value is not None]
+        if known:
+            print(
+                f"{label}: p50 {np.percentile(known, 50):.1f} s, p95 {np.percentile(known, 95):.1f} s, "
+                f"max {max(known):.1f} s over {len(known)} of {len(results)} kills"
+            )
     print(
         f"missing values: {sum(r.missing for r in results)}, zero values: {sum(r.zero for r in results)} "
         f"over {sum(r.polls for r in results)} polls x {args.series} series"
