@@ -79,15 +79,8 @@ def _window_fields(window: ScheduledWindow) -> dict[str, Any]:
     }
 
 
-def _record_fields(record: PublishedRecord) -> dict[str, Any]:
-    fields: dict[str, Any] = {"windows": [_window_fields(w) for w in record.windows]}
-    if record.model is not None:
-        fields["model"] = record.model
-    if record.quantile is not None:
-        fields["quantile"] = record.quantile
-    if record.lead_time_seconds is not None and record.lead_time_source is not None:
-        fields["leadTime"] = {"seconds": record.lead_time_seconds, "source": record.lead_time_source}
-    return fields
+# The item fields _provenance_fields writes (the CRD's item schema has them all).
+PROVENANCE_FIELDS = ("model", "quantile", "work", "decidedAt", "leadTime", "windows", "adjustments", "peakAt")
 
 
 def served_item(series: ServedSeries, step_down: tuple[float, datetime] | None) -> dict[str, Any]:
@@ -105,7 +98,7 @@ def served_item(series: ServedSeries, step_down: tuple[float, datetime] | None) 
     if series.provenance is not None:
         item.update(_provenance_fields(series.provenance))
     elif series.published is not None:  # restored from an object: pass on what it recorded
-        item.update(_record_fields(series.published))
+        item.update(series.published.as_published)
     if step_down is not None:
         item["stepDown"] = {"value": step_down[0], "at": rfc3339(step_down[1])}
     return item
@@ -270,6 +263,7 @@ def _record(item: Mapping[str, Any]) -> PublishedRecord | None:
         lead_time_seconds=int(seconds) if seconds is not None else None,
         lead_time_source=str(lead_time["source"]) if "source" in lead_time else None,
         windows=windows,
+        as_published={key: item[key] for key in PROVENANCE_FIELDS if key in item},
     )
 
 

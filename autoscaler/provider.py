@@ -62,6 +62,10 @@ class PublishedRecord:
     lead_time_seconds: int | None = None
     lead_time_source: str | None = None
     windows: tuple[ScheduledWindow, ...] = ()
+    # The item's provenance fields as the object held them, passed on unchanged when the value is
+    # published again before a forecast of this process replaces it (a shard taken over): its object
+    # then says what it said, and a publisher seeded with it has nothing to write.
+    as_published: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

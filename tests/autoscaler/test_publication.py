@@ -236,9 +236,13 @@ async def test_a_second_instance_serves_identical_items_from_the_objects(fake_ku
             clock.now += timedelta(minutes=5)
     # The inspection API's fields come from what the publisher recorded.
     made = instance.provider.snapshot.series["gpu_demand_forecast"][0].provenance
-    assert reader.snapshot.series["gpu_demand_forecast"][0].published == PublishedRecord(
-        model=made.model, quantile=0.9, lead_time_seconds=600, lead_time_source="configured", windows=()
-    )
+    record = reader.snapshot.series["gpu_demand_forecast"][0].published
+    assert record == PublishedRecord(
+        model=made.model, quantile=0.9, lead_time_seconds=600, lead_time_source="configured", windows=(),
+        as_published=record.as_published,
+    )  # fmt: skip
+    assert record.as_published["decidedAt"] == rfc3339(made.decided_at)
+    assert record.as_published["work"] == made.work
 
 
 async def test_a_fresh_instance_serves_the_published_values_and_keeps_pacing(fake_kube, kube_api, pool):
@@ -263,12 +267,18 @@ async def test_a_fresh_instance_serves_the_published_values_and_keeps_pacing(fak
     assert served_items(fresh.provider, "gpu_demand_forecast") == published
     await fresh.refresh_once()  # the pull fails: the published values stay
     assert served_items(fresh.provider, "gpu_demand_forecast") == published
-    # Published again from the new pod, a restored value keeps what the first pod recorded.
+    # Published again from the new pod, a restored value keeps everything the first pod recorded, so
+    # a publisher that knows the object (as one taking a shard over does) has nothing to write.
     republished = shard_statuses(fresh.provider.snapshot, signals_of(PLANS), fresh.pacing, SHARDS)
-    first_item = fake_kube.get("gpuforecasts", HOME, NAMESPACE)["status"]["items"][0]
-    again = republished[shard_of(KEY, SHARDS)]["items"][0]
-    for field in ("metric", "labels", "value", "timestamp", "model", "quantile", "leadTime", "windows", "stepDown"):
-        assert again[field] == first_item[field], field
+    first_status = dict(fake_kube.get("gpuforecasts", HOME, NAMESPACE)["status"])
+    assert {"work", "decidedAt", "adjustments", "peakAt"} <= first_status["items"][0].keys()
+    first_status.pop("publishedAt")
+    assert republished[shard_of(KEY, SHARDS)] == first_status
+    seeded = publisher(kube_api, clock)
+    seeded.seed(fake_kube.items("gpuforecasts"))
+    before = len(writes(fake_kube))
+    await seeded.publish(fresh.provider.snapshot, fresh.pacing)
+    assert (seeded.stats.writes, writes(fake_kube)[before:]) == (0, [])
 
     # Demand falls to a tenth: the restored pod steps down from the published value, as the first
     # pod would have; a pod without the published pacing state drops at once.

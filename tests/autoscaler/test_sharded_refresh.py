@@ -136,7 +136,8 @@ def written_pools(fake_kube, since: int) -> list[str]:
     refused with 409 Conflict, retried after a fresh read, counts once)."""
     pool_of = {f"shard-{shard}-of-{SHARDS}": pool for pool, shard in POOLS.items()}
     requests = fake_kube.requests_for("gpuforecasts", watch=False)[since:]
-    return [pool_of[name] for r in requests if r.method != "GET" and r.status < 300 for name in pool_of if f"/{name}" in r.path]
+    written = [r.path for r in requests if r.method != "GET" and r.status < 300]
+    return [pool_of[name] for path in written for name in pool_of if f"/{name}/" in path]
 
 
 def served_pools(who: Replica) -> list[str]:
@@ -215,7 +216,8 @@ async def _cut_off_and_rejoin(fake_kube, clock, a: Replica, b: Replica, fits: Co
     # Each shard was published once, as soon as its series were fitted: a's own shards (forecasts
     # from fitted models) before the shards taken over (refits), not all of them at the end.
     assert written_pools(fake_kube, written_before) == [
-        *sorted(set(POOLS) - b_pools, key=POOLS.__getitem__), *sorted(b_pools, key=POOLS.__getitem__)
+        *sorted(set(POOLS) - b_pools, key=POOLS.__getitem__),
+        *sorted(b_pools, key=POOLS.__getitem__),
     ]
     # The series taken over were refitted with the models b selected, not selected again.
     assert {pool: works[a.refresher.scope, pool] for pool in b_pools} == {
