@@ -28,7 +28,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from kubernetes_asyncio.client import ApiClient, CoordinationV1Api
+from kubernetes_asyncio.client import ApiClient, CoordinationV1Api, V1DeleteOptions, V1Preconditions
 
 from adapters.kube_client import KubeError, read_json
 from adapters.leases import LeaseElector, LeaseTiming
@@ -59,9 +59,11 @@ class ShardOwnership:
         identity: str,
         timing: LeaseTiming,
         on_change: Callable[[int, bool], None] | None = None,
+        forget_members_after_s: float = 600.0,
     ) -> None:
         self.namespace, self.prefix, self.shards, self.identity = namespace, prefix, shards, identity
         self.timing = timing
+        self.forget_members_after_s = forget_members_after_s
         self.on_change = on_change or (lambda shard, owned: None)
         self.rounds = 0
         self.attempted = asyncio.Event()  # set once the first round has been tried (done or failed)
@@ -73,7 +75,8 @@ class ShardOwnership:
             for shard in range(shards)
         ]
         self.member = LeaseElector(api, namespace, member_lease_name(prefix, identity), identity, timing)
-        self._members: dict[str, tuple[Any, float]] = {}  # other member Lease -> (record, first seen)
+        # Other member Leases -> (holder and renewTime, when this replica first saw that record).
+        self._members: dict[str, tuple[tuple[Any, Any], float]] = {}
         self._acting: set[int] = set()  # shards the last on_change calls said this replica owns
         start = int.from_bytes(hashlib.sha256(identity.encode()).digest()[:4], "big") % shards
         self._order = [(start + i) % shards for i in range(shards)]
@@ -117,15 +120,23 @@ class ShardOwnership:
             await asyncio.sleep(self.timing.retry_period_s)
 
     async def release_all(self) -> None:
+        """Hand every shard back and delete this replica's membership Lease (it leaves for good;
+        a restarted pod makes a new identity, hence a new membership Lease)."""
         for shard in sorted(self._acting):
             self._set_acting(shard, False)
-        for elector in [*self.electors, self.member]:
+        for elector in self.electors:
             if elector.holder != self.identity:
                 continue
             try:
                 await elector.release()
             except KubeError as error:  # it lapses after leaseDurationSeconds instead
                 log.warning("shard leases: could not release %s: %s", elector.name, error)
+        try:
+            lease = await self.member.read()
+            if lease is not None and (lease.get("spec") or {}).get("holderIdentity") == self.identity:
+                await self._delete(self.member.name, str(lease["metadata"]["resourceVersion"]))
+        except KubeError as error:  # another replica deletes it once it has not changed for a while
+            log.warning("shard leases: could not delete %s: %s", self.member.name, error)
 
     async def round(self) -> None:
         listed = await read_json(
@@ -135,6 +146,7 @@ class ShardOwnership:
         leases = {str(item["metadata"]["name"]): item for item in listed.get("items") or ()}
         await self.member.step(leases.get(self.member.name))
         self.live = 1 + self._live_others(leases)
+        await self._forget_gone_members(leases)
         for shard, elector in enumerate(self.electors):
             lease = leases.get(elector.name)
             mine = lease is not None and (lease.get("spec") or {}).get("holderIdentity") == self.identity
@@ -185,15 +197,39 @@ class ShardOwnership:
         now = asyncio.get_running_loop().time()
         prefix, seen = f"{self.prefix}-member-", {}
         for name, lease in leases.items():
-            spec = lease.get("spec") or {}
-            if not name.startswith(prefix) or name == self.member.name or not spec.get("holderIdentity"):
+            if not name.startswith(prefix) or name == self.member.name:
                 continue
+            spec = lease.get("spec") or {}
             record = (spec.get("holderIdentity"), spec.get("renewTime"))
             known = self._members.get(name)
             seen[name] = known if known is not None and known[0] == record else (record, now)
         self._members = seen
         duration = self.timing.lease_duration_s
-        return sum(1 for _, first_seen in seen.values() if now - first_seen < duration)
+        return sum(1 for (holder, _), first_seen in seen.values() if holder and now - first_seen < duration)
+
+    async def _forget_gone_members(self, leases: dict[str, Any]) -> None:
+        """Delete the membership Leases seen unchanged for ``forget_members_after_s`` (their pods are
+        gone), each on the condition that it is still the version read: one renewed meanwhile, or
+        deleted by another replica first, is a 409 Conflict or a 404 and stays as it is."""
+        now = asyncio.get_running_loop().time()
+        for name, (_, first_seen) in list(self._members.items()):
+            version = (leases[name].get("metadata") or {}).get("resourceVersion")
+            if now - first_seen < self.forget_members_after_s or version is None:
+                continue
+            try:
+                await self._delete(name, str(version))
+            except KubeError as error:
+                log.info("shard leases: %s not deleted: %s", name, error)
+                continue
+            log.info("shard leases: deleted %s, unchanged for %.0f s", name, now - first_seen)
+            del self._members[name]
+
+    async def _delete(self, name: str, resource_version: str) -> None:
+        options = V1DeleteOptions(preconditions=V1Preconditions(resource_version=resource_version))
+        await read_json(
+            self._api.delete_namespaced_lease(name, self.namespace, body=options, _preload_content=False),
+            f"delete lease {self.namespace}/{name}",
+        )
 
     def _tell(self) -> None:
         """Report shards lost by time (renewals failing past the renew deadline)."""

@@ -156,7 +156,9 @@ def _publication_permissions(settings: Settings) -> list[Permission]:
     if publication.sharding.enabled:
         leases = Access("get", "coordination.k8s.io", "leases", namespace=namespace)
         lease_fix = fix.format(namespace=namespace, file="role-shard-leases.yaml")
-        permissions.append(Permission(("get", "list", "create", "update"), leases, "publication.sharding", lease_fix))
+        permissions.append(
+            Permission(("get", "list", "create", "update", "delete"), leases, "publication.sharding", lease_fix)
+        )
     return permissions
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from autoscaler.server_settings import STRICT, LeaseTimings
+from autoscaler.server_settings import STRICT, Duration, LeaseTimings
 
 
 class ShardingSettings(LeaseTimings):
@@ -20,6 +21,18 @@ class ShardingSettings(LeaseTimings):
     # publication.namespace.
     lease_prefix: str = Field(default="gpu-autoscaler", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40)
     # lease_duration, renew_deadline, retry_period: LeaseTimings (client-go's 15 s / 10 s / 2 s).
+    # A membership Lease seen unchanged this long (its pod was killed, or its node lost) is deleted by
+    # a live replica, so that `kubectl get leases` lists only replicas that may still come back.
+    forget_members_after: Duration = timedelta(minutes=10)
+
+    @model_validator(mode="after")
+    def _forget_after_expiry(self) -> ShardingSettings:
+        if self.forget_members_after <= self.lease_duration:
+            raise ValueError(
+                f"forget_members_after ({self.forget_members_after}) must exceed lease_duration "
+                f"({self.lease_duration}): a live replica's Lease would be deleted"
+            )
+        return self
 
 
 class PublicationSettings(BaseModel):

@@ -90,6 +90,7 @@ async def open_sharding(
     ownership = ShardOwnership(
         kube, settings.namespace, prefix=lease.lease_prefix, shards=settings.shards,
         identity=identity or own_identity(), timing=timing, on_change=changed,
+        forget_members_after_s=lease.forget_members_after.total_seconds(),
     )  # fmt: skip
     sharding = Sharding(ownership, publication.publisher.signal_of)
     refresher.owns = sharding.owns_key

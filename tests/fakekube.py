@@ -664,7 +664,7 @@ class FakeKube:
         if parsed.name is not None and request.method in ("PUT", "PATCH"):
             return await self._write(request, rt, parsed, api_version)
         if parsed.name is not None and request.method == "DELETE":
-            return self._delete_request(rt, parsed)
+            return self._delete_request(rt, parsed, await request.read())
         if request.method != "GET":
             return status_response(405, f"{request.method} is not supported by the fake")
         if parsed.name is not None:
@@ -797,11 +797,25 @@ class FakeKube:
         result.setdefault("metadata", {})["managedFields"] = entries
         return result
 
-    def _delete_request(self, rt: ResourceType, parsed: ApiPath) -> web.Response:
+    def _delete_request(self, rt: ResourceType, parsed: ApiPath, body: bytes) -> web.Response:
+        """A DELETE, with the DeleteOptions body's preconditions (uid, resourceVersion) checked as
+        the API server's storage does: a mismatch is a 409 Conflict naming both values."""
         assert parsed.name is not None
         namespace = parsed.namespace or "default"
-        if parsed.subresource is not None or self.get(rt.plural, parsed.name, namespace) is None:
+        stored = self.get(rt.plural, parsed.name, namespace)
+        if parsed.subresource is not None or stored is None:
             return status_response(404, f'{_resource_name(rt)} "{parsed.name}" not found')
+        try:
+            options = json.loads(body) if body.strip() else {}
+        except ValueError:
+            return status_response(400, "the body is not JSON")
+        preconditions = (options.get("preconditions") if isinstance(options, Mapping) else None) or {}
+        for key, meta in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+            wanted, actual = preconditions.get(key), stored["metadata"].get(key)
+            if wanted is not None and wanted != actual:
+                failed = f"Precondition failed: {meta} in precondition: {wanted}, {meta} in object meta: {actual}"
+                message = conflict_message(rt.plural, rt.group, parsed.name, failed)
+                return web.json_response(status_object(409, message, "Conflict"), status=409)
         deleted = self.delete(rt.plural, parsed.name, namespace)
         details = {"name": parsed.name, "group": rt.group, "kind": rt.plural, "uid": deleted["metadata"]["uid"]}
         body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}

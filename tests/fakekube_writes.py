@@ -153,12 +153,13 @@ def spec_changed(stored: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
     return body(stored) != body(written)
 
 
-def conflict_message(plural: str, group: str, name: str) -> str:
+STALE_WRITE = "the object has been modified; please apply your changes to the latest version and try again"
+
+
+def conflict_message(plural: str, group: str, name: str, reason: str = STALE_WRITE) -> str:
+    """apierrors.NewConflict's message: a stale write's, or a failed precondition's."""
     resource = f"{plural}.{group}" if group else plural
-    return (
-        f'Operation cannot be fulfilled on {resource} "{name}": the object has been modified; '
-        "please apply your changes to the latest version and try again"
-    )
+    return f'Operation cannot be fulfilled on {resource} "{name}": {reason}'
 
 
 def discovery_resources(resource_types: list[Any]) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
+from kubernetes_asyncio.client import CoordinationV1Api, V1DeleteOptions, V1Preconditions
 
 from adapters.leases import LeaseElector, LeaseTiming
 from adapters.shard_leases import ShardOwnership, member_lease_name, shard_lease_name
@@ -60,9 +61,11 @@ async def test_one_replica_takes_every_shard(fake_kube):
         assert sorted(changes) == [(shard, True) for shard in range(SHARDS)]
         member = fake_kube.get("leases", member_lease_name(PREFIX, "a"), NAMESPACE)
         assert member["spec"]["holderIdentity"] == "a" and member["spec"]["leaseDurationSeconds"] == 15
-    # A clean shutdown hands every Lease back: a successor need not wait for them to expire.
+    # A clean shutdown hands every Lease back: a successor need not wait for them to expire; the
+    # membership Lease is deleted (a restarted pod is a new member).
     assert holders(fake_kube) == dict.fromkeys(range(SHARDS))
     assert changes[-SHARDS:] == [(shard, False) for shard in sorted(range(SHARDS))]
+    assert fake_kube.get("leases", member_lease_name(PREFIX, "a"), NAMESPACE) is None
 
 
 @pytest.mark.looptime
@@ -83,7 +86,7 @@ async def test_two_replicas_converge_to_a_balanced_split_and_never_share_a_shard
         loop = asyncio.get_running_loop()
         left = loop.time()
         await eventually(lambda: len(a.owned()) == SHARDS, timeout=30, message="a holds all again")
-        # b's membership Lease is released; a counts one live replica after b's record lapses.
+        # b's membership Lease is deleted; a counts one live replica at its next round.
         assert loop.time() - left <= TIMING.lease_duration_s + 2 * TIMING.retry_period_s
 
 
@@ -177,3 +180,81 @@ async def test_a_short_cut_off_past_the_renew_deadline_resumes_the_same_shards(f
         told = [change for change in changes if change[0] in held]
         assert told[-2 * len(held) :] == sorted((s, False) for s in held) + sorted((s, True) for s in held)
         never_both(a, b)
+
+
+@pytest.mark.looptime
+async def test_a_dead_members_lease_is_deleted_after_forget_members_after_and_a_live_ones_never(fake_kube):
+    loop = asyncio.get_running_loop()
+    forget_after = 60.0
+    api_a, api_b, api_c = [await fake_kube.api_client() for _ in range(3)]
+    a = ShardOwnership(api_a, NAMESPACE, prefix=PREFIX, shards=SHARDS, identity="a", timing=TIMING,
+                       forget_members_after_s=forget_after)  # fmt: skip
+    b = ShardOwnership(api_b, NAMESPACE, prefix=PREFIX, shards=SHARDS, identity="b", timing=TIMING)
+    c = ShardOwnership(api_c, NAMESPACE, prefix=PREFIX, shards=SHARDS, identity="c", timing=TIMING)
+    tasks = {name: asyncio.create_task(who.run()) for name, who in (("a", a), ("b", b), ("c", c))}
+    await eventually(lambda: (a.live, b.live, c.live) == (3, 3, 3), timeout=40, message="three members")
+    tasks["c"].cancel()  # c dies: its membership Lease stops changing
+    with contextlib.suppress(asyncio.CancelledError):
+        await tasks["c"]
+    died = loop.time()
+    c_member = member_lease_name(PREFIX, "c")
+    await eventually(lambda: fake_kube.get("leases", c_member, NAMESPACE) is None, timeout=120,
+                     message="c's membership Lease deleted")  # fmt: skip
+    # Not before it had been unchanged for forget_members_after (from a's first sight of its last
+    # renewal, at most one round before the death), nor much after.
+    assert forget_after - TIMING.retry_period_s <= loop.time() - died <= forget_after + 2 * TIMING.retry_period_s
+    # b, alive all along (renewing every round), keeps its Lease however long it runs.
+    await asyncio.sleep(3 * forget_after)
+    assert fake_kube.get("leases", member_lease_name(PREFIX, "b"), NAMESPACE)["spec"]["holderIdentity"] == "b"
+    assert (a.live, b.live) == (2, 2)
+    for task in (tasks["a"], tasks["b"]):
+        task.cancel()
+    await asyncio.gather(tasks["a"], tasks["b"], return_exceptions=True)
+    for api in (api_a, api_b, api_c):
+        await api.close()
+
+
+@pytest.mark.looptime
+async def test_a_member_renewed_after_the_list_is_not_deleted(fake_kube):
+    """The race, forced: a lists the Leases, b's membership Lease changes before a's delete; the
+    delete carries the listed resourceVersion, so the API server refuses it (409) and b's stays."""
+    api_a, api_b = await fake_kube.api_client(), await fake_kube.api_client()
+    a = ShardOwnership(api_a, NAMESPACE, prefix=PREFIX, shards=SHARDS, identity="a", timing=TIMING,
+                       forget_members_after_s=30.0)  # fmt: skip
+    b_member = LeaseElector(api_b, NAMESPACE, member_lease_name(PREFIX, "b"), "b", TIMING)
+    assert await b_member.try_acquire_or_renew()
+    listed = {b_member.name: fake_kube.get("leases", b_member.name, NAMESPACE)}
+    a._live_others(listed)  # a first sees b's record now
+    await asyncio.sleep(31)  # ... and judges it unchanged for longer than forget_members_after
+    assert await b_member.try_acquire_or_renew()  # b renews after a's list, before a's delete
+    renewed = fake_kube.get("leases", b_member.name, NAMESPACE)["metadata"]["resourceVersion"]
+    await a._forget_gone_members(listed)
+    assert fake_kube.get("leases", b_member.name, NAMESPACE)["metadata"]["resourceVersion"] == renewed
+    deletes = [r for r in fake_kube.requests_for("leases") if r.method == "DELETE"]
+    assert [r.status for r in deletes] == [409]
+    await api_a.close()
+    await api_b.close()
+
+
+async def test_the_fake_checks_delete_preconditions_as_the_api_server_does(fake_kube, kube_api):
+    elector = LeaseElector(kube_api, NAMESPACE, "some-lease", "x", TIMING)
+    assert await elector.try_acquire_or_renew()
+    stored = fake_kube.get("leases", "some-lease", NAMESPACE)["metadata"]
+    leases = CoordinationV1Api(kube_api)
+
+    def delete(**preconditions):
+        options = V1DeleteOptions(preconditions=V1Preconditions(**preconditions))
+        return leases.delete_namespaced_lease("some-lease", NAMESPACE, body=options, _preload_content=False)
+
+    refused = await delete(resource_version="1")
+    assert refused.status == 409
+    assert await refused.json() == {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "reason": "Conflict", "code": 409,
+        "message": 'Operation cannot be fulfilled on leases.coordination.k8s.io "some-lease": Precondition failed: '
+        f"ResourceVersion in precondition: 1, ResourceVersion in object meta: {stored['resourceVersion']}",
+    }  # fmt: skip
+    assert (await delete(uid="not-its-uid")).status == 409
+    assert fake_kube.get("leases", "some-lease", NAMESPACE) is not None
+    deleted = await delete(resource_version=stored["resourceVersion"], uid=stored["uid"])
+    assert deleted.status == 200
+    assert fake_kube.get("leases", "some-lease", NAMESPACE) is None

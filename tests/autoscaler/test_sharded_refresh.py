@@ -246,6 +246,11 @@ async def _cut_off_and_rejoin(fake_kube, clock, a: Replica, b: Replica, fits: Co
             "durations must satisfy lease_duration > renew_deadline > retry_period > 0 (got 0:00:10, 0:00:10, 0:00:02)",
         ),
         ({"sharding": {"retry_period": "0s"}}, "lease_duration > renew_deadline > retry_period > 0"),
+        (
+            {"sharding": {"forget_members_after": "15s"}},
+            "forget_members_after (0:00:15) must exceed lease_duration (0:00:15): "
+            "a live replica's Lease would be deleted",
+        ),
         ({"sharding": {"lease_prefix": "GPU_autoscaler"}}, "String should match pattern"),
         ({"sharding": {"leases": 3}}, "Extra inputs are not permitted"),
     ],
@@ -262,6 +267,7 @@ def test_sharding_settings_default_to_client_gos_lease_timings():
         timedelta(seconds=15), timedelta(seconds=10), timedelta(seconds=2)
     )  # fmt: skip
     assert sharding.lease_prefix == "gpu-autoscaler"
+    assert sharding.forget_members_after == timedelta(minutes=10)
 
 
 async def test_a_shard_is_published_as_soon_as_its_series_are_fitted(fake_kube, pool, monkeypatch):

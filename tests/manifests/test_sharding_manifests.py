@@ -32,10 +32,10 @@ def test_the_service_may_do_with_leases_what_shard_owners_do_in_its_namespace(co
     assert role["metadata"]["namespace"] == namespace
     grants = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
               for v in rule["verbs"]}  # fmt: skip
-    # list: one request a round; get: a release re-reads; create/update: acquire, renew, release.
-    assert grants == {
-        ("coordination.k8s.io", "leases", verb) for verb in ("get", "list", "watch", "create", "update", "patch")
-    }
+    # list: one request a round; get: a release re-reads; create/update: acquire, renew, release;
+    # delete: membership Leases of replicas that stopped or are gone.
+    verbs = ("get", "list", "watch", "create", "update", "patch", "delete")
+    assert grants == {("coordination.k8s.io", "leases", verb) for verb in verbs}
     assert not any("resourceNames" in rule for rule in role["rules"])  # member Leases are named per pod
     binding = one("base", "RoleBinding", "gpu-autoscaler:shard-leases")
     assert binding["metadata"]["namespace"] == namespace
