@@ -60,9 +60,8 @@ class FeatureBuilder:
         self.per_hour = max(1, int(pd.Timedelta(hours=1) // step))
         self.per_day = max(1, int(pd.Timedelta(days=1) // step))
         self.cumsum = np.concatenate([[0.0], np.cumsum(filled)])
-        # moves[i] = filled[i] - filled[i - 1]; 0 at the first point, which has no predecessor.
-        self.moves = np.diff(filled, prepend=filled[0])
-        self.cum_moves = np.concatenate([[0.0], np.cumsum(np.abs(self.moves))])
+        moves = np.abs(np.diff(filled, prepend=filled[0]))
+        self.cum_moves = np.concatenate([[0.0], np.cumsum(moves)])
 
     def _lag(self, origins: np.ndarray, lag: int) -> np.ndarray:
         return np.asarray(self.filled[np.clip(origins - lag, 0, None)])
@@ -70,34 +69,6 @@ class FeatureBuilder:
     def _trailing_mean(self, cumulative: np.ndarray, origins: np.ndarray, length: int) -> np.ndarray:
         first = np.clip(origins + 1 - length, 0, None)
         return np.asarray((cumulative[origins + 1] - cumulative[first]) / (origins + 1 - first))
-
-    def _trailing_sum(self, cumulative: np.ndarray, origins: np.ndarray, length: int) -> np.ndarray:
-        first = np.clip(origins + 1 - length, 0, None)
-        return np.asarray(cumulative[origins + 1] - cumulative[first])
-
-    def _trailing_window(self, values: np.ndarray, origins: np.ndarray, length: int) -> np.ndarray:
-        """``values[origin - length + 1 : origin + 1]`` per origin, one row each; a window reaching
-        before the series repeats its first value (no point after the origin is ever read)."""
-        return np.asarray(values[np.clip(origins[:, None] - np.arange(length)[None, :], 0, None)])
-
-    def burst(self, origins: np.ndarray) -> np.ndarray:
-        """Level and burst columns of each origin, from values up to the origin only: the level,
-        the largest one-step rise over the last hour and 6 hours, the max-min range over the last
-        hour, and the sum of absolute moves over the last 30 minutes and 2 hours."""
-        unique, inverse = np.unique(origins, return_inverse=True)
-        hour = self._trailing_window(self.filled, unique, self.per_hour)
-        rises = self._trailing_window(self.moves, unique, 6 * self.per_hour)
-        columns = np.column_stack(
-            [
-                self.filled[unique],
-                np.maximum(rises[:, : self.per_hour].max(axis=1), 0.0),
-                np.maximum(rises.max(axis=1), 0.0),
-                hour.max(axis=1) - hour.min(axis=1),
-                self._trailing_sum(self.cum_moves, unique, max(1, self.per_hour // 2)),
-                self._trailing_sum(self.cum_moves, unique, 2 * self.per_hour),
-            ]
-        )
-        return np.asarray(columns[inverse.reshape(-1)], dtype=np.float64)
 
     def build(self, origins: np.ndarray, steps: np.ndarray, max_step: int | None = None) -> np.ndarray:
         """Rows for every pair ``origins[i], steps[i]`` (equal-length arrays).
@@ -127,8 +98,9 @@ class FeatureBuilder:
             np.where(week_ago >= 0, self.filled[np.clip(week_ago, 0, None)] - now, np.nan),
             minute_of_day.astype(np.float64),
             day_of_week.astype(np.float64),
+            now,  # the level itself, so trees can tell the levels a series jumps from
         ]
-        return np.asarray(np.column_stack([*columns, self.burst(origins)]), dtype=np.float64)
+        return np.asarray(np.column_stack(columns), dtype=np.float64)
 
 
 @dataclass

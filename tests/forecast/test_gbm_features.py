@@ -1,6 +1,8 @@
-"""gbm's level and burst features: causal (from values up to the origin only) and exact."""
+"""gbm's features: exact on a small series, and causal (from values up to the origin only)."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pandas as pd
@@ -9,7 +11,8 @@ import pytest
 from forecast.gbm import FeatureBuilder
 
 STEP = pd.Timedelta(minutes=5)
-START = pd.Timestamp("2026-01-05 00:00")
+START = pd.Timestamp("2026-01-05 00:00")  # a Monday
+PER_HOUR, PER_DAY = 12, 288
 
 
 def _builder(values: np.ndarray) -> FeatureBuilder:
@@ -17,33 +20,47 @@ def _builder(values: np.ndarray) -> FeatureBuilder:
     return FeatureBuilder(values, index, STEP)
 
 
-def test_burst_columns_on_a_small_series_by_hand() -> None:
-    # 5-minute steps: an hour is 12 points, 30 minutes 6, 2 hours 24, 6 hours 72.
-    values = np.zeros(100)
-    values[10:20] = [5, 2, 9, 9, 4, 4, 4, 4, 4, 4]  # moves +5 -3 +7 0 -5 at 10..14, then flat
-    values[20:] = 4.0
-    values[90] = 1.0  # a drop at 90 (-3), back up at 91 (+3)
-    origins = np.array([0, 12, 14, 21, 80, 91, 99])
+def _expected_row(values: np.ndarray, origin: int, step: int) -> list[float]:
+    """The row written out from the definitions, one slice per feature."""
+    now = values[origin]
+    target = origin + step
+    day_ago = target - PER_DAY * math.ceil(step / PER_DAY)
+    calendar = START + target * STEP
+    moves = np.abs(np.diff(values[: origin + 1]))
+    return [
+        float(step),
+        now - values[max(origin - 1, 0)],
+        now - values[max(origin - 3, 0)],  # a quarter of an hour: 3 steps
+        now - values[max(origin - PER_HOUR, 0)],
+        now - values[max(origin - PER_HOUR + 1, 0) : origin + 1].mean(),
+        now - values[max(origin - PER_DAY + 1, 0) : origin + 1].mean(),
+        # mean absolute move over 4 hours, the first point counting a move of 0
+        np.concatenate([[0.0], moves])[max(origin - 4 * PER_HOUR + 1, 0) : origin + 1].mean(),
+        values[day_ago] - now if day_ago >= 0 else np.nan,
+        np.nan,  # a week ago: before this 2-day series
+        float(calendar.hour * 60 + calendar.minute),
+        float(calendar.day_of_week),
+        now,
+    ]
 
-    burst = _builder(values).burst(origins)
 
-    level, rise_1h, rise_6h, range_1h, moves_30m, moves_2h = burst.T
-    np.testing.assert_array_equal(level, [0, 9, 4, 4, 4, 4, 4])
-    # Largest one-step rise over the 12 points up to the origin (their moves, each from its predecessor).
-    np.testing.assert_array_equal(rise_1h, [0, 7, 7, 7, 0, 3, 3])
-    np.testing.assert_array_equal(rise_6h, [0, 7, 7, 7, 7, 3, 3])
-    # Max - min of the 12 values up to the origin; before the series its first value (0).
-    np.testing.assert_array_equal(range_1h, [0, 9, 9, 7, 0, 3, 3])
-    # Sum of |moves| over the 6 and 24 points up to the origin.
-    np.testing.assert_array_equal(moves_30m, [0, 15, 20, 0, 0, 6, 0])
-    np.testing.assert_array_equal(moves_2h, [0, 15, 20, 20, 0, 6, 6])
+def test_every_column_on_a_small_series_by_definition() -> None:
+    values = np.random.default_rng(3).integers(0, 40, size=2 * PER_DAY + 30).astype(np.float64)
+    origins = np.array([0, 2, 11, 12, 100, 287, 300, 400, 550, 575])
+    steps = np.array([1, 3, 36, 2, 288, 12, 1, 200, 24, 1])
+
+    rows = _builder(values).build(origins, steps)
+
+    expected = np.array([_expected_row(values, int(o), int(s)) for o, s in zip(origins, steps, strict=True)])
+    np.testing.assert_allclose(rows, expected, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(rows[:, -1], values[origins])  # the level: exactly the origin's value
 
 
-def test_repeated_origins_get_the_rows_of_their_origin() -> None:
-    values = np.random.default_rng(1).normal(size=400).cumsum()
-    builder = _builder(values)
-    origins = np.array([300, 5, 300, 120, 5])
-    np.testing.assert_array_equal(builder.burst(origins), np.vstack([builder.burst(np.array([o])) for o in origins]))
+def test_steps_beyond_training_are_capped_in_the_step_column_only() -> None:
+    values = np.arange(400, dtype=np.float64)
+    rows = _builder(values).build(np.array([300, 300]), np.array([2, 50]), max_step=36)
+    np.testing.assert_array_equal(rows[:, 0], [2, 36])
+    np.testing.assert_array_equal(rows[:, -1], [300, 300])
 
 
 @pytest.mark.parametrize("origin", [0, 11, 71, 200, 498])
@@ -52,13 +69,13 @@ def test_no_feature_reads_a_value_after_its_origin(origin: int) -> None:
     values = rng.normal(size=500).cumsum()
     changed = values.copy()
     changed[origin + 1 :] += rng.normal(scale=50.0, size=len(values) - origin - 1)
-    steps = np.array([1, 3, 12, 36])
+    steps = np.array([1, 3, 12, 36, 288, 300])
     origins = np.full(len(steps), origin)
 
     before = _builder(values).build(origins, steps)
     after = _builder(changed).build(origins, steps)
 
     # Every column, the day- and week-ago lags included (whole days back from the target: at or
-    # before the origin), and the burst columns are those of the series cut at the origin.
+    # before the origin), and the series cut at the origin gives the same rows.
     np.testing.assert_array_equal(before, after)
-    np.testing.assert_array_equal(before[:, -6:], _builder(values[: origin + 1]).burst(np.array([origin] * len(steps))))
+    np.testing.assert_array_equal(before, _builder(values[: origin + 1]).build(origins, steps))
