@@ -98,7 +98,6 @@ class FeatureBuilder:
             np.where(week_ago >= 0, self.filled[np.clip(week_ago, 0, None)] - now, np.nan),
             minute_of_day.astype(np.float64),
             day_of_week.astype(np.float64),
-            now,  # the level itself, so trees can tell the levels a series jumps from
         ]
         return np.asarray(np.column_stack(columns), dtype=np.float64)
 

@@ -40,7 +40,6 @@ def _expected_row(values: np.ndarray, origin: int, step: int) -> list[float]:
         np.nan,  # a week ago: before this 2-day series
         float(calendar.hour * 60 + calendar.minute),
         float(calendar.day_of_week),
-        now,
     ]
 
 
@@ -53,14 +52,14 @@ def test_every_column_on_a_small_series_by_definition() -> None:
 
     expected = np.array([_expected_row(values, int(o), int(s)) for o, s in zip(origins, steps, strict=True)])
     np.testing.assert_allclose(rows, expected, rtol=0, atol=1e-12)
-    np.testing.assert_array_equal(rows[:, -1], values[origins])  # the level: exactly the origin's value
 
 
-def test_steps_beyond_training_are_capped_in_the_step_column_only() -> None:
+def test_steps_beyond_training_are_capped_in_the_step_column() -> None:
     values = np.arange(400, dtype=np.float64)
     rows = _builder(values).build(np.array([300, 300]), np.array([2, 50]), max_step=36)
     np.testing.assert_array_equal(rows[:, 0], [2, 36])
-    np.testing.assert_array_equal(rows[:, -1], [300, 300])
+    np.testing.assert_array_equal(rows[0, 1:7], rows[1, 1:7])  # the origin's own columns
+    np.testing.assert_array_equal(rows[:, 7], [values[302 - 288] - 300, values[350 - 288] - 300])  # the target's
 
 
 @pytest.mark.parametrize("origin", [0, 11, 71, 200, 498])
