@@ -210,9 +210,11 @@ class ShardOwnership:
     async def _forget_gone_members(self, leases: dict[str, Any]) -> None:
         """Delete the membership Leases seen unchanged for ``forget_members_after_s`` (their pods are
         gone), each on the condition that it is still the version read: one renewed meanwhile, or
-        deleted by another replica first, is a 409 Conflict or a 404 and stays as it is."""
+        deleted by another replica first, is a 409 Conflict or a 404 and stays as it is. A failed
+        delete is tried again only after another ``forget_members_after_s`` (a Role without delete
+        must not make a warning every round)."""
         now = asyncio.get_running_loop().time()
-        for name, (_, first_seen) in list(self._members.items()):
+        for name, (record, first_seen) in list(self._members.items()):
             version = (leases[name].get("metadata") or {}).get("resourceVersion")
             if now - first_seen < self.forget_members_after_s or version is None:
                 continue
@@ -220,6 +222,7 @@ class ShardOwnership:
                 await self._delete(name, str(version))
             except KubeError as error:
                 log.info("shard leases: %s not deleted: %s", name, error)
+                self._members[name] = (record, now)
                 continue
             log.info("shard leases: deleted %s, unchanged for %.0f s", name, now - first_seen)
             del self._members[name]
