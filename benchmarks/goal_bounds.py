@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/goal_bounds.py quantile   # #4: pinball@60m vs naive_empirical (3 s)
     .venv/bin/python benchmarks/goal_bounds.py headroom   # #5: static vs conditional buffers (2-3 min)
+    .venv/bin/python benchmarks/goal_bounds.py headroom --quantiles 0.99 --buffers 36,38,39,40,42
 
 ``quantile`` scores, over the backtest's test span (the last 7 days at 5-minute steps, q = 0.9, the
 60-minute horizon), the baseline the backtest must beat (last value plus the 0.9-quantile of the
@@ -220,7 +221,11 @@ def _binned_buffer(observed: np.ndarray, index: pd.DatetimeIndex, quantile: floa
     return served
 
 
-def headroom_bounds() -> None:
+def headroom_bounds(
+    static_buffers: tuple[int, ...] = STATIC_BUFFERS,
+    conditional_quantiles: tuple[float, ...] = CONDITIONAL_QUANTILES,
+    binned_quantiles: tuple[float, ...] = BINNED_QUANTILES,
+) -> None:
     helios = data_helpers.helios_running_gpus()
     origin = pd.Timestamp(helios.index[0])
     base = helios.ffill().bfill().to_numpy(dtype=np.float64)
@@ -238,10 +243,10 @@ def headroom_bounds() -> None:
         span = slice(day * DAY_MINUTES, (day + 1) * DAY_MINUTES)
         static[span] = np.nanquantile(rise[max(0, day - TRAIN_DAYS) * DAY_MINUTES : day * DAY_MINUTES], QUANTILE)
     buffers = {"static q0.9": static}
-    for quantile in CONDITIONAL_QUANTILES:
+    for quantile in conditional_quantiles:
         buffers[f"conditional q{quantile:g}"] = _conditional_buffer(rise, features, quantile)
     known = scored & ~np.isnan(rise)
-    for name in ("static q0.9", "conditional q0.9"):
+    for name in ("static q0.9", *(f"conditional q{q:g}" for q in conditional_quantiles if q == QUANTILE)):
         upper, actual = buffers[name][known], rise[known]
         coverage = float(np.mean(actual <= upper))
         print(f"{name:<22} {pinball(actual, upper):>11.3f} {coverage:>9.3f} {float(np.mean(upper)):>10.2f}")
@@ -252,12 +257,12 @@ def headroom_bounds() -> None:
         gpus_per_node=GPUS_PER_NODE, lead_time=parse_lead_time_distribution("fixed:5m"), consolidate_after_s=600.0
     )
     scheduled = scheduled_gpus(workload, LEAD_S)
-    metrics = {f"static_buffer:{gpus}": np.full(workload.steps, float(gpus)) for gpus in STATIC_BUFFERS}
-    for quantile in CONDITIONAL_QUANTILES:
+    metrics = {f"static_buffer:{gpus}": np.full(workload.steps, float(gpus)) for gpus in static_buffers}
+    for quantile in conditional_quantiles:
         # Declared windows are added, as the service's policy adds them.
         metrics[f"conditional:{quantile:g}"] = buffers[f"conditional q{quantile:g}"] + scheduled
     for feature_set in ("all", "burst", "engine"):
-        for quantile in BINNED_QUANTILES:
+        for quantile in binned_quantiles:
             binned = _binned_buffer(workload.observed, workload.index(), quantile, feature_set)
             metrics[f"5m_bins_{feature_set}:{quantile:g}"] = binned + scheduled
     print()
@@ -281,13 +286,17 @@ def headroom_bounds() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("bound", choices=("quantile", "headroom"))
+    parser.add_argument("--buffers", help="headroom: static buffers to simulate, e.g. 36,38,39,40")
+    parser.add_argument("--quantiles", help="headroom: quantiles of the conditional and binned buffers, e.g. 0.99")
     args = parser.parse_args()
     if not data_helpers.data_available():
         sys.exit(f"the traces are not at {data_helpers.DATA_DIR} (set GPU_AUTOSCALER_DATA)")
     if args.bound == "quantile":
         quantile_bounds()
     else:
-        headroom_bounds()
+        buffers = tuple(int(b) for b in args.buffers.split(",")) if args.buffers else STATIC_BUFFERS
+        quantiles = tuple(float(q) for q in args.quantiles.split(",")) if args.quantiles else None
+        headroom_bounds(buffers, quantiles or CONDITIONAL_QUANTILES, quantiles or BINNED_QUANTILES)
 
 
 if __name__ == "__main__":
