@@ -203,9 +203,8 @@ class Refresher:
             for outcome in outcomes:
                 if outcome is not None:
                     self._served[outcome.key] = self._serve_all(outcome, now, windows)
-            if not last and self.on_group_done is not None:
-                self.provider.swap(partial := self._build(now))
-                self.on_group_done(partial, group)
+            if not last and self.on_group_done is not None:  # the provider gets the whole refresh, at its end
+                self.on_group_done(self._build(now), group)
 
         groups = fit_groups.in_groups(requests, lambda pair: (pair[1].key, pair[1].work), self.group_of)
         await fit_groups.run_in_groups(groups, lambda pair: self._fit(*pair, now), serve_group)

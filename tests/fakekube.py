@@ -66,7 +66,7 @@ from tests.fakekube_writes import (
     merge_patch,
     spec_changed,
 )
-from tests.kube_schemas import Refused, validate
+from tests.kube_schemas import Refused, core_validator, validate
 
 
 @dataclass(frozen=True)
@@ -798,8 +798,9 @@ class FakeKube:
         return result
 
     def _delete_request(self, rt: ResourceType, parsed: ApiPath, body: bytes) -> web.Response:
-        """A DELETE, with the DeleteOptions body's preconditions (uid, resourceVersion) checked as
-        the API server's storage does: a mismatch is a 409 Conflict naming both values."""
+        """A DELETE: its DeleteOptions body checked against Kubernetes' own schema (kubernetes-validate),
+        then its preconditions (uid, resourceVersion) as the API server's storage checks them: a
+        mismatch is a 409 Conflict naming both values."""
         assert parsed.name is not None
         namespace = parsed.namespace or "default"
         stored = self.get(rt.plural, parsed.name, namespace)
@@ -809,7 +810,10 @@ class FakeKube:
             options = json.loads(body) if body.strip() else {}
         except ValueError:
             return status_response(400, "the body is not JSON")
-        preconditions = (options.get("preconditions") if isinstance(options, Mapping) else None) or {}
+        refused = [error.message for error in core_validator("meta.k8s.io/v1", "DeleteOptions").iter_errors(options)]
+        if refused:
+            return status_response(400, f"the body is not a valid DeleteOptions: {'; '.join(refused)}")
+        preconditions = options.get("preconditions") or {}
         for key, meta in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
             wanted, actual = preconditions.get(key), stored["metadata"].get(key)
             if wanted is not None and wanted != actual:
@@ -818,8 +822,8 @@ class FakeKube:
                 return web.json_response(status_object(409, message, "Conflict"), status=409)
         deleted = self.delete(rt.plural, parsed.name, namespace)
         details = {"name": parsed.name, "group": rt.group, "kind": rt.plural, "uid": deleted["metadata"]["uid"]}
-        body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
-        return web.json_response(body)
+        answer = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
+        return web.json_response(answer)
 
     def _discovery(self, path: str) -> dict[str, Any] | None:
         """/api, /api/v1, /apis, /apis/{group}, /apis/{group}/{version} for the installed resources."""

@@ -260,6 +260,12 @@ async def test_the_fake_checks_delete_preconditions_as_the_api_server_does(fake_
         f"ResourceVersion in precondition: 1, ResourceVersion in object meta: {stored['resourceVersion']}",
     }  # fmt: skip
     assert (await delete(uid="not-its-uid")).status == 409
+    # The body is checked against Kubernetes' DeleteOptions schema first (a wrong type: 400).
+    malformed = await leases.delete_namespaced_lease(
+        "some-lease", NAMESPACE, body={"preconditions": {"resourceVersion": 5}}, _preload_content=False
+    )
+    assert malformed.status == 400
+    assert "5 is not of type 'string', 'null'" in (await malformed.json())["message"]
     assert fake_kube.get("leases", "some-lease", NAMESPACE) is not None
     deleted = await delete(resource_version=stored["resourceVersion"], uid=stored["uid"])
     assert deleted.status == 200
