@@ -21,6 +21,7 @@ from autoscaler.simulation.lead_times import parse_lead_time_distribution
 from autoscaler.simulation.policies import PolicySpec, parse_policies
 from autoscaler.simulation.report import build_report, plot, render_table
 from autoscaler.simulation.runner import SimulationConfig, SimulationResult, simulate
+from autoscaler.simulation.tuning import TuningSettings
 from forecast.durations import parse_duration, parse_positive_duration
 
 DEFAULT_POLICIES = "reactive,static_buffer:16,reactive_max:60m,scheduled,holt_winters,auto:0.9,auto:0.99,oracle"
@@ -103,6 +104,15 @@ def _seconds(flag: str, text: str, *, allow_zero: bool = False) -> float:
     help="also run reactive_max:5m,10m,15m,... until past the costliest auto policy's GPU-hours "
     "(JSON: rolling_max_sweep; the frontier compares auto with every heuristic run)",
 )
+@click.option(
+    "--tune-every",
+    default="1d",
+    show_default=True,
+    help="tuned policies (auto-slo:T, static_buffer@T, reactive_max@T) choose again this often",
+)
+@click.option(
+    "--tune-window", default="7d", show_default=True, help="tuned policies judge their candidates over this past"
+)
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="processes")
 @click.option("--seed", default=0, show_default=True, type=int)
 def simulate_command(
@@ -129,6 +139,8 @@ def simulate_command(
     sweep_rolling_max: bool,
     actuation: ActuationKind,
     buffer_chunk_gpus: int | None,
+    tune_every: str,
+    tune_window: str,
     workers: int,
     seed: int,
 ) -> None:
@@ -152,6 +164,8 @@ def simulate_command(
             lead_distribution=distribution,
             consolidate_after_s=_seconds("--consolidate-after", consolidate_after, allow_zero=True),
             cadence=cadence, actuation=actuated, seed=seed,
+            tuning=TuningSettings(every_s=_seconds("--tune-every", tune_every),
+                                  window_s=_seconds("--tune-window", tune_window)),
         )  # fmt: skip
         read = pod_workload if pods_path is not None else demand_workload
         workload = read(source, pd.Timedelta(seconds=step_s), windows, gpus_per_node)

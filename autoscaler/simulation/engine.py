@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from autoscaler.scorecard import MinuteLedger, integrate_per_minute, window_start_delay
 from autoscaler.simulation.actuation import Actuation, SpareCapacity, spare_capacity
 from autoscaler.simulation.cluster import ClusterState
 from autoscaler.simulation.inputs import Workload
@@ -56,6 +57,16 @@ class Outcome:
     # Placeholders (after each 15 s sync) or buffer replicas (per step), from the period's start.
     placeholders: np.ndarray = field(default_factory=lambda: np.zeros(0))
     seconds: float = 0.0  # wall time of this run (HPA and cluster loops)
+    # Short, held and used GPU-seconds per minute, from the cluster's start (the scorecard's ledger:
+    # the same definitions as the live service's, autoscaler/scorecard.py).
+    # Each declared window's run in the scored period: seconds from its start until all its pods ran.
+    window_start_delays: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    ledger: MinuteLedger = field(
+        default_factory=lambda: MinuteLedger(np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0))
+    )
+
+    def scored_ledger(self, period: Period) -> MinuteLedger:
+        return self.ledger.between(period.scored_from, period.end)
 
 
 def run_policy(
@@ -69,9 +80,14 @@ def run_policy(
     cluster, pool = _starting_cluster(workload, period, first_step, pool_config)
     cluster.chunk_gpus = spare.chunk_gpus
     scheduled_times = _scheduled_times(workload, period, first_step, spare)
-    totals, capacity_times, capacity_values = _step_through(workload, period, cluster, pool, spare, scheduled_times)
+    rates = _Rates()
+    totals, capacity_times, capacity_values = _step_through(
+        workload, period, cluster, pool, spare, scheduled_times, rates
+    )
     pod_waits, window_pod_waits = _scored_pod_waits(workload, period, cluster.started)
     return Outcome(
+        ledger=rates.ledger(period),
+        window_start_delays=_window_start_delays(workload, period, cluster.started),
         totals=totals,
         pod_waits=pod_waits,
         window_pod_waits=window_pod_waits,
@@ -80,6 +96,25 @@ def run_policy(
         placeholders=spare.replicas,
         seconds=time.perf_counter() - started,
     )
+
+
+@dataclass
+class _Rates:
+    """Short, held and used GPUs as step functions: each value holds from its time to the next."""
+
+    times: list[float] = field(default_factory=list)
+    short: list[float] = field(default_factory=list)
+    held: list[float] = field(default_factory=list)
+    used: list[float] = field(default_factory=list)
+
+    def ledger(self, period: Period) -> MinuteLedger:
+        times = np.asarray(self.times)
+        per_minute = [
+            integrate_per_minute(times, np.asarray(values), period.start, period.end)
+            for values in (self.short, self.held, self.used)
+        ]
+        starts = period.start + np.arange(len(per_minute[0])) * 60.0
+        return MinuteLedger(starts, *per_minute)
 
 
 def _starting_cluster(
@@ -112,6 +147,7 @@ def _step_through(
     pool: NodePool,
     spare: SpareCapacity,
     scheduled_times: list[float],
+    rates: _Rates,
 ) -> tuple[Totals, list[float], list[int]]:
     """Advance the cluster from one change to the next until ``period.end``: the scored totals, and
     Ready capacity as a step function (times it changed, GPUs from then on).
@@ -132,6 +168,8 @@ def _step_through(
     position = 0
     now = period.start
     end, scored_from = period.end, period.scored_from
+    rate_times, short_rates, held_rates, used_rates = rates.times, rates.short, rates.held, rates.used
+    last_rates = (-1.0, -1.0, -1.0)
     while now < end:
         pool.turn_ready(now)
         cluster.advance(now)
@@ -152,13 +190,22 @@ def _step_through(
             position += 1
         upcoming = scheduled_times[position] if position < len(scheduled_times) else math.inf
         following = min(upcoming, cluster.next_event(), pool.next_event(), end)
+        requested = cluster.real_requested
+        short = max(0.0, requested - pool.capacity)
+        held = (pool.ready + pool.launching) * gpus_per_node
+        used = cluster.real_running
+        if (short, held, used) != last_rates:
+            last_rates = (short, held, used)
+            rate_times.append(now)
+            short_rates.append(short)
+            held_rates.append(held)
+            used_rates.append(used)
         if following > scored_from:
             span = following - max(now, scored_from)
-            requested = cluster.real_requested
             totals.demand += requested * span
-            totals.provisioned += (pool.ready + pool.launching) * gpus_per_node * span
-            totals.used += cluster.real_running * span
-            totals.short += max(0.0, requested - pool.capacity) * span
+            totals.provisioned += held * span
+            totals.used += used * span
+            totals.short += short * span
         now = following
     return totals, capacity_times, capacity_values
 
@@ -171,3 +218,15 @@ def _scored_pod_waits(workload: Workload, period: Period, started: np.ndarray) -
     waits = started - pods.arrival
     waits[np.isnan(waits)] = period.end - pods.arrival[np.isnan(waits)]  # still waiting at the end
     return waits[arrived & ~pods.from_window], waits[arrived & pods.from_window]
+
+
+def _window_start_delays(workload: Workload, period: Period, started: np.ndarray) -> np.ndarray:
+    """Per run of a declared window starting in the scored period: seconds until its last pod ran
+    (a window's pods arrive at its scheduled start; one still waiting counts until the end)."""
+    pods = workload.pods
+    in_window = pods.from_window & (pods.arrival >= period.scored_from) & (pods.arrival < period.end)
+    running = np.where(np.isnan(started), period.end, started)
+    runs = np.unique(pods.arrival[in_window])
+    return np.array(
+        [window_start_delay(start, running[in_window & (pods.arrival == start)]) for start in runs], dtype=np.float64
+    )

@@ -14,11 +14,14 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from autoscaler.scorecard import ServiceTarget, TargetError, parse_fraction_target
 from autoscaler.simulation.hpa import SYNC_PERIOD_S
 from autoscaler.simulation.inputs import Workload
 from forecast.durations import parse_positive_duration
 
-PolicyName = Literal["reactive", "static_buffer", "reactive_max", "scheduled", "holt_winters", "auto", "oracle"]
+PolicyName = Literal[
+    "reactive", "static_buffer", "reactive_max", "scheduled", "holt_winters", "auto", "auto-slo", "oracle"
+]
 POLICY_NAMES: tuple[PolicyName, ...] = (
     "reactive",
     "static_buffer",
@@ -26,13 +29,21 @@ POLICY_NAMES: tuple[PolicyName, ...] = (
     "scheduled",
     "holt_winters",
     "auto",
+    "auto-slo",
     "oracle",
 )
+# Heuristics an operator tunes to a target on the past and runs on the future: ``static_buffer@1%``.
+TUNABLE: frozenset[str] = frozenset({"static_buffer", "reactive_max"})
 FORECASTING: frozenset[str] = frozenset({"holt_winters", "auto"})
 # What an operator can run without this service's forecast: the yardsticks ``auto:Q`` must beat.
 # Holt-Winters is one (the PHPA's off-the-shelf forecast); the oracle, which knows the future, is not.
 HEURISTICS: frozenset[str] = frozenset({"reactive", "static_buffer", "reactive_max", "scheduled", "holt_winters"})
-_PARAMETER = {"static_buffer": "N (GPUs)", "reactive_max": "W (a duration)", "auto": "Q (a quantile)"}
+_PARAMETER = {
+    "static_buffer": "N (GPUs)",
+    "reactive_max": "W (a duration)",
+    "auto": "Q (a quantile)",
+    "auto-slo": "TARGET (a share of minutes short, e.g. 1%)",
+}
 # The oracle plans for this quantile of the lead-time distribution (its maximum, for a fixed one).
 ORACLE_LEAD_QUANTILE = 0.999
 
@@ -46,6 +57,13 @@ class PolicySpec:
     buffer_gpus: float = 0.0
     window_s: float = 0.0
     quantile: float = 0.0
+    # auto-slo:TARGET and the walk-forward-tuned heuristics NAME@TARGET: the service level to meet.
+    target: ServiceTarget | None = None
+
+    @property
+    def tuned(self) -> bool:
+        """Chosen walk-forward among candidates to meet a target (auto-slo, NAME@TARGET)."""
+        return self.target is not None
 
     @property
     def forecasting(self) -> bool:
@@ -57,7 +75,19 @@ class PolicySpec:
 
 
 def parse_policy(text: str) -> PolicySpec:
-    name, colon, parameter = text.strip().partition(":")
+    text = text.strip()
+    tuned_name, at, target_text = text.partition("@")
+    if at:
+        if tuned_name not in TUNABLE:
+            raise ValueError(
+                f"policy {text!r}: only {' and '.join(sorted(TUNABLE))} can be tuned to a target (NAME@TARGET)"
+            )
+        try:
+            target = parse_fraction_target(target_text)
+        except TargetError as error:
+            raise ValueError(f"policy {text!r}: {error}") from None
+        return PolicySpec(text, "static_buffer" if tuned_name == "static_buffer" else "reactive_max", target=target)
+    name, colon, parameter = text.partition(":")
     if name not in POLICY_NAMES:
         raise ValueError(f"unknown policy {text!r}; known: {', '.join(POLICY_NAMES)}")
     if name in _PARAMETER and not colon:
@@ -86,6 +116,11 @@ def parse_policy(text: str) -> PolicySpec:
         if not 0.5 < quantile < 1.0:
             raise ValueError(f"policy {text!r}: Q must be a quantile between 0.5 and 1 (exclusive)")
         return PolicySpec(text, "auto", quantile=quantile)
+    if name == "auto-slo":
+        try:
+            return PolicySpec(text, "auto-slo", target=parse_fraction_target(parameter))
+        except TargetError as error:
+            raise ValueError(f"policy {text!r}: {error}") from None
     return PolicySpec(text, name)
 
 
@@ -150,6 +185,8 @@ def oracle_headroom(workload: Workload, planning: Planning) -> np.ndarray:
 
 def heuristic_headroom(spec: PolicySpec, workload: Workload, planning: Planning) -> np.ndarray:
     """The served metric per step for every policy that needs no forecast."""
+    if spec.tuned:
+        raise ValueError(f"policy {spec.text!r} is chosen walk-forward among candidates, not computed alone")
     observed = workload.observed
     if spec.name == "reactive":
         return np.zeros(workload.steps)

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from autoscaler.scorecard import gpu_allocation, short_figures, wait_figures
 from autoscaler.simulation.actuation import BUFFER_RESYNC_OFFSET_S, BUFFER_RESYNC_S, PLACEHOLDER_GPUS, Actuation
-from autoscaler.simulation.engine import Outcome
+from autoscaler.simulation.engine import Outcome, Period
 from autoscaler.simulation.policies import parse_policy
 from autoscaler.simulation.runner import PolicyRun, SimulationResult
 
@@ -34,11 +35,14 @@ def _percentile(values: np.ndarray, level: float) -> float | None:
     return _round(float(np.percentile(values, level))) if len(values) else None
 
 
-def policy_figures(run: PolicyRun, *, pods: bool, windows: bool, gpu_hour_price: float | None) -> dict[str, Any]:
+def policy_figures(
+    run: PolicyRun, *, pods: bool, windows: bool, gpu_hour_price: float | None, period: Period | None = None
+) -> dict[str, Any]:
     """One policy's figures over the scored period (keys as the command documents them).
 
     Provisioned GPU-hours count nodes from launch (what is billed), not only while Ready; idle is
-    provisioned minus what real pods used; short is requested GPUs above Ready capacity.
+    provisioned minus what real pods used; short is requested GPUs above Ready capacity. With the
+    period, the scorecard's figures too (autoscaler/scorecard.py: the live service's definitions).
     """
     totals = run.outcome.totals
     figures: dict[str, Any] = {
@@ -48,6 +52,20 @@ def policy_figures(run: PolicyRun, *, pods: bool, windows: bool, gpu_hour_price:
         "short_gpu_minutes": _round(totals.short / 60),
         "node_launches": totals.launches,
     }
+    if period is not None:
+        ledger = run.outcome.scored_ledger(period)
+        shorts = short_figures(ledger)
+        allocation = gpu_allocation(ledger)
+        figures["minutes_short_fraction"] = _round(shorts.minutes_short_fraction, 5)
+        figures["gpu_allocation"] = None if allocation is None else _round(allocation, 4)
+        if windows:
+            figures["window_start_delay_p95_s"] = wait_figures(run.outcome.window_start_delays).p95_s
+        if run.spec.target is not None:
+            attained = run.spec.target.attained(shorts)
+            figures["target"] = {"kind": run.spec.target.kind, "value": run.spec.target.value}
+            figures["attained"] = None if attained is None else _round(attained, 5)
+            figures["met"] = run.spec.target.met(shorts)
+            figures["choices"] = _choice_counts(run)
     if pods:
         figures["pod_wait_p50_s"] = _percentile(run.outcome.pod_waits, 50)
         figures["pod_wait_p95_s"] = _percentile(run.outcome.pod_waits, 95)
@@ -57,6 +75,46 @@ def policy_figures(run: PolicyRun, *, pods: bool, windows: bool, gpu_hour_price:
     if gpu_hour_price is not None:
         figures["cost"] = _round(totals.provisioned / 3600 * gpu_hour_price, 2)
     return figures
+
+
+def _choice_counts(run: PolicyRun) -> dict[str, int]:
+    """How many periods each candidate was served, most served first."""
+    counts: dict[str, int] = {}
+    for choice in run.choices:
+        counts[choice.candidate] = counts.get(choice.candidate, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: -item[1]))
+
+
+def service_level_check(policies: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """For each ``auto-slo:T``: the walk-forward-tuned heuristics at the same target, and whether
+    auto-slo provisions no more GPU-hours than every one of them that also met it."""
+    out: dict[str, Any] = {}
+    for text, figures in policies.items():
+        if not text.startswith("auto-slo:") or "target" not in figures:
+            continue
+        rivals = {
+            name: rival for name, rival in policies.items() if "@" in name and rival.get("target") == figures["target"]
+        }
+        met = {name: rival for name, rival in rivals.items() if rival["met"]}
+        cheapest = min(met, key=lambda name: met[name]["provisioned_gpu_hours"]) if met else None
+        out[text] = {
+            "attained": figures["attained"],
+            "met": figures["met"],
+            "provisioned_gpu_hours": figures["provisioned_gpu_hours"],
+            "idle_gpu_hours": figures["idle_gpu_hours"],
+            "tuned_heuristics": {
+                name: {key: rival[key] for key in ("attained", "met", "provisioned_gpu_hours", "idle_gpu_hours")}
+                for name, rival in rivals.items()
+            },
+            "cheapest_tuned_heuristic_that_met": cheapest,
+            "no_costlier_than_any_that_met": all(
+                figures["provisioned_gpu_hours"] <= rival["provisioned_gpu_hours"] for rival in met.values()
+            ),
+            "idle_reduction_vs_cheapest": None
+            if cheapest is None or met[cheapest]["idle_gpu_hours"] <= 0
+            else _round(1 - figures["idle_gpu_hours"] / met[cheapest]["idle_gpu_hours"], 4),
+        }
+    return out
 
 
 def build_report(
@@ -90,7 +148,7 @@ def build_report(
         "declared_windows": len(workload.windows),
         "actuation": actuation_figures(config.actuation),
         "policies": {
-            text: policy_figures(run, pods=pods, windows=windows, gpu_hour_price=gpu_hour_price)
+            text: policy_figures(run, pods=pods, windows=windows, gpu_hour_price=gpu_hour_price, period=period)
             for text, run in result.runs.items()
         },
         "forecasting": forecasting,
@@ -102,6 +160,9 @@ def build_report(
         if sweep:
             report[key] = _sweep_figures(sweep)
             swept.update(report[key])
+    service_levels = service_level_check(report["policies"])
+    if service_levels:
+        report["service_levels"] = service_levels
     frontier = frontier_check(report["policies"], swept)
     if frontier:  # each judgement names the actuation it holds for
         report["frontier"] = {text: {**check, "actuation": config.actuation.kind} for text, check in frontier.items()}

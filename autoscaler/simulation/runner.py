@@ -37,6 +37,14 @@ from autoscaler.simulation.policies import (
 )
 from autoscaler.simulation.provisioner import BATCH_MAX_S, PoolConfig
 from autoscaler.simulation.sweeps import rolling_max_settings, static_buffer_settings, sweep_until_past
+from autoscaler.simulation.tuning import (
+    DAY_S,
+    Choice,
+    TuningSettings,
+    candidate_texts,
+    stitched_metric,
+    walk_forward,
+)
 from autoscaler.workers import start_simulation_worker
 from forecast.types import ProgressCallback
 
@@ -56,6 +64,7 @@ class SimulationConfig:
     cadence: ForecastCadence
     actuation: Actuation = field(default_factory=Actuation)
     seed: int = 0
+    tuning: TuningSettings = field(default_factory=TuningSettings)
 
 
 @dataclass
@@ -67,6 +76,7 @@ class PolicyRun:
     fit_seconds: list[float] = field(default_factory=list)
     forecast_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    choices: list[Choice] = field(default_factory=list)  # a tuned policy's walk-forward choices
 
 
 @dataclass
@@ -83,14 +93,14 @@ class SimulationResult:
     rolling_max_sweep: dict[str, Outcome] = field(default_factory=dict)
 
 
-def simulation_period(workload: Workload, warmup_s: float) -> Period:
-    """Scoring starts after the warm-up (on a whole step); the cluster starts up to an hour earlier."""
+def simulation_period(workload: Workload, warmup_s: float, settle_s: float = SETTLE_S) -> Period:
+    """Scoring starts after the warm-up (on a whole step); the cluster starts up to ``settle_s`` earlier."""
     scored_from = math.ceil(warmup_s / workload.step_s) * workload.step_s
     if scored_from >= workload.end_s:
         raise ValueError(
             f"--warmup ({warmup_s:g} s) covers the whole input ({workload.end_s:g} s): nothing is left to score"
         )
-    start = max(0.0, math.floor((scored_from - SETTLE_S) / workload.step_s) * workload.step_s)
+    start = max(0.0, math.floor((scored_from - settle_s) / workload.step_s) * workload.step_s)
     return Period(start=start, scored_from=scored_from, end=workload.end_s)
 
 
@@ -290,19 +300,36 @@ def simulate(
     ``reactive_max:W`` for W = 5m, 10m, 15m, ..., each in batches of ``workers`` until one provisions
     more GPU-hours than the costliest ``auto:Q`` policy: whether a forecast beats a heuristic depends
     on every setting an operator could have chosen, not only the ones given.
+
+    Tuned policies (``auto-slo:T``, ``static_buffer@T``, ``reactive_max@T``) run their candidates
+    first, each through the whole run, then serve the walk-forward choices among them
+    (:mod:`.tuning`). With any of them, the cluster settles a day before scoring instead of an hour,
+    so that the first decision has a day of every candidate's past to judge.
     """
     started = time.perf_counter()
-    period = simulation_period(workload, config.warmup_s)
+    tuned = [spec for spec in specs if spec.tuned]
+    period = simulation_period(workload, config.warmup_s, DAY_S if tuned else SETTLE_S)
     planning = _planning(workload, period, config)
     cluster_runs = _ClusterRuns(workload, period, _pool_config(config), config.actuation)
-    policy_jobs = _PolicyJobs(specs, cluster_runs, planning, config.cadence)
+    largest_demand = float(workload.peak.max()) if workload.steps else 0.0
+    candidates = {spec.text: candidate_texts(spec.name, largest_demand, config.gpus_per_node) for spec in tuned}
+    plain = [spec for spec in specs if not spec.tuned]
+    given = {spec.text for spec in plain}
+    hidden_autos = sorted({text for texts in candidates.values() for text in texts if text.startswith("auto:")} - given)
+    policy_jobs = _PolicyJobs(
+        [*plain, *(parse_policy(text) for text in hidden_autos)], cluster_runs, planning, config.cadence
+    )
     jobs = _Jobs(workers)
     static: dict[str, Outcome] = {}
     rolling: dict[str, Outcome] = {}
+    tuned_runs: dict[str, PolicyRun] = {}
     try:
         policy_jobs.run(jobs, progress)
-        autos = [policy_jobs.outcomes[spec.text].totals.provisioned for spec in specs if spec.name == "auto"]
         batches = _SweepBatches(jobs, cluster_runs, planning, policy_jobs, progress)
+        if tuned:
+            tuned_runs = _run_tuned(tuned, candidates, policy_jobs, batches, jobs, cluster_runs, planning, config)
+        autos = [policy_jobs.outcomes[spec.text].totals.provisioned for spec in plain if spec.name == "auto"]
+        autos += [run.outcome.totals.provisioned for run in tuned_runs.values() if run.spec.name == "auto-slo"]
         if sweep_static and autos:
             buffers = static_buffer_settings(max(autos), period.end - period.scored_from, config.gpus_per_node)
             static = sweep_until_past(buffers, batches, max(autos), workers)
@@ -310,6 +337,56 @@ def simulate(
             rolling = sweep_until_past(rolling_max_settings(workload.end_s), batches, max(autos), workers)
     finally:
         jobs.close()
-    runs = policy_jobs.policy_runs()
+    every_run = policy_jobs.policy_runs()
+    runs = {spec.text: tuned_runs[spec.text] if spec.tuned else every_run[spec.text] for spec in specs}
     seconds = time.perf_counter() - started
     return SimulationResult(workload, period, config, runs, seconds, static_sweep=static, rolling_max_sweep=rolling)
+
+
+def _run_tuned(
+    tuned: Sequence[PolicySpec],
+    candidates: dict[str, list[str]],
+    policy_jobs: _PolicyJobs,
+    batches: _SweepBatches,
+    jobs: _Jobs,
+    cluster_runs: _ClusterRuns,
+    planning: Planning,
+    config: SimulationConfig,
+) -> dict[str, PolicyRun]:
+    """Each tuned policy: its candidates' runs (those not run yet), the walk-forward choices among
+    them, and the run of the metric those choices serve."""
+    workload, period = cluster_runs.workload, cluster_runs.period
+    outcomes = dict(policy_jobs.outcomes)
+    missing = sorted({text for texts in candidates.values() for text in texts} - set(outcomes))
+    outcomes.update(batches(missing))
+    served: dict[str, tuple[PolicySpec, list[Choice], np.ndarray]] = {}
+    for spec in tuned:
+        if spec.target is None:
+            continue
+        ledgers = {text: outcomes[text].ledger for text in candidates[spec.text]}
+        choices = walk_forward(
+            ledgers,
+            spec.target,
+            period.scored_from,
+            period.end,
+            config.tuning,
+            calibrate=spec.name == "auto-slo",
+            history_from_s=period.start,
+        )
+        metrics = {
+            choice.candidate: _candidate_metric(choice.candidate, policy_jobs, planning, workload) for choice in choices
+        }
+        served[spec.text] = (spec, choices, stitched_metric(choices, metrics, workload.step_s, planning.first_step))
+        cluster_runs.submit(jobs, ("tuned", spec.text), served[spec.text][2])
+    runs: dict[str, PolicyRun] = {}
+    while jobs:
+        for (_, text), outcome in jobs.next_completed():
+            spec, choices, metric = served[text]
+            runs[text] = PolicyRun(spec=spec, outcome=outcome, metric=metric, choices=choices)
+    return runs
+
+
+def _candidate_metric(text: str, policy_jobs: _PolicyJobs, planning: Planning, workload: Workload) -> np.ndarray:
+    """A candidate's served metric: a forecasting policy's from its blocks, a heuristic's computed."""
+    metric = policy_jobs.metrics.get(text)
+    return metric if metric is not None else heuristic_headroom(parse_policy(text), workload, planning)

@@ -13,7 +13,15 @@ from click.testing import CliRunner, Result
 from autoscaler.commands.simulate import simulate_command
 from tests.cli_helpers import assert_usage_error
 
-BASE_KEYS = {"demand_gpu_hours", "provisioned_gpu_hours", "idle_gpu_hours", "short_gpu_minutes", "node_launches"}
+BASE_KEYS = {
+    "demand_gpu_hours",
+    "provisioned_gpu_hours",
+    "idle_gpu_hours",
+    "short_gpu_minutes",
+    "node_launches",
+    "minutes_short_fraction",
+    "gpu_allocation",
+}
 HEURISTICS = "reactive,static_buffer:8,reactive_max:30m,scheduled,oracle"
 
 
@@ -111,11 +119,13 @@ def test_price_and_schedule_add_their_keys(demand_csv):
     )  # fmt: skip
     assert code == 0
     report = json.loads(out)
-    keys = BASE_KEYS | {"cost", "window_pod_wait_p50_s", "window_pod_wait_p95_s"}
+    keys = BASE_KEYS | {"cost", "window_pod_wait_p50_s", "window_pod_wait_p95_s", "window_start_delay_p95_s"}
     for figures in report["policies"].values():
         assert set(figures) == keys
         assert figures["cost"] == pytest.approx(figures["provisioned_gpu_hours"] * 2.5, abs=0.01)
     assert report["policies"]["reactive"]["window_pod_wait_p95_s"] == pytest.approx(301, abs=1)
+    # The window's run started when its last pod ran: the lead time after its scheduled start.
+    assert report["policies"]["reactive"]["window_start_delay_p95_s"] == pytest.approx(301, abs=1)
 
 
 def test_pod_trace_adds_pod_waits(pods_csv):

@@ -1,0 +1,138 @@
+"""Service-level targets: at each decision, serve the cheapest candidate that met the target over the
+days before it (walk-forward tuning), judged on each candidate's replayed outcome.
+
+This is how an operator tunes a heuristic on the past and runs it on the future
+(``static_buffer@1%``: each day, the smallest buffer that would have kept minutes short under 1 %
+over the previous 7 days), and how a metric with a ``target`` (the simulator's ``auto-slo``) chooses
+the quantile level it serves. Each candidate's past is its own run through the same controller and node pool (its
+ledger, :mod:`autoscaler.scorecard`), so a choice is judged on the decision itself, the capacity it
+made and what that cost, not on per-step forecast error.
+
+A target also calibrates online, as adaptive conformal inference does for a coverage level: the
+level it asks of the past moves down after a period that missed the target and back up after
+periods that met it, so that a cluster whose demand or lead times shift is pulled back to its target.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from autoscaler.scorecard import MinuteLedger, ServiceTarget, ShortFigures
+
+DAY_S = 86400.0
+
+
+@dataclass(frozen=True)
+class TuningSettings:
+    """How often a tuned policy decides, over how much of the past, and how it calibrates."""
+
+    every_s: float = DAY_S
+    window_s: float = 7 * DAY_S
+    # Online calibration (auto-slo only): the level asked of the past moves by gain x (target - attained)
+    # after each period, within [floor x target, ceiling x target].
+    gain: float = 1.0
+    floor: float = 0.1
+    ceiling: float = 2.0
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One decision: ``candidate`` is served from ``start_s`` to ``end_s``."""
+
+    start_s: float
+    end_s: float
+    candidate: str
+    asked: float  # the level asked of the past (the target, or the calibrated level)
+    met_in_window: bool  # the candidate met the level asked over the window before
+
+
+class _Prefix:
+    """One candidate's ledger as prefix sums, so that any window's figures cost O(1)."""
+
+    def __init__(self, ledger: MinuteLedger) -> None:
+        self.starts = ledger.starts
+        self.short = np.concatenate([[0.0], np.cumsum(ledger.short_gpu_seconds)])
+        self.minutes_short = np.concatenate([[0], np.cumsum(ledger.short_gpu_seconds > 1e-6)])
+        self.held = np.concatenate([[0.0], np.cumsum(ledger.held_gpu_seconds)])
+
+    def window(self, start_s: float, end_s: float) -> tuple[ShortFigures, float]:
+        first = int(np.searchsorted(self.starts, start_s, side="left"))
+        last = int(np.searchsorted(self.starts, end_s, side="left"))
+        figures = ShortFigures(
+            short_gpu_minutes=float(self.short[last] - self.short[first]) / 60.0,
+            minutes_short=int(self.minutes_short[last] - self.minutes_short[first]),
+            minutes_scored=last - first,
+        )
+        return figures, float(self.held[last] - self.held[first])
+
+
+def walk_forward(
+    candidates: Mapping[str, MinuteLedger],
+    target: ServiceTarget,
+    decisions_from_s: float,
+    end_s: float,
+    settings: TuningSettings,
+    *,
+    calibrate: bool,
+    history_from_s: float,
+) -> list[Choice]:
+    """The choice for each period of ``settings.every_s`` from ``decisions_from_s`` to ``end_s``.
+
+    At each decision, every candidate is judged over ``[max(history_from_s, now - window), now)``:
+    the cheapest (fewest held GPU-seconds) that met the level asked is served until the next
+    decision; if none did, the one that came closest (of equals, the cheapest). Candidates are
+    judged in the order given, so ties go to the first.
+    """
+    if not candidates:
+        raise ValueError("walk-forward tuning needs at least one candidate")
+    if target.kind == "window_start_delay_p95_s":
+        raise ValueError("walk-forward tuning judges targets on the minute ledger; window delays are not in it")
+    prefixes = {text: _Prefix(ledger) for text, ledger in candidates.items()}
+    asked = target.value
+    choices: list[Choice] = []
+    now = decisions_from_s
+    while now < end_s:
+        following = min(now + settings.every_s, end_s)
+        window_start = max(history_from_s, now - settings.window_s)
+        judged = []
+        for text, prefix in prefixes.items():
+            figures, held = prefix.window(window_start, now)
+            attained = target.attained(figures)
+            judged.append((text, math.inf if attained is None else attained, held))
+        met = [entry for entry in judged if entry[1] <= asked + 1e-12]
+        if met:
+            text = min(met, key=lambda entry: entry[2])[0]
+        else:
+            text = min(judged, key=lambda entry: (entry[1], entry[2]))[0]
+        choices.append(Choice(now, following, text, asked, bool(met)))
+        if calibrate:
+            figures, _ = prefixes[text].window(now, following)
+            attained = target.attained(figures)
+            if attained is not None:
+                asked = _calibrated(asked, target.value, attained, settings)
+        now = following
+    return choices
+
+
+def _calibrated(asked: float, target: float, attained: float, settings: TuningSettings) -> float:
+    """The level to ask next: lower after a period short of the target, higher after one within it."""
+    moved = asked + settings.gain * (target - attained)
+    return min(max(moved, settings.floor * target), settings.ceiling * target)
+
+
+def stitched_metric(
+    choices: list[Choice], metrics: Mapping[str, np.ndarray], step_s: float, first_step: int
+) -> np.ndarray:
+    """The served metric of a tuned policy: each choice's candidate metric over its period. Before the
+    first decision (the settling run before scoring) it serves its first choice."""
+    steps = len(next(iter(metrics.values())))
+    out = np.zeros(steps)
+    for index, choice in enumerate(choices):
+        begin = first_step if index == 0 else math.ceil(choice.start_s / step_s)
+        end = steps if index == len(choices) - 1 else math.ceil(choice.end_s / step_s)
+        out[begin:end] = metrics[choice.candidate][begin:end]
+    return out

@@ -1,0 +1,56 @@
+"""The simulator's tuned policies: the candidates each one chooses among (the choosing itself is the
+service's, :mod:`autoscaler.service_levels`).
+
+``static_buffer@1%`` is how an operator tunes a heuristic on the past and runs it on the future: each
+day, the smallest buffer that would have kept minutes short under 1 % over the previous 7 days.
+``auto-slo:1%`` chooses among the service's own quantile forecasts the same way, and calibrates
+online. Heuristics are not among its candidates: measured on the Alibaba pod list, choosing among
+every family at once chose a different candidate almost every day, attained less and cost more than
+choosing among quantile levels alone (docs/service-levels.md).
+"""
+
+from __future__ import annotations
+
+import math
+
+from autoscaler.service_levels import DAY_S, Choice, TuningSettings, stitched_metric, walk_forward
+
+__all__ = [
+    "DAY_S",
+    "Choice",
+    "TuningSettings",
+    "candidate_texts",
+    "static_buffer_grid",
+    "stitched_metric",
+    "walk_forward",
+]
+
+
+# auto-slo's own candidates: its quantile forecasts at these levels (one selection serves them all).
+AUTO_SLO_QUANTILES = (0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995)
+# Rolling-max windows an operator would try, in minutes.
+ROLLING_MAX_WINDOWS_MIN = (5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 240, 360, 480, 720)
+# Static buffers up to this share of the largest demand (plus a node): past it a buffer costs more
+# than any target on these traces needs.
+STATIC_BUFFER_SHARE = 0.3
+
+
+def static_buffer_grid(largest_demand: float, gpus_per_node: int) -> list[int]:
+    """Buffers an operator would try: every GPU up to 16, then coarser steps (2, 4, then 8 GPUs)."""
+    ceiling = max(16, math.ceil(STATIC_BUFFER_SHARE * largest_demand) + gpus_per_node)
+    grid = list(range(0, 17)) + list(range(18, 33, 2)) + list(range(36, 65, 4))
+    grid += list(range(72, ceiling + 8, 8))
+    return [gpus for gpus in grid if gpus <= ceiling]
+
+
+def candidate_texts(name: str, largest_demand: float, gpus_per_node: int) -> list[str]:
+    """The policies a tuned policy chooses among, by policy text, in the order ties are broken."""
+    statics = [f"static_buffer:{gpus}" for gpus in static_buffer_grid(largest_demand, gpus_per_node)]
+    rolling = [f"reactive_max:{minutes}m" for minutes in ROLLING_MAX_WINDOWS_MIN]
+    if name == "static_buffer":
+        return statics
+    if name == "reactive_max":
+        return rolling
+    if name == "auto-slo":
+        return [f"auto:{quantile:g}" for quantile in AUTO_SLO_QUANTILES]
+    raise ValueError(f"policy {name!r} is not tuned to a target")

@@ -1,0 +1,180 @@
+"""Walk-forward tuning to a service-level target: the choices, the calibration, the stitched metric,
+and tuned policies run end to end through the simulator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from autoscaler.scorecard import MinuteLedger, parse_fraction_target, short_figures
+from autoscaler.simulation.forecasting import ForecastCadence
+from autoscaler.simulation.inputs import Pods, make_workload
+from autoscaler.simulation.lead_times import parse_lead_time_distribution
+from autoscaler.simulation.policies import parse_policies, parse_policy
+from autoscaler.simulation.report import build_report, service_level_check
+from autoscaler.simulation.runner import SimulationConfig, simulate
+from autoscaler.simulation.tuning import (
+    DAY_S,
+    TuningSettings,
+    candidate_texts,
+    static_buffer_grid,
+    stitched_metric,
+    walk_forward,
+)
+
+MINUTES_A_DAY = 1440
+
+
+def _ledger(days: int, short_minutes_per_day: list[int], held_per_minute: float) -> MinuteLedger:
+    """A candidate over ``days`` days: on day d, the first ``short_minutes_per_day[d]`` minutes have a GPU short."""
+    short = np.zeros(days * MINUTES_A_DAY)
+    for day, count in enumerate(short_minutes_per_day):
+        short[day * MINUTES_A_DAY : day * MINUTES_A_DAY + count] = 60.0
+    starts = np.arange(days * MINUTES_A_DAY) * 60.0
+    return MinuteLedger(starts, short, np.full(len(starts), held_per_minute * 60.0), np.zeros(len(starts)))
+
+
+def test_each_day_serves_the_cheapest_candidate_that_met_the_target_over_the_days_before() -> None:
+    target = parse_fraction_target("1%")  # 14.4 minutes a day
+    candidates = {
+        "cheap": _ledger(4, [10, 30, 30, 30], held_per_minute=10),  # met on day 0 only
+        "middle": _ledger(4, [12, 12, 12, 12], held_per_minute=20),  # always met
+        "dear": _ledger(4, [0, 0, 0, 0], held_per_minute=30),
+    }
+    choices = walk_forward(
+        candidates, target, DAY_S, 4 * DAY_S, TuningSettings(window_s=DAY_S), calibrate=False, history_from_s=0.0
+    )
+    assert [(choice.start_s, choice.candidate) for choice in choices] == [
+        (DAY_S, "cheap"),  # judged on day 0
+        (2 * DAY_S, "middle"),  # cheap missed on day 1
+        (3 * DAY_S, "middle"),
+    ]
+    assert all(choice.met_in_window for choice in choices)
+    # Over a 7-day window (all the past there is), cheap's 40 short minutes of 2,880 are 1.39 %: missed.
+    wide = walk_forward(candidates, target, 2 * DAY_S, 3 * DAY_S, TuningSettings(), calibrate=False, history_from_s=0.0)
+    assert [choice.candidate for choice in wide] == ["middle"]
+
+
+def test_when_nothing_met_the_closest_is_served() -> None:
+    target = parse_fraction_target("0.3%")
+    candidates = {"a": _ledger(2, [50, 0], 10), "b": _ledger(2, [20, 0], 20), "c": _ledger(2, [20, 0], 15)}
+    choices = walk_forward(candidates, target, DAY_S, 2 * DAY_S, TuningSettings(), calibrate=False, history_from_s=0.0)
+    assert [(choice.candidate, choice.met_in_window) for choice in choices] == [("c", False)]
+
+
+def test_calibration_asks_more_after_a_miss_and_less_after_hits() -> None:
+    target = parse_fraction_target("1%")
+    # "edge" meets exactly 1 % in its window but misses 3 % on day 2; "safe" is never short.
+    candidates = {
+        "edge": _ledger(5, [14, 14, 43, 0, 0], held_per_minute=10),
+        "safe": _ledger(5, [0, 0, 0, 0, 0], held_per_minute=20),
+    }
+    settings = TuningSettings(window_s=DAY_S)
+    choices = walk_forward(candidates, target, 2 * DAY_S, 5 * DAY_S, settings, calibrate=True, history_from_s=0.0)
+    asked = [choice.asked for choice in choices]
+    # Day 3's window (day 2) has edge missing; day 4's (day 3) has it met again, within the raised level.
+    assert [choice.candidate for choice in choices] == ["edge", "safe", "edge"]
+    assert asked[0] == pytest.approx(0.01)
+    # Day 2 attained 43 / 1440: the level asked drops by the miss, to its floor (a tenth of the target).
+    assert asked[1] == pytest.approx(0.001)
+    # Day 3 met with nothing short: it rises by the target again.
+    assert asked[2] == pytest.approx(0.011)
+    uncalibrated = walk_forward(candidates, target, 2 * DAY_S, 5 * DAY_S, settings, calibrate=False, history_from_s=0.0)
+    assert [choice.asked for choice in uncalibrated] == [0.01] * 3
+
+
+def test_walk_forward_refuses_what_it_cannot_judge() -> None:
+    with pytest.raises(ValueError, match="at least one candidate"):
+        walk_forward({}, parse_fraction_target("1%"), 0.0, DAY_S, TuningSettings(), calibrate=False, history_from_s=0)
+
+
+def test_the_stitched_metric_follows_the_choices() -> None:
+    metrics = {"a": np.full(10, 1.0), "b": np.full(10, 2.0)}
+    target = parse_fraction_target("1%")
+    choices = walk_forward(
+        {"a": _ledger(1, [0], 1), "b": _ledger(1, [0], 2)},
+        target,
+        0.0,
+        DAY_S,
+        TuningSettings(),
+        calibrate=False,
+        history_from_s=0.0,
+    )
+    assert stitched_metric(choices, metrics, DAY_S / 10, first_step=0).tolist() == [1.0] * 10
+
+
+def test_candidates_and_the_static_grid() -> None:
+    assert static_buffer_grid(20, 8)[:3] == [0, 1, 2]
+    assert static_buffer_grid(20, 8)[-1] == 16
+    assert static_buffer_grid(700, 8)[-1] == 216
+    assert candidate_texts("auto-slo", 100, 8)[0] == "auto:0.6"
+    assert all(text.startswith("reactive_max:") for text in candidate_texts("reactive_max", 100, 8))
+    with pytest.raises(ValueError, match="not tuned"):
+        candidate_texts("oracle", 100, 8)
+
+
+def test_tuned_policies_parse_and_bad_targets_name_the_policy() -> None:
+    assert parse_policy("auto-slo:1%").target == parse_fraction_target("1%")
+    assert parse_policy("static_buffer@0.3%").name == "static_buffer"
+    assert parse_policy("reactive_max@1%").heuristic
+    for bad, message in (
+        ("auto-slo:150%", "below 100 %"),
+        ("auto-slo:0.01", "percentage"),
+        ("oracle@1%", "can be tuned"),
+        ("static_buffer@-1%", "percentage"),
+        ("auto-slo", "needs a parameter"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            parse_policy(bad)
+
+
+def _daily_surges(days: int) -> np.ndarray:
+    """40 GPUs, with a rise to 80 for an hour at 09:00 every day: a daily cycle a forecast can learn."""
+    minutes = np.arange(days * MINUTES_A_DAY)
+    base = np.full(len(minutes), 40.0)
+    base[(minutes % MINUTES_A_DAY >= 540) & (minutes % MINUTES_A_DAY < 600)] = 80.0
+    return base
+
+
+@pytest.mark.slow
+def test_tuned_policies_run_end_to_end_and_meet_the_target_at_least_cost() -> None:
+    origin = pd.Timestamp("2024-03-01T00:00:00Z")
+    workload = make_workload("surges", origin, 60.0, _daily_surges(8), Pods.empty(), ())
+    config = SimulationConfig(
+        gpus_per_node=8,
+        lead_time_s=300.0,
+        lead_margin_s=90.0,
+        warmup_s=4 * DAY_S,
+        lead_distribution=parse_lead_time_distribution("fixed:5m"),
+        consolidate_after_s=600.0,
+        cadence=ForecastCadence(lookback_s=4 * DAY_S, reselect_every_s=DAY_S, refit_every_s=DAY_S),
+    )
+    specs = parse_policies("reactive,auto-slo:1%,static_buffer@1%")
+    result = simulate(workload, specs, config, workers=2)
+    assert result.period.start == 3 * DAY_S  # a day of every candidate's past before the first decision
+    report = build_report(result, input_name="surges", pods=False, gpu_hour_price=None)
+    policies = report["policies"]
+    scored_minutes = 4 * MINUTES_A_DAY
+    for text in ("reactive", "auto-slo:1%", "static_buffer@1%"):
+        ledger = result.runs[text].outcome.scored_ledger(result.period)
+        assert len(ledger) == scored_minutes
+        # The ledger and the totals are two views of the same run.
+        assert short_figures(ledger).short_gpu_minutes == pytest.approx(policies[text]["short_gpu_minutes"], abs=1e-3)
+        assert ledger.held_gpu_seconds.sum() / 3600 == pytest.approx(policies[text]["provisioned_gpu_hours"], abs=1e-3)
+    # Reactive is short every morning for the lead time: far above 1 %.
+    assert policies["reactive"]["minutes_short_fraction"] > 0.003
+    assert [choice.start_s for choice in result.runs["static_buffer@1%"].choices] == [
+        (4 + day) * DAY_S for day in range(4)
+    ]
+    slo = policies["auto-slo:1%"]
+    assert slo["target"] == {"kind": "minutes_short_fraction", "value": 0.01}
+    assert slo["attained"] <= 0.0125
+    assert sum(slo["choices"].values()) == 4
+    check = report["service_levels"]["auto-slo:1%"]
+    assert set(check["tuned_heuristics"]) == {"static_buffer@1%"}
+    if check["cheapest_tuned_heuristic_that_met"] is not None:
+        assert check["no_costlier_than_any_that_met"] is (
+            slo["provisioned_gpu_hours"] <= policies["static_buffer@1%"]["provisioned_gpu_hours"]
+        )
+    assert service_level_check({"auto:0.9": {"provisioned_gpu_hours": 1.0}}) == {}
