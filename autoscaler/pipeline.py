@@ -35,6 +35,7 @@ from autoscaler.plans import (
 )
 from autoscaler.policy import Cap
 from autoscaler.provider import MetricInfo
+from autoscaler.service_levels import TuningSettings
 from autoscaler.settings import Settings, WindowSettings
 from autoscaler.sources import KnownPools, PrometheusSignalSource, client_settings, signal_query
 
@@ -80,6 +81,9 @@ def metric_plans(settings: Settings) -> tuple[MetricPlan, ...]:
             utilization_signal=spec.utilization_signal,
             replicas_signal=spec.replicas_signal,
             target_utilization=spec.target_utilization,
+            target=spec.target.service_target() if spec.target is not None else None,
+            tuning=spec.target.tuning() if spec.target is not None else TuningSettings(),
+            target_gpus_per_node=spec.target.gpus_per_node if spec.target is not None else 8,
         )
         for name, spec in settings.metrics.items()
     )

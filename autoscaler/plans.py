@@ -6,13 +6,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
 from adapters.types import NODEPOOL_LABEL, ScheduledWindow, Signal
 from autoscaler import policy
 from autoscaler.provider import MetricInfo
+from autoscaler.scorecard import ServiceTarget
+from autoscaler.service_levels import ReplayFunction, TuningSettings
 
 
 class SignalSource(Protocol):
@@ -36,6 +38,10 @@ class MetricPlan:
     utilization_signal: str | None = None
     replicas_signal: str | None = None
     target_utilization: float = 60.0
+    # headroom: a service level to meet instead of a fixed quantile (autoscaler/target_levels.py).
+    target: ServiceTarget | None = None
+    tuning: TuningSettings = field(default_factory=TuningSettings)
+    target_gpus_per_node: int = 8  # the node size the target's replay provisions in
 
     @property
     def rule(self) -> policy.Rule:
@@ -47,6 +53,17 @@ class MetricPlan:
             max_decrease_per_minute=self.max_decrease_per_minute,
             target_utilization=self.target_utilization,
         )
+
+
+@dataclass
+class RefreshStats:
+    """What the last refreshes did, for /readyz, /metrics and the logs."""
+
+    refreshes: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+    last_success: dict[str, datetime] = field(default_factory=dict)
+    last_error: dict[str, str] = field(default_factory=dict)
+    last_duration_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -88,6 +105,8 @@ class RefreshInputs:
     caps: CapsFunction | None = None
     pending_gpus: PendingGpusFunction | None = None
     pending_placement: PendingPlacementFunction | None = None
+    # Replays a target's levels (the simulator's controller model); without it, targets serve their quantile.
+    replay: ReplayFunction | None = None
 
 
 def windows_for(labels: Mapping[str, str], windows: Sequence[ScheduledWindow]) -> list[ScheduledWindow]:

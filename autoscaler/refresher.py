@@ -20,7 +20,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 import pandas as pd
@@ -29,23 +29,13 @@ from adapters.types import NODEPOOL_LABEL, AdapterError, ScheduledWindow, Signal
 from autoscaler import fit_groups, fitting, policy
 from autoscaler.fit_schedule import FitSchedule
 from autoscaler.fitting import CapacityInputs, SeriesKey, WorkerResult, WorkRequest
-from autoscaler.plans import MetricPlan, RefreshInputs, RefreshSettings, SignalSource, windows_for
+from autoscaler.plans import MetricPlan, RefreshInputs, RefreshSettings, RefreshStats, SignalSource, windows_for
 from autoscaler.provenance import Provenance
 from autoscaler.provider import ServedSeries, Snapshot, SnapshotProvider
+from autoscaler.target_levels import TargetLevels
 from autoscaler.workers import ForecastPools, WorkFailed
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class RefreshStats:
-    """What the last refreshes did, for /readyz, /metrics and the logs."""
-
-    refreshes: int = 0
-    failures: dict[str, int] = field(default_factory=dict)
-    last_success: dict[str, datetime] = field(default_factory=dict)
-    last_error: dict[str, str] = field(default_factory=dict)
-    last_duration_s: float = 0.0
 
 
 def series_key(signal: Signal) -> SeriesKey:
@@ -93,6 +83,7 @@ class Refresher:
         self._wake = asyncio.Event()
         # Series forgotten since the last refresh: their workers drop the models they hold for them.
         self._dropped: set[SeriesKey] = set()
+        self.levels = TargetLevels(inputs.replay, inputs.refresh.interval.total_seconds())
 
     @property
     def settings(self) -> RefreshSettings:
@@ -162,6 +153,7 @@ class Refresher:
         self._served.pop(key, None)
         self._previous = {k: v for k, v in self._previous.items() if k[1] != key}
         self.schedule.forget(key)
+        self.levels.forget(key)
 
     def _restorable(self, plan: MetricPlan, series: ServedSeries) -> ServedSeries | None:
         reason = policy.unservable(series.value)
@@ -210,6 +202,7 @@ class Refresher:
         await fit_groups.run_in_groups(groups, lambda pair: self._fit(*pair, now), serve_group)
         snapshot = self._build(now)
         self.provider.swap(snapshot)
+        await self.levels.tune_due(now.timestamp(), self.pools.run, self.settings.fit_timeout.total_seconds())
         self.stats.refreshes += 1
         self.stats.last_duration_s = time.perf_counter() - started
         if self.on_success is not None:
@@ -281,7 +274,7 @@ class Refresher:
             key=key,
             series=signal.series,
             lead_steps=max(1, int(pd.Timedelta(self.lead_time(signal.labels).value) / signal.step)),
-            quantiles=tuple(sorted({plan.quantile for plan in plans} or {0.9})),
+            quantiles=tuple(sorted({level for plan in plans for level in self.levels.levels(plan)} or {0.9})),
             work=work,
             model=model,
             known_windows=tuple((w.start, w.end, w.gpus) for w in relevant_past),
@@ -329,7 +322,7 @@ class Refresher:
             previous=self._previous.get(previous_key),
             capacity=result.capacity,
         )
-        decision = policy.decide(plan.rule, situation)
+        decision = self.levels.decide(plan, fitted.key, situation, now.timestamp())
         if decision is None:
             log.warning("%s%s: no replica capacity can be learned yet", plan.metric, dict(signal.labels))
             return None
@@ -341,7 +334,7 @@ class Refresher:
         engine = result.engine
         provenance = Provenance(
             model=engine.model,
-            quantile=plan.quantile,
+            quantile=self.levels.level(plan, fitted.key),
             forecast=engine.forecast,
             history=signal.series,
             scores=engine.scores,

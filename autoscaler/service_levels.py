@@ -16,7 +16,7 @@ periods that met it, so that a cluster whose demand or lead times shift is pulle
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,7 +50,7 @@ class Choice:
     met_in_window: bool  # the candidate met the level asked over the window before
 
 
-class _Prefix:
+class LedgerPrefix:
     """One candidate's ledger as prefix sums, so that any window's figures cost O(1)."""
 
     def __init__(self, ledger: MinuteLedger) -> None:
@@ -70,6 +70,41 @@ class _Prefix:
         return figures, float(self.held[last] - self.held[first])
 
 
+def choose(
+    prefixes: Mapping[str, LedgerPrefix], target: ServiceTarget, asked: float, window_start_s: float, now_s: float
+) -> tuple[str, bool]:
+    """The candidate to serve from ``now_s``, judged over ``[window_start_s, now_s)``: the cheapest
+    (fewest held GPU-seconds) that met the level asked; if none did, the one that came closest (of
+    equals, the cheapest). Ties go to the first in order. Also whether it met the level."""
+    judged = []
+    for text, prefix in prefixes.items():
+        figures, held = prefix.window(window_start_s, now_s)
+        attained = target.attained(figures)
+        judged.append((text, math.inf if attained is None else attained, held))
+    met = [entry for entry in judged if entry[1] <= asked + 1e-12]
+    if met:
+        return min(met, key=lambda entry: entry[2])[0], True
+    return min(judged, key=lambda entry: (entry[1], entry[2]))[0], False
+
+
+def calibrated(asked: float, target: ServiceTarget, attained: float, settings: TuningSettings) -> float:
+    """The level to ask next: lower after a period short of the target, higher after one within it."""
+    moved = asked + settings.gain * (target.value - attained)
+    return min(max(moved, settings.floor * target.value), settings.ceiling * target.value)
+
+
+def prefixes_of(candidates: Mapping[str, MinuteLedger]) -> dict[str, LedgerPrefix]:
+    if not candidates:
+        raise ValueError("walk-forward tuning needs at least one candidate")
+    return {text: LedgerPrefix(ledger) for text, ledger in candidates.items()}
+
+
+def _judgeable(candidates: Mapping[str, MinuteLedger], target: ServiceTarget) -> dict[str, LedgerPrefix]:
+    if target.kind == "window_start_delay_p95_s":
+        raise ValueError("walk-forward tuning judges targets on the minute ledger; window delays are not in it")
+    return prefixes_of(candidates)
+
+
 def walk_forward(
     candidates: Mapping[str, MinuteLedger],
     target: ServiceTarget,
@@ -80,48 +115,24 @@ def walk_forward(
     calibrate: bool,
     history_from_s: float,
 ) -> list[Choice]:
-    """The choice for each period of ``settings.every_s`` from ``decisions_from_s`` to ``end_s``.
-
-    At each decision, every candidate is judged over ``[max(history_from_s, now - window), now)``:
-    the cheapest (fewest held GPU-seconds) that met the level asked is served until the next
-    decision; if none did, the one that came closest (of equals, the cheapest). Candidates are
-    judged in the order given, so ties go to the first.
-    """
-    if not candidates:
-        raise ValueError("walk-forward tuning needs at least one candidate")
-    if target.kind == "window_start_delay_p95_s":
-        raise ValueError("walk-forward tuning judges targets on the minute ledger; window delays are not in it")
-    prefixes = {text: _Prefix(ledger) for text, ledger in candidates.items()}
+    """The choice for each period of ``settings.every_s`` from ``decisions_from_s`` to ``end_s``, each
+    judged over ``[max(history_from_s, now - window), now)`` (:func:`choose`). Calibrating, the level
+    asked moves after each period by what the chosen candidate attained in it."""
+    prefixes = _judgeable(candidates, target)
     asked = target.value
     choices: list[Choice] = []
     now = decisions_from_s
     while now < end_s:
         following = min(now + settings.every_s, end_s)
-        window_start = max(history_from_s, now - settings.window_s)
-        judged = []
-        for text, prefix in prefixes.items():
-            figures, held = prefix.window(window_start, now)
-            attained = target.attained(figures)
-            judged.append((text, math.inf if attained is None else attained, held))
-        met = [entry for entry in judged if entry[1] <= asked + 1e-12]
-        if met:
-            text = min(met, key=lambda entry: entry[2])[0]
-        else:
-            text = min(judged, key=lambda entry: (entry[1], entry[2]))[0]
-        choices.append(Choice(now, following, text, asked, bool(met)))
+        text, met = choose(prefixes, target, asked, max(history_from_s, now - settings.window_s), now)
+        choices.append(Choice(now, following, text, asked, met))
         if calibrate:
             figures, _ = prefixes[text].window(now, following)
             attained = target.attained(figures)
             if attained is not None:
-                asked = _calibrated(asked, target.value, attained, settings)
+                asked = calibrated(asked, target, attained, settings)
         now = following
     return choices
-
-
-def _calibrated(asked: float, target: float, attained: float, settings: TuningSettings) -> float:
-    """The level to ask next: lower after a period short of the target, higher after one within it."""
-    moved = asked + settings.gain * (target - attained)
-    return min(max(moved, settings.floor * target), settings.ceiling * target)
 
 
 def stitched_metric(
@@ -136,3 +147,20 @@ def stitched_metric(
         end = steps if index == len(choices) - 1 else math.ceil(choice.end_s / step_s)
         out[begin:end] = metrics[choice.candidate][begin:end]
     return out
+
+
+@dataclass(frozen=True)
+class ReplayRequest:
+    """What a worker replays: demand per step and each level's served headroom per step."""
+
+    step_s: float
+    requested: np.ndarray
+    headroom: dict[str, np.ndarray]  # by level, as text ("0.95")
+    lead_time_s: float
+    gpus_per_node: int
+    consolidate_after_s: float = 600.0
+
+
+# The simulator's controller model over each level's headroom (autoscaler/simulation/replay.py):
+# injected, since the core sits below the simulator.
+ReplayFunction = Callable[[ReplayRequest], dict[str, MinuteLedger]]

@@ -23,6 +23,7 @@ from autoscaler.provider import FallbackMode
 from autoscaler.publication_settings import PublicationSettings
 from autoscaler.selectors import SelectorError, parse_selector, validate_key, validate_value
 from autoscaler.server_settings import STRICT, Duration, ServerSettings
+from autoscaler.target_settings import TargetSettings
 
 
 class _Strict(BaseModel):
@@ -213,9 +214,13 @@ class MetricSettings(_Strict):
     utilization_signal: str | None = None
     replicas_signal: str | None = None
     target_utilization: float = Field(default=60.0, gt=0, le=100)
+    # headroom: a service level to meet instead of a fixed quantile.
+    target: TargetSettings | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> MetricSettings:
+        if self.target is not None and (self.kind != "headroom" or "quantile" in self.model_fields_set):
+            raise ValueError("target: a service-level target takes the place of quantile, on headroom metrics only")
         if self.fallback == "static" and self.fallback_value is None:
             raise ValueError("fallback 'static' needs fallback_value")
         if self.kind == "replicas" and (self.utilization_signal is None or self.replicas_signal is None):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -23,11 +24,13 @@ from autoscaler.actuation import BufferActuator
 from autoscaler.forecast_objects import Published
 from autoscaler.kube_inputs import watch_settings
 from autoscaler.pipeline import Pipeline
+from autoscaler.plans import RefreshStats
 from autoscaler.provider import MetricsProvider, Snapshot, SnapshotProvider, empty_snapshot
 from autoscaler.publication import Publication, Publisher, open_publication
-from autoscaler.refresher import Refresher, RefreshStats
+from autoscaler.refresher import Refresher
 from autoscaler.settings import Settings
 from autoscaler.sharding import Sharding, open_sharding
+from autoscaler.simulation.replay import replay_levels
 from autoscaler.web import kubernetes_auth
 from autoscaler.web.auth import AccessControl, AllowAuthenticated, Authenticator, Authorizer, RequestHeaderConfig
 from autoscaler.web.certificates import CertificateFileError, common_name, read_certificates, validity_fault
@@ -317,7 +320,8 @@ async def _refresher_ctx(
         local = SnapshotProvider(empty_snapshot(pipeline.metrics)) if from_objects else provider
         refresher = Refresher(
             provider=local,
-            inputs=pipeline,
+            # Targets choose their level on the simulator's controller model (a layer above the core).
+            inputs=dataclasses.replace(pipeline, replay=replay_levels),
             pools=process_pools(settings.forecast.workers or default_workers()),
             on_success=lambda snapshot: after_refresh(
                 snapshot, readiness, refresher, pipeline, settings, actuator, publication

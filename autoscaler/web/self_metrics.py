@@ -19,10 +19,10 @@ from prometheus_client.registry import Collector
 
 from adapters.pool_matching import UnplacedDemand
 from autoscaler.buffer_sizing import BufferState
+from autoscaler.plans import RefreshStats
 from autoscaler.policy import lead_slice
 from autoscaler.provider import ServedSeries, Snapshot
 from autoscaler.publication import Publisher
-from autoscaler.refresher import RefreshStats
 
 Clock = Callable[[], datetime]
 _INVALID_LABEL_CHARACTERS = re.compile(r"[^a-zA-Z0-9_]")

@@ -1,0 +1,41 @@
+"""The controller model run for the live service: each level's recorded headroom replayed against the
+demand that followed, through the same placeholder HPA and node pool as ``simulate``.
+
+A metric with a service-level target (autoscaler/target_levels.py) chooses its level on these
+ledgers; this runs in a worker process, once per series every ``tune_every``.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from autoscaler.scorecard import MinuteLedger
+from autoscaler.service_levels import ReplayRequest
+from autoscaler.simulation.actuation import Actuation
+from autoscaler.simulation.engine import Period, run_policy
+from autoscaler.simulation.inputs import Pods, make_workload
+from autoscaler.simulation.lead_times import LeadTimeDistribution
+from autoscaler.simulation.provisioner import PoolConfig
+
+_ORIGIN = pd.Timestamp("2000-01-01T00:00:00Z")  # replays count seconds from the record's start
+
+
+def replay_levels(request: ReplayRequest) -> dict[str, MinuteLedger]:
+    """Each level's minute ledger (seconds from the record's start) when its headroom was served.
+
+    Demand is fluid: the GPUs requested at each step, Pending pods included, as the record holds them.
+    """
+    steps = len(request.requested)
+    if steps == 0:
+        raise ValueError("the record is empty: nothing to replay")
+    for level, headroom in request.headroom.items():
+        if len(headroom) != steps:
+            raise ValueError(f"level {level}: {len(headroom)} headroom values for {steps} steps of demand")
+    workload = make_workload("record", _ORIGIN, request.step_s, request.requested.astype(float), Pods.empty(), ())
+    period = Period(start=0.0, scored_from=0.0, end=steps * request.step_s)
+    lead_time = LeadTimeDistribution("fixed", request.lead_time_s, text=f"fixed:{request.lead_time_s:g}s")
+    pool = PoolConfig(request.gpus_per_node, lead_time, request.consolidate_after_s)
+    return {
+        level: run_policy(workload, headroom.astype(float), period, pool, Actuation()).ledger
+        for level, headroom in request.headroom.items()
+    }

@@ -1,0 +1,50 @@
+"""A headroom metric's service-level target, as the settings file states it (autoscaler/target_levels.py
+serves it)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pydantic import BaseModel, Field, model_validator
+
+from autoscaler.scorecard import ServiceTarget, TargetError, make_target, parse_fraction_target
+from autoscaler.server_settings import STRICT, Duration
+from autoscaler.service_levels import TuningSettings
+
+
+class TargetSettings(BaseModel):
+    model_config = STRICT
+
+    """A service level for a headroom metric, stated as an operator states it; the service then
+    chooses the quantile level to serve (autoscaler/target_levels.py). Exactly one of the first two."""
+
+    # At most this share of minutes with any GPU short, as a percentage: "1%".
+    minutes_short: str | None = None
+    # At most this many short GPU-minutes a day.
+    short_gpu_minutes_per_day: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    tune_every: Duration = timedelta(days=1)
+    tune_window: Duration = timedelta(days=7)
+    # The node size the replay provisions in (the pool's GPUs per node).
+    gpus_per_node: int = Field(default=8, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _one_target(self) -> TargetSettings:
+        given = [name for name in ("minutes_short", "short_gpu_minutes_per_day") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of minutes_short (e.g. '1%') and short_gpu_minutes_per_day")
+        if self.minutes_short is not None:
+            try:
+                parse_fraction_target(self.minutes_short)
+            except TargetError as error:
+                raise ValueError(f"minutes_short: {error}") from None
+        if self.tune_every <= timedelta(0) or self.tune_window < self.tune_every:
+            raise ValueError("tune_every must be positive and tune_window at least tune_every")
+        return self
+
+    def service_target(self) -> ServiceTarget:
+        if self.minutes_short is not None:
+            return parse_fraction_target(self.minutes_short)
+        return make_target("short_gpu_minutes_per_day", float(self.short_gpu_minutes_per_day or 0.0))
+
+    def tuning(self) -> TuningSettings:
+        return TuningSettings(every_s=self.tune_every.total_seconds(), window_s=self.tune_window.total_seconds())

@@ -1,0 +1,238 @@
+"""A headroom metric served to a service-level target: the settings, the replay through the
+simulator's controller model, the level chosen, its calibration, and what the explanation says."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from autoscaler import policy
+from autoscaler.commands.cli import main
+from autoscaler.plans import MetricPlan
+from autoscaler.scorecard import parse_fraction_target, short_figures
+from autoscaler.service_levels import ReplayRequest, TuningSettings
+from autoscaler.settings import Settings
+from autoscaler.simulation.replay import replay_levels
+from autoscaler.target_levels import CANDIDATE_LEVELS, FIRST_LEVEL, LevelTuner, TargetLevels
+from forecast.types import Forecast
+from tests.cli_helpers import assert_usage_error
+
+STEP_S = 60.0
+DAY_MINUTES = 1440
+
+
+def test_the_replay_is_the_simulators_controller_model() -> None:
+    # 40 GPUs, rising to 56 at minute 60 for an hour; a 5-minute lead time, 8-GPU nodes.
+    requested = np.full(180, 40.0)
+    requested[60:120] = 56.0
+    ledgers = replay_levels(
+        ReplayRequest(
+            step_s=STEP_S,
+            requested=requested,
+            headroom={"none": np.zeros(180), "enough": np.full(180, 16.0)},
+            lead_time_s=300.0,
+            gpus_per_node=8,
+        )
+    )
+    none, enough = short_figures(ledgers["none"]), short_figures(ledgers["enough"])
+    # No headroom: 16 GPUs short from the rise until nodes launched then are Ready (1 s batch + 300 s).
+    assert none.short_gpu_minutes == pytest.approx(16 * 301 / 60, rel=1e-6)
+    assert none.minutes_short == 6
+    assert (enough.short_gpu_minutes, enough.minutes_short) == (0.0, 0)
+    assert ledgers["enough"].held_gpu_seconds.sum() > ledgers["none"].held_gpu_seconds.sum()
+    with pytest.raises(ValueError, match="level bad: 3 headroom values for 180 steps"):
+        replay_levels(ReplayRequest(STEP_S, requested, {"bad": np.zeros(3)}, 300.0, 8))
+
+
+def _surge_day(days: int) -> np.ndarray:
+    """40 GPUs with a 24-GPU rise for an hour at 09:00 every day."""
+    minutes = np.arange(days * DAY_MINUTES)
+    demand = np.full(len(minutes), 40.0)
+    demand[(minutes % DAY_MINUTES >= 540) & (minutes % DAY_MINUTES < 600)] = 64.0
+    return demand
+
+
+def _headroom_by_level(demand: np.ndarray) -> list[list[float]]:
+    """What each level would serve: levels up to 0.9 expect no rise, 0.95 and above the whole rise
+    ahead of it (cost grows with the level, as an upper quantile's does)."""
+    ahead = pd.Series(demand[::-1]).rolling(15, min_periods=1).max().to_numpy()[::-1] - demand
+    rows = []
+    for minute in range(len(demand)):
+        rows.append(
+            [
+                ahead[minute] + 0.5 * index if level >= 0.95 else 0.5 * index
+                for index, level in enumerate(CANDIDATE_LEVELS)
+            ]
+        )
+    return rows
+
+
+def test_a_tuner_chooses_the_cheapest_level_that_met_the_target_and_calibrates() -> None:
+    target = parse_fraction_target("1%")
+    tuner = LevelTuner(target, TuningSettings(), gpus_per_node=8, step_s=STEP_S)
+    demand = _surge_day(2)
+    rows = _headroom_by_level(demand)
+    assert tuner.level == FIRST_LEVEL
+    start = 1_700_000_000.0
+    for minute in range(DAY_MINUTES):
+        tuner.record(start + minute * STEP_S, demand[minute], rows[minute], 300.0)
+    assert not tuner.due(start + (DAY_MINUTES - 1) * STEP_S)  # less than a day of record
+    tuner.record(start + DAY_MINUTES * STEP_S, demand[DAY_MINUTES], rows[DAY_MINUTES], 300.0)
+    now = start + DAY_MINUTES * STEP_S
+    assert tuner.due(now)
+    ledgers = replay_levels(tuner.replay_request())
+    assert set(ledgers) == {f"{level:g}" for level in CANDIDATE_LEVELS}
+    # Levels below 0.95 miss the surge: about 5 minutes a day short, 0.35 %: within 1 %, so the
+    # cheapest of all (0.6) is chosen.
+    tuner.take(now, ledgers)
+    assert tuner.level == 0.6
+    assert "p60 met 1 % asked" in tuner.reason
+    # At 0.3 %, the surge's minutes count: 0.95 is the cheapest level that met it.
+    strict = LevelTuner(parse_fraction_target("0.3%"), TuningSettings(), gpus_per_node=8, step_s=STEP_S)
+    for minute in range(DAY_MINUTES + 1):
+        strict.record(start + minute * STEP_S, demand[minute], rows[minute], 300.0)
+    strict.take(now, replay_levels(strict.replay_request()))
+    assert strict.level == 0.95
+    assert not tuner.due(now + 3600)  # the next choice is a day later
+    # A day later, the level served (0.6) attained 0.35 %, under the 1 % asked: the level asked rises.
+    for minute in range(DAY_MINUTES + 1, 2 * DAY_MINUTES):
+        tuner.record(start + minute * STEP_S, demand[minute], rows[minute], 300.0)
+    later = start + (2 * DAY_MINUTES - 1) * STEP_S + 86400 - (DAY_MINUTES - 1) * STEP_S
+    assert tuner.due(later)
+    tuner.take(later, replay_levels(tuner.replay_request()))
+    assert tuner.asked > 0.01
+
+
+def _forecast(now: datetime, values_by_level: dict[float, float]) -> Forecast:
+    timestamps = pd.date_range(now + timedelta(minutes=5), periods=7, freq="5min")
+    quantiles = {level: np.full(7, value) for level, value in values_by_level.items()}
+    return Forecast(model="test", timestamps=timestamps, mean=np.full(7, 40.0), quantiles=quantiles)
+
+
+async def test_targets_serve_the_tuned_level_and_say_why() -> None:
+    plan = MetricPlan(
+        metric="gpu_headroom",
+        signal="gpus",
+        kind="headroom",
+        target=parse_fraction_target("1%"),
+    )
+    levels = TargetLevels(replay_levels, STEP_S)
+    assert levels.levels(plan) == CANDIDATE_LEVELS
+    assert TargetLevels(None, STEP_S).levels(plan) == (0.9,)  # no replay: the plan's quantile
+    now = datetime(2026, 11, 27, tzinfo=UTC)
+    forecast = _forecast(now, {level: 40.0 + 10 * index for index, level in enumerate(CANDIDATE_LEVELS)})
+    situation = policy.Situation(
+        forecast=forecast,
+        now=now,
+        lead_time=policy.LeadTime(timedelta(minutes=5), "configured"),
+        requested_now=40.0,
+    )
+    decision = levels.decide(plan, "series", situation, now.timestamp())
+    assert decision is not None
+    # FIRST_LEVEL (0.95, the fifth level) serves 40 + 40 - 40 requested = 40 GPUs of headroom.
+    assert decision.value == 40.0
+    assert decision.explanation.endswith(
+        "; target: at most 1 % of minutes with any GPU short: p95 (no choice yet: p95 until a day of record exists)"
+    )
+    assert levels.level(plan, "series") == FIRST_LEVEL
+    ran: list[object] = []
+
+    async def run(key: object, function: object, request: ReplayRequest, timeout_s: float) -> object:
+        ran.append(key)
+        return replay_levels(request)
+
+    await levels.tune_due(now.timestamp(), run, 10.0)
+    assert ran == []  # one entry of record: nothing to choose from yet
+
+    async def failing(key: object, function: object, request: ReplayRequest, timeout_s: float) -> object:
+        raise RuntimeError("worker died")
+
+    tuner = levels._tuners[("gpu_headroom", "series")]
+    for minute in range(1, DAY_MINUTES + 1):
+        tuner.record(now.timestamp() + minute * STEP_S, 40.0, [0.0] * len(CANDIDATE_LEVELS), 300.0)
+    await levels.tune_due(now.timestamp() + 86400, failing, 10.0)
+    assert tuner.level == FIRST_LEVEL and tuner.chosen_at == now.timestamp() + 86400  # kept; retried next period
+    levels.forget("series")
+    assert levels.level(plan, "series") == plan.quantile
+
+
+def test_check_config_refuses_a_bad_target_naming_the_field(tmp_path) -> None:
+    import yaml
+
+    runner = CliRunner()
+    for target, message in (
+        ({"minutes_short": "150%"}, "metrics.gpu_headroom.target"),
+        ({"minutes_short": "0.01"}, "percentage"),
+        ({"minutes_short": "-1%"}, "percentage"),
+        ({"short_gpu_minutes_per_day": -5}, "metrics.gpu_headroom.target.short_gpu_minutes_per_day"),
+        ({"minutes_short": "1%", "short_gpu_minutes_per_day": 5}, "exactly one"),
+        ({"window_start_delay": "5m"}, "metrics.gpu_headroom.target.window_start_delay"),
+    ):
+        document = {
+            "metrics": {"gpu_headroom": {"signal": "gpus_requested", "kind": "headroom", "target": target}},
+        }
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.safe_dump(document))
+        result = runner.invoke(main, ["check-config", str(path)])
+        assert_usage_error(result, message)
+    both = {"metrics": {"m": {"signal": "s", "kind": "headroom", "quantile": 0.9, "target": {"minutes_short": "1%"}}}}
+    with pytest.raises(ValueError, match="takes the place of quantile"):
+        Settings.model_validate(both)
+    rate = {"metrics": {"m": {"signal": "s", "kind": "rate", "target": {"minutes_short": "1%"}}}}
+    with pytest.raises(ValueError, match="headroom metrics only"):
+        Settings.model_validate(rate)
+    good = Settings.model_validate(
+        {
+            "prometheus": {"url": "http://127.0.0.1:9090"},
+            "signals": [{"name": "s", "preset": "gpus_requested"}],
+            "metrics": {"m": {"signal": "s", "kind": "headroom", "target": {"minutes_short": "0.3%"}}},
+        }
+    )
+    target = good.metrics["m"].target
+    assert target is not None and target.service_target() == parse_fraction_target("0.3%")
+    assert target.tuning() == TuningSettings()
+
+
+async def test_the_refresher_serves_a_target_at_the_level_its_replay_chose() -> None:
+    """A day of refreshes on the Helios trace (5-minute interval): the level is chosen once a day of
+    record exists, replayed in the refresher's worker pool, and served with its reasons."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from autoscaler.plans import RefreshInputs, RefreshSettings
+    from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
+    from autoscaler.refresher import Refresher
+    from autoscaler.workers import ForecastPools
+    from tests.autoscaler.test_refresher import Clock, FlakySource
+
+    metrics = (MetricInfo("gpu_headroom", "headroom"),)
+    plans = (MetricPlan("gpu_headroom", "gpus", "headroom", target=parse_fraction_target("1%")),)
+    clock = Clock()
+    provider = SnapshotProvider(empty_snapshot(metrics), clock=clock)
+    settings = RefreshSettings(interval=timedelta(minutes=5), lead_time=timedelta(minutes=5))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        refresher = Refresher(
+            provider=provider,
+            inputs=RefreshInputs(
+                metrics=metrics, plans=plans, sources=[FlakySource()], refresh=settings, replay=replay_levels
+            ),
+            pools=ForecastPools([pool]),
+            clock=clock,
+        )
+        first = (await refresher.refresh_once()).series["gpu_headroom"][0]
+        assert first.provenance.quantile == FIRST_LEVEL
+        assert "no choice yet" in first.explanation
+        for _ in range(288):  # a day of refreshes, 5 minutes apart
+            clock.now += timedelta(minutes=5)
+            await refresher.refresh_once()
+        tuner = next(iter(refresher.levels._tuners.values()))
+        assert tuner.chosen_at == clock.now.timestamp()  # chosen after the refresh that completed a day
+        clock.now += timedelta(minutes=5)
+        served = (await refresher.refresh_once()).series["gpu_headroom"][0]
+    assert served.provenance.quantile == tuner.level
+    assert f"p{tuner.level * 100:g}" in served.explanation
+    assert "chosen by replaying 8 levels over the last 1.0 days" in served.explanation
+    assert "target: at most 1 % of minutes with any GPU short" in served.explanation
