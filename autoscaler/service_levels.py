@@ -159,6 +159,7 @@ class ReplayRequest:
     lead_time_s: float
     gpus_per_node: int
     consolidate_after_s: float = 600.0
+    start_s: float = 0.0  # the time of the first step (the ledgers returned count from it)
 
 
 # The simulator's controller model over each level's headroom (autoscaler/simulation/replay.py):

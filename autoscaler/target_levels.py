@@ -34,6 +34,10 @@ CANDIDATE_LEVELS: tuple[float, ...] = (0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.9
 FIRST_LEVEL = 0.95
 # A choice needs at least this much record behind it.
 MIN_RECORD_S = 86400.0
+# Each choice replays only the record since the last replay, from this long before it: the pool's
+# state (placeholders, stabilisation, empty nodes) settles within minutes, so the older days'
+# ledgers are kept rather than replayed again (a week's replay of 8 levels is seconds of CPU).
+REPLAY_SETTLE_S = 3600.0
 
 
 # (series key, function, request, timeout in seconds) -> the function's result, run in a worker.
@@ -61,6 +65,9 @@ class LevelTuner:
         self._requested: deque[float] = deque(maxlen=capacity)
         self._headroom: deque[tuple[float, ...]] = deque(maxlen=capacity)
         self._lead_time_s = 0.0
+        # Each level's replayed ledger (times in seconds since the epoch) up to ``_replayed_to``.
+        self._ledgers: dict[str, MinuteLedger] = {}
+        self._replayed_to: float | None = None
 
     def record(self, now_s: float, requested: float, headroom: Sequence[float], lead_time_s: float) -> None:
         if self._times and now_s <= self._times[-1]:
@@ -76,9 +83,11 @@ class LevelTuner:
         return self.chosen_at is None or now_s - self.chosen_at >= self.tuning.every_s
 
     def replay_request(self) -> ReplayRequest:
-        """The record on a regular grid of ``step_s`` (a missed refresh carries the last values)."""
+        """The record not replayed yet (from a settling hour before it) on a regular grid of
+        ``step_s``; a missed refresh carries the last values."""
         times = np.asarray(self._times)
-        grid = np.arange(times[0], times[-1] + self.step_s / 2, self.step_s)
+        first = times[0] if self._replayed_to is None else max(times[0], self._replayed_to - REPLAY_SETTLE_S)
+        grid = np.arange(first, times[-1] + self.step_s / 2, self.step_s)
         rows = np.searchsorted(times, grid, side="right") - 1
         headroom = np.asarray(self._headroom)[rows]
         return ReplayRequest(
@@ -87,32 +96,55 @@ class LevelTuner:
             headroom={level_text(level): headroom[:, index] for index, level in enumerate(CANDIDATE_LEVELS)},
             lead_time_s=self._lead_time_s,
             gpus_per_node=self.gpus_per_node,
+            start_s=float(grid[0]),
         )
 
-    def take(self, now_s: float, ledgers: dict[str, MinuteLedger]) -> None:
-        """Calibrate on what the level served attained since the last choice, then choose again.
+    def _extend(self, request: ReplayRequest, replayed: dict[str, MinuteLedger]) -> None:
+        """The new replay's minutes (past its settling part) after those kept; older than the window
+        and a period are dropped."""
+        keep_from = self._replayed_to if self._replayed_to is not None else request.start_s
+        oldest = request.start_s + len(request.requested) * request.step_s - self.tuning.window_s - self.tuning.every_s
+        for level, ledger in replayed.items():
+            shifted = MinuteLedger(
+                ledger.starts + request.start_s,
+                ledger.short_gpu_seconds,
+                ledger.held_gpu_seconds,
+                ledger.used_gpu_seconds,
+            ).between(keep_from, np.inf)
+            kept = self._ledgers.get(level)
+            if kept is not None:
+                shifted = MinuteLedger(
+                    *(np.concatenate([old, new]) for old, new in zip(_arrays(kept), _arrays(shifted), strict=True))
+                )
+            self._ledgers[level] = shifted.between(oldest, np.inf)
+        self._replayed_to = request.start_s + len(request.requested) * request.step_s
 
-        The ledgers' times count from the record's first entry."""
-        start = self._times[0]
-        prefixes = prefixes_of(ledgers)
+    def take(self, now_s: float, replayed: dict[str, MinuteLedger], request: ReplayRequest) -> None:
+        """Calibrate on what the level served attained since the last choice, then choose again."""
+        self._extend(request, replayed)
+        prefixes = prefixes_of(self._ledgers)
         served = level_text(self.level)
         if self.chosen_at is not None and served in prefixes:
-            figures, _ = prefixes[served].window(self.chosen_at - start, now_s - start)
+            figures, _ = prefixes[served].window(self.chosen_at, now_s)
             attained = self.target.attained(figures)
             if attained is not None:
                 self.asked = calibrated(self.asked, self.target, attained, self.tuning)
-        window_start = max(0.0, now_s - start - self.tuning.window_s)
-        chosen, met = choose(prefixes, self.target, self.asked, window_start, now_s - start)
-        figures, _ = prefixes[chosen].window(window_start, now_s - start)
+        window_start = max(self._times[0], now_s - self.tuning.window_s)
+        chosen, met = choose(prefixes, self.target, self.asked, window_start, now_s)
+        figures, _ = prefixes[chosen].window(window_start, now_s)
         attained = self.target.attained(figures)
         self.level, self.chosen_at = float(chosen), now_s
-        days = (now_s - start - window_start) / 86400.0
+        days = (now_s - window_start) / 86400.0
         outcome = "met" if met else "came closest to"
         self.reason = (
             f"chosen by replaying {len(prefixes)} levels over the last {days:.1f} days: p{self.level * 100:g} "
             f"{outcome} {self.asked * 100:.2g} % asked, with {0.0 if attained is None else attained * 100:.2g} % "
             "of minutes short, at least cost"
         )
+
+
+def _arrays(ledger: MinuteLedger) -> tuple[np.ndarray, ...]:
+    return (ledger.starts, ledger.short_gpu_seconds, ledger.held_gpu_seconds, ledger.used_gpu_seconds)
 
 
 class TargetLevels:
@@ -162,11 +194,12 @@ class TargetLevels:
         for (metric, key), tuner in list(self._tuners.items()):
             if not tuner.due(now_s):
                 continue
+            request = tuner.replay_request()
             try:
-                ledgers = await run(key, self.replay, tuner.replay_request(), timeout_s)
+                ledgers = await run(key, self.replay, request, timeout_s)
             except Exception as error:  # a failing replay must not stop the refresh
                 log.warning("%s: replaying the target's levels failed (%s); keeping p%g", metric, error, tuner.level)
                 tuner.chosen_at = now_s  # tried again at the next period, not every refresh
                 continue
-            tuner.take(now_s, ledgers)
+            tuner.take(now_s, ledgers, request)
             log.info("%s%s: target %s: %s", metric, key, tuner.target.describe(), tuner.reason)

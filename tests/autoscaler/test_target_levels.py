@@ -84,18 +84,20 @@ def test_a_tuner_chooses_the_cheapest_level_that_met_the_target_and_calibrates()
     tuner.record(start + DAY_MINUTES * STEP_S, demand[DAY_MINUTES], rows[DAY_MINUTES], 300.0)
     now = start + DAY_MINUTES * STEP_S
     assert tuner.due(now)
-    ledgers = replay_levels(tuner.replay_request())
+    request = tuner.replay_request()
+    ledgers = replay_levels(request)
     assert set(ledgers) == {f"{level:g}" for level in CANDIDATE_LEVELS}
     # Levels below 0.95 miss the surge: about 5 minutes a day short, 0.35 %: within 1 %, so the
     # cheapest of all (0.6) is chosen.
-    tuner.take(now, ledgers)
+    tuner.take(now, ledgers, request)
     assert tuner.level == 0.6
     assert "p60 met 1 % asked" in tuner.reason
     # At 0.3 %, the surge's minutes count: 0.95 is the cheapest level that met it.
     strict = LevelTuner(parse_fraction_target("0.3%"), TuningSettings(), gpus_per_node=8, step_s=STEP_S)
     for minute in range(DAY_MINUTES + 1):
         strict.record(start + minute * STEP_S, demand[minute], rows[minute], 300.0)
-    strict.take(now, replay_levels(strict.replay_request()))
+    strict_request = strict.replay_request()
+    strict.take(now, replay_levels(strict_request), strict_request)
     assert strict.level == 0.95
     assert not tuner.due(now + 3600)  # the next choice is a day later
     # A day later, the level served (0.6) attained 0.35 %, under the 1 % asked: the level asked rises.
@@ -103,8 +105,15 @@ def test_a_tuner_chooses_the_cheapest_level_that_met_the_target_and_calibrates()
         tuner.record(start + minute * STEP_S, demand[minute], rows[minute], 300.0)
     later = start + (2 * DAY_MINUTES - 1) * STEP_S + 86400 - (DAY_MINUTES - 1) * STEP_S
     assert tuner.due(later)
-    tuner.take(later, replay_levels(tuner.replay_request()))
+    second = tuner.replay_request()
+    # Only the new day is replayed, from a settling hour before it.
+    assert second.start_s == request.start_s + DAY_MINUTES * STEP_S + STEP_S - 3600
+    tuner.take(later, replay_levels(second), second)
     assert tuner.asked > 0.01
+    # The kept ledgers cover the two days once each, in order.
+    kept = tuner._ledgers["0.6"]
+    assert np.all(np.diff(kept.starts) > 0)
+    assert kept.starts[0] == request.start_s
 
 
 def _forecast(now: datetime, values_by_level: dict[float, float]) -> Forecast:

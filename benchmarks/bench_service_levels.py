@@ -1,0 +1,67 @@
+"""What choosing a target's level costs per series: the replay of every candidate level through the
+simulator's controller model, and the choice on the ledgers.
+
+    PYTHONPATH=. .venv/bin/python -m benchmarks.bench_service_levels [--days 7] [--step 1m]
+
+Helios Earth running GPUs (the real trace, per minute, from ../shared/data), the last ``--days``
+of it as the record a tuner keeps (GPUs requested at every refresh), with each candidate level's
+headroom made as a rising share of the rise over the next 10 minutes (the replay's cost depends on
+how often capacity and placeholders change, not on where the numbers came from). Prints the time of
+``replay_levels`` plus ``LevelTuner.take`` for each choice, and the level
+chosen for a 1 % target. The record is fed step by step and a choice made each time one is due
+(daily), as the service does: the first replays the first day, each later one only the new day (and
+a settling hour). One process, one core: what one forecast worker spends per series each
+``tune_every``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import pandas as pd
+
+from autoscaler.scorecard import parse_fraction_target
+from autoscaler.service_levels import TuningSettings
+from autoscaler.simulation.replay import replay_levels
+from autoscaler.target_levels import CANDIDATE_LEVELS, LevelTuner
+from forecast.durations import parse_positive_duration
+from tests.data_helpers import helios_running_gpus
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--days", type=float, default=7.0)
+    parser.add_argument("--step", default="1m", help="the refresh interval (the record's step)")
+    args = parser.parse_args()
+    step_s = parse_positive_duration(args.step).total_seconds()
+    series = helios_running_gpus()
+    if step_s > 60:
+        series = series.resample(pd.Timedelta(seconds=step_s)).mean()
+    record = series.iloc[-int(args.days * 86400 / step_s) :].to_numpy()
+    ahead_steps = max(1, int(600 / step_s))
+    rise = pd.Series(record[::-1]).rolling(ahead_steps, min_periods=1).max().to_numpy()[::-1] - record
+    start = 1_700_000_000.0
+    tuner = LevelTuner(parse_fraction_target("1%"), TuningSettings(), gpus_per_node=8, step_s=step_s)
+    times, replayed_steps = [], []
+    for index, requested in enumerate(record):
+        now = start + index * step_s
+        shares = [rise[index] * (0.5 + index_level * 0.15) for index_level in range(len(CANDIDATE_LEVELS))]
+        tuner.record(now, float(requested), shares, 300.0)
+        if tuner.due(now):
+            began = time.perf_counter()
+            request = tuner.replay_request()
+            tuner.take(now, replay_levels(request), request)
+            times.append(time.perf_counter() - began)
+            replayed_steps.append(len(request.requested))
+    print(f"record: {len(record)} steps of {step_s:g} s ({args.days:g} days), {len(CANDIDATE_LEVELS)} levels")
+    for number, (seconds, steps) in enumerate(zip(times, replayed_steps, strict=True), start=1):
+        print(f"choice {number}: replayed {steps} steps per level, replay + choice {seconds:.3f} s")
+    steady = times[1:] or times
+    print(f"per choice after the first: mean {np.mean(steady):.3f} s, max {np.max(steady):.3f} s")
+    print(f"last choice: p{tuner.level * 100:g} ({tuner.reason})")
+
+
+if __name__ == "__main__":
+    main()
