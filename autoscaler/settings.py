@@ -303,8 +303,9 @@ class PreflightSettings(_Strict):
     service_namespace: str = Field(default="gpu-autoscaler", min_length=1)
     service_name: str = Field(default="gpu-autoscaler", min_length=1)
     # The APIService v1beta1.external.metrics.k8s.io is to be this service's: another owner is a
-    # problem. false where another provider keeps it (manifests/overlays/keda: KEDA calls over gRPC).
-    claim_apiservice: bool = True
+    # problem that stops serve. Only manifests/overlays/external-metrics-api sets it: by default the
+    # service never counts on owning the one external metrics provider slot (KEDA's, for one).
+    claim_apiservice: bool = False
     # Accept replacing another owner's APIService (serve --take-over, preflight --take-over).
     take_over: bool = False
 

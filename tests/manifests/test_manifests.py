@@ -43,10 +43,18 @@ MANIFESTS = ROOT / "manifests"
 HERE = Path(__file__).resolve().parent
 SCHEMAS = HERE / "schemas"
 
-KUSTOMIZATIONS = ("base", "overlays/cert-manager", "overlays/insecure", "overlays/keda", "monitoring", "examples")
-# The service with its APIService; SERVICES adds the KEDA overlay, which has none (test_keda_overlay.py).
-SERVICE_RENDERS = ("base", "overlays/cert-manager", "overlays/insecure")
-SERVICES = (*SERVICE_RENDERS, "overlays/keda")
+EXTERNAL_METRICS_API = "overlays/external-metrics-api"
+KUSTOMIZATIONS = (
+    "base",
+    "overlays/cert-manager",
+    "overlays/insecure",
+    "overlays/keda",
+    EXTERNAL_METRICS_API,
+    "monitoring",
+    "examples",
+)
+# Every render of the service; only EXTERNAL_METRICS_API registers it with an APIService.
+SERVICES = ("base", "overlays/cert-manager", "overlays/insecure", "overlays/keda", EXTERNAL_METRICS_API)
 KUBERNETES_VERSION = "1.32"
 CRD_SCHEMAS = {
     ("cert-manager.io/v1", "Certificate"): "cert-manager.io/certificate_v1.json",
@@ -235,8 +243,24 @@ def test_the_example_nodepool_is_checked_against_the_upstream_crd():
 # --- the service: APIService, Service, Deployment, RBAC, config ----------------------------------------
 
 
-@pytest.mark.parametrize("kustomization", SERVICE_RENDERS)
-def test_apiservice_points_at_the_service_tls_port(kustomization):
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_only_the_explicit_overlay_holds_an_apiservice(kustomization):
+    """A cluster has one external metrics provider: applying any other tree must never replace KEDA's
+    or prometheus-adapter's APIService (whatever its group)."""
+    apiservices = [doc["metadata"]["name"] for doc in objects(kustomization, "APIService")]
+    assert apiservices == (["v1beta1.external.metrics.k8s.io"] if kustomization == EXTERNAL_METRICS_API else [])
+
+
+def test_only_the_explicit_overlay_claims_the_apiservice_at_start_up(config_file):
+    for kustomization in SERVICES:
+        container = one(kustomization, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+        settings = load_settings(config_file(kustomization), environ=env)
+        assert settings.preflight.claim_apiservice is (kustomization == EXTERNAL_METRICS_API), kustomization
+
+
+def test_apiservice_points_at_the_service_tls_port():
+    kustomization = EXTERNAL_METRICS_API
     api = one(kustomization, "APIService", "v1beta1.external.metrics.k8s.io")["spec"]
     assert (api["group"], api["version"]) == ("external.metrics.k8s.io", "v1beta1")
     assert (api["groupPriorityMinimum"], api["versionPriority"]) == (100, 100)
@@ -254,14 +278,8 @@ def test_apiservice_points_at_the_service_tls_port(kustomization):
     assert container_ports[http["targetPort"]] == 8080
 
 
-def test_base_apiservice_leaves_trust_to_the_overlays():
-    api = one("base", "APIService")
-    assert "caBundle" not in api["spec"] and "insecureSkipTLSVerify" not in api["spec"]
-    assert "cert-manager.io/inject-ca-from" not in api["metadata"].get("annotations", {})
-
-
-def test_cert_manager_overlay_injects_the_ca_of_the_mounted_certificate():
-    api = one("overlays/cert-manager", "APIService")
+def test_external_metrics_overlay_injects_the_ca_of_the_mounted_certificate():
+    api = one(EXTERNAL_METRICS_API, "APIService")
     assert "insecureSkipTLSVerify" not in api["spec"] and "caBundle" not in api["spec"]
     namespace, name = api["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].split("/")
     certificate = one("overlays/cert-manager", "Certificate", name)
@@ -292,9 +310,7 @@ def test_cert_manager_overlay_injects_the_ca_of_the_mounted_certificate():
         pytest.fail("issuer chain loops")
 
 
-def test_insecure_overlay_skips_verification_and_generates_its_own_certificate(config_file):
-    api = one("overlays/insecure", "APIService")["spec"]
-    assert api["insecureSkipTLSVerify"] is True and "caBundle" not in api
+def test_insecure_overlay_generates_its_own_certificate(config_file):
     pod = one("overlays/insecure", "Deployment")["spec"]["template"]["spec"]
     assert not [v for v in pod["volumes"] if "secret" in v], "no Secret to wait for"
     env = {e["name"]: e.get("value") for e in pod["containers"][0].get("env", [])}
@@ -761,9 +777,19 @@ def test_dashboard_queries_parse(tmp_path):
 def test_readme_paths_exist():
     text = (ROOT / "README.md").read_text()
     paths = set(re.findall(r"(?<![\w/])manifests/[\w./-]+", text))
-    assert "manifests/overlays/cert-manager" in paths
+    assert "manifests/overlays/external-metrics-api" in paths
     for path in paths:
         assert (ROOT / path.rstrip(".")).exists(), path
+
+
+def test_readme_deploy_section_starts_with_the_preflight():
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Deploying to a cluster\n") :]
+    first_block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert first_block is not None
+    assert first_block.group(1).splitlines()[0] == "gpu-autoscaler preflight"
+    # Before any `kubectl apply`: the preflight says which overlay to apply.
+    assert section.index("gpu-autoscaler preflight") < section.index("kubectl apply")
 
 
 # --- checkov -------------------------------------------------------------------------------------------
