@@ -1,7 +1,8 @@
 """The Kubernetes manifests: rendered with kustomize, validated offline, checked for the facts they must hold.
 
 - Built-in kinds (including APIService, apiregistration.k8s.io/v1) are validated against the Kubernetes
-  1.32 JSON schemas that the ``kubernetes-validate`` package ships, in strict mode (unknown fields fail).
+  JSON schemas that the ``kubernetes-validate`` package ships (``kube_schemas.KUBERNETES_VERSION``, its
+  newest), in strict mode (unknown fields fail).
 - The Karpenter NodePool is validated against the upstream CRD vendored in ``tests/data/schemas``
   (``tests/kube_schemas``, CEL rules included). The other custom resources (cert-manager
   Certificate/Issuer, Prometheus Operator ServiceMonitor/PrometheusRule) are validated with
@@ -55,7 +56,7 @@ KUSTOMIZATIONS = (
 )
 # Every render of the service; only EXTERNAL_METRICS_API registers it with an APIService.
 SERVICES = ("base", "overlays/cert-manager", "overlays/insecure", "overlays/keda", EXTERNAL_METRICS_API)
-KUBERNETES_VERSION = "1.32"
+KUBERNETES_VERSION = kube_schemas.KUBERNETES_VERSION
 CRD_SCHEMAS = {
     ("cert-manager.io/v1", "Certificate"): "cert-manager.io/certificate_v1.json",
     ("cert-manager.io/v1", "Issuer"): "cert-manager.io/issuer_v1.json",
