@@ -25,7 +25,8 @@ import numpy as np
 from kubernetes_asyncio.client import ApiClient, BatchV1Api
 
 from adapters.cron_schedule import CronScheduleError, fire_times
-from adapters.gpu_requests import WHOLE_GPU, gpu_share, pod_gpu_requests
+from adapters.gpu_requests import pod_gpu_requests
+from adapters.gpu_units import WHOLE_GPU, GpuUnits
 from adapters.kube_client import parse_kube_time
 from adapters.kube_watch import WatchedResource
 from adapters.pool_matching import NodePool, PoolChoice, UnplacedDemand, choose_pool, selected_pool
@@ -45,8 +46,8 @@ class CronWindowSettings:
     # Kubernetes uses the controller-manager's zone when spec.timeZone is unset: UTC in practice.
     default_timezone: str = "UTC"
     max_windows_per_cronjob: int = 2000  # a guard against "* * * * *" over a long horizon
-    # Time-sliced GPU resources and the device plugin's replicas: each counts 1/replicas of a GPU.
-    time_slicing: Mapping[str, int] = field(default_factory=dict)
+    # Which resources are GPUs and what each is worth: the GPU signal's own units.
+    units: GpuUnits = field(default_factory=GpuUnits)
 
 
 # ----------------------------------------------------------------------------- watches
@@ -189,9 +190,9 @@ def gpu_template(cronjob: Mapping[str, Any], settings: CronWindowSettings) -> Gp
     job_spec = (spec.get("jobTemplate") or {}).get("spec") or {}
     pod_spec = (job_spec.get("template") or {}).get("spec") or {}
     try:
-        per_pod = pod_gpu_requests(pod_spec)
+        per_pod = pod_gpu_requests(pod_spec, settings.units)
         # In physical GPUs, as the GPU series count them: MIG by its slices, time-slicing by replicas.
-        per_pod_gpus = sum(amount * gpu_share(name, settings.time_slicing) for name, amount in per_pod.items())
+        per_pod_gpus = settings.units.gpus(per_pod)
     except ValueError as exc:
         raise CronScheduleError(f"unreadable GPU request: {exc}") from exc
     gpus = job_pods(job_spec) * float(per_pod_gpus)

@@ -5,12 +5,14 @@ a pod that starts running leaves it (the API server sends DELETED). Of those, on
 been chosen for (no ``spec.nodeName``) wait for Karpenter: a pod bound to a node that is still
 pulling its image already carries its node's pool in Prometheus (``kube_node_labels``).
 
-GPUs are the ``nvidia.com/gpu`` the pod requests (the scheduler's effective request), the resource
-the ``gpus_requested`` signal counts. Pure functions over raw pod JSON, apart from the watch itself.
+GPUs are what the pod requests (the scheduler's effective request) of the resources the
+``gpus_requested`` signal counts, in the same units (``adapters.gpu_units.GpuUnits``). Pure
+functions over raw pod JSON, apart from the watch itself.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -18,9 +20,12 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
-from adapters.gpu_requests import WHOLE_GPU, gpu_share, pod_gpu_requests
+from adapters.gpu_requests import pod_gpu_requests
+from adapters.gpu_units import WHOLE_GPU, GpuUnits
 from adapters.kube_watch import WatchedResource
 from adapters.pool_matching import NodePool, PoolChoice, UnplacedDemand, choose_pool, selected_pool
+
+log = logging.getLogger(__name__)
 
 PENDING = "status.phase=Pending"
 
@@ -60,25 +65,28 @@ def pending_gpus(
     pods: Iterable[Mapping[str, Any]],
     nodepools: Sequence[NodePool] | None,
     is_placeholder: Callable[[Mapping[str, Any]], bool],
-    time_slicing: Mapping[str, int] | None = None,
+    units: GpuUnits | None = None,
 ) -> list[PendingGpus]:
     """The GPUs of every pod waiting for a node, placeholders left out, each with its pool.
 
     ``nodepools`` None: the NodePools are not known, and only a ``karpenter.sh/nodepool`` selector
-    names a pool. GPUs are physical ones, as the GPU series count them (``gpu_requests.gpu_share``:
-    a MIG instance by its slices, a time-sliced resource by its replicas); a pool's ``nvidia.com/gpu``
-    limit is checked against the whole GPUs the pod asks for.
+    names a pool. GPUs are physical ones, as the GPU series count them (``units``, default
+    ``GpuUnits()``: a MIG instance by its slices, a time-sliced resource by its replicas); a pool's
+    ``nvidia.com/gpu`` limit is checked against the ``nvidia.com/gpu`` the pod asks for.
     """
+    units = units or GpuUnits()
     found: list[PendingGpus] = []
     for pod in pods:
         if not waiting_for_a_node(pod) or is_placeholder(pod):
             continue
         spec = pod.get("spec") or {}
         try:
-            requests = pod_gpu_requests(spec)
-        except ValueError:  # a quantity the API would not have accepted
+            requests = pod_gpu_requests(spec, units)
+        except ValueError as exc:  # a quantity the API would not have accepted, a MIG name of no known shape
+            metadata = pod.get("metadata") or {}
+            log.warning("Pending pod %s/%s skipped: %s", metadata.get("namespace"), metadata.get("name"), exc)
             continue
-        gpus = float(sum(amount * gpu_share(name, time_slicing or {}) for name, amount in requests.items()))
+        gpus = units.gpus(requests)
         if gpus <= 0:
             continue
         metadata = pod.get("metadata") or {}

@@ -19,6 +19,7 @@ from typing import Any
 from kubernetes_asyncio.client import ApiClient
 
 from adapters import cronjobs, nodeclaims, pending_pods, resourcelimits
+from adapters.gpu_units import GpuUnits
 from adapters.kube_client import KubeError
 from adapters.kube_watch import WatchCache, WatchGroup, WatchSettings
 from adapters.pool_matching import NodePool, UnplacedDemand
@@ -56,7 +57,7 @@ class KubernetesInputs:
         inputs: KubernetesInputsSettings,
         forecast: ForecastSettings,
         declared: Sequence[WindowSettings] = (),
-        time_slicing: Mapping[str, int] | None = None,
+        units: GpuUnits | None = None,
     ) -> None:
         self.inputs = inputs
         self.forecast = forecast
@@ -65,7 +66,7 @@ class KubernetesInputs:
             horizon=inputs.window_horizon,
             default_duration=inputs.default_job_duration,
             match_labels=dict(inputs.cronjob_labels),
-            time_slicing=dict(time_slicing or {}),
+            units=units or GpuUnits(),
         )
         self.lead_times = nodeclaims.LeadTimeHistory()
         # Polled, not watched: a handful of objects that change rarely.
@@ -128,7 +129,7 @@ class KubernetesInputs:
                 self._pending.objects.values(),
                 self.nodepools(),
                 self.is_placeholder,
-                self.window_settings.time_slicing,
+                self.window_settings.units,
             )
             self._resolved = (position, found)
         return self._resolved[1]

@@ -18,6 +18,7 @@ from adapters.presets import Aggregation
 from adapters.promql import PerStep
 from adapters.types import AdapterError
 from autoscaler.actuator_settings import ActuatorSettings
+from autoscaler.gpu_unit_settings import pod_gpu_units
 from autoscaler.policy import PlanKind
 from autoscaler.provider import FallbackMode
 from autoscaler.publication_settings import PublicationSettings
@@ -136,9 +137,9 @@ class SignalSettings(_Strict):
     liveness: str | bool = True
     # How series are combined within a `by` group (presets; gpus_* sum, DCGM avg, request_rate sum).
     aggregation: Aggregation | None = None
-    # gpus_*: the whole-GPU resource, whether MIG instances count (by their compute slices), and the
-    # time-sliced resources with the device plugin's replicas (each counts 1/replicas).
-    resource: str | None = None
+    # gpus_*: whole-GPU resource(s) (other vendors' too), whether MIG instances count (by compute
+    # slices), time-sliced resources with the device plugin's replicas (adapters/gpu_units.py).
+    resource: str | tuple[str, ...] | None = None
     mig: bool | None = None
     time_slicing: dict[str, Annotated[int, Field(ge=1)]] = {}
     # gpus_requested: namespaces whose pods are left out (the placeholders', for one).
@@ -356,6 +357,7 @@ class Settings(_Strict):
                 )
         if self.signals and self.prometheus is None and not self.demo.enabled:
             raise ValueError("signals need a prometheus section (its url at least)")
+        pod_gpu_units(self.signals)  # its ValueError names a resource the GPU signals count differently
         return self
 
     @model_validator(mode="after")
