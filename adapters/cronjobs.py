@@ -6,9 +6,10 @@ computes them), each asks for its pods' GPUs (``adapters.gpu_requests``) and las
 CronJob's recent successful Jobs did.
 
 A window's labels are the CronJob's labels plus ``gpu_resource`` (the GPU resource names requested,
-comma-joined) and ``nodepool``: the NodePool Karpenter would launch the template's pods in
-(``adapters.pool_matching``, by selector, affinity, tolerations and the pool's whole limit), or,
-while the NodePools are not known, the one a ``karpenter.sh/nodepool`` selector names.
+comma-joined, and ``resourceclaims`` when DRA claims add GPUs: ``adapters.dra_claims``) and
+``nodepool``: the NodePool Karpenter would launch the template's pods in (``adapters.pool_matching``,
+by selector, affinity, tolerations and the pool's whole limit), or, while the NodePools are not
+known, the one a ``karpenter.sh/nodepool`` selector names.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 from kubernetes_asyncio.client import ApiClient, BatchV1Api
 
 from adapters.cron_schedule import CronScheduleError, fire_times
+from adapters.dra_claims import ClaimLookup, pod_claims
 from adapters.gpu_requests import pod_gpu_requests
 from adapters.gpu_units import WHOLE_GPU, GpuUnits
 from adapters.kube_client import parse_kube_time
@@ -169,21 +171,26 @@ class GpuTemplate:
 
     pod_spec: Mapping[str, Any]
     per_pod: Mapping[str, float]  # GPUs of one pod, per resource
-    gpus: float  # of the whole run: pods at once x GPUs per pod
+    gpus: float  # of the whole run: pods at once x GPUs per pod, plus the claims they share
+    claimed: float = 0.0  # GPUs of one pod's resource claims (adapters.dra_claims)
 
     def pool(self, nodepools: Sequence[NodePool] | None) -> PoolChoice:
         """The pool the run's pods land in; the pool's whole limit counts (the run is in the future)."""
         if nodepools is None:
             return selected_pool(self.pod_spec)
         try:
-            return choose_pool(self.pod_spec, nodepools, self.per_pod.get(WHOLE_GPU, 0.0), count_in_use=False)
+            gpus = self.per_pod.get(WHOLE_GPU, 0.0) + self.claimed
+            return choose_pool(self.pod_spec, nodepools, gpus, count_in_use=False)
         except ValueError as exc:
             return PoolChoice(None, (), f"unreadable node affinity: {exc}")
 
 
-def gpu_template(cronjob: Mapping[str, Any], settings: CronWindowSettings) -> GpuTemplate | None:
+def gpu_template(
+    cronjob: Mapping[str, Any], settings: CronWindowSettings, claims: ClaimLookup | None = None
+) -> GpuTemplate | None:
     """The GPUs a CronJob's runs ask for; None when it is suspended, not selected, or asks for none.
-    Raises ``CronScheduleError`` for a GPU request it cannot read."""
+    Raises ``CronScheduleError`` for a GPU request it cannot read. ``claims`` (None: DRA not
+    watched): each pod's template claims count per pod, a claim named by the template once."""
     spec = cronjob.get("spec") or {}
     if spec.get("suspend") or not _selected(cronjob, settings.match_labels):
         return None
@@ -195,8 +202,15 @@ def gpu_template(cronjob: Mapping[str, Any], settings: CronWindowSettings) -> Gp
         per_pod_gpus = settings.units.gpus(per_pod)
     except ValueError as exc:
         raise CronScheduleError(f"unreadable GPU request: {exc}") from exc
-    gpus = job_pods(job_spec) * float(per_pod_gpus)
-    return GpuTemplate(pod_spec, per_pod, gpus) if gpus > 0 else None
+    claimed, shared = 0.0, 0.0
+    if claims is not None and pod_spec.get("resourceClaims"):
+        metadata = cronjob.get("metadata") or {}
+        resolved = pod_claims(pod_spec, {}, str(metadata.get("namespace", "")), claims)
+        for problem in resolved.problems:
+            log.warning("CronJob %s/%s: %s (not counted)", metadata.get("namespace"), metadata.get("name"), problem)
+        claimed, shared = resolved.own, sum(resolved.shared.values())
+    gpus = job_pods(job_spec) * (float(per_pod_gpus) + claimed) + shared
+    return GpuTemplate(pod_spec, per_pod, gpus, claimed + shared) if gpus > 0 else None
 
 
 def windows_for_cronjob(
@@ -205,6 +219,7 @@ def windows_for_cronjob(
     now: datetime,
     settings: CronWindowSettings,
     nodepools: Sequence[NodePool] | None = None,
+    claims: ClaimLookup | None = None,
 ) -> list[ScheduledWindow]:
     """Windows open at ``now`` or starting before ``now + horizon`` for one CronJob.
 
@@ -214,7 +229,7 @@ def windows_for_cronjob(
     """
     metadata = cronjob.get("metadata") or {}
     spec = cronjob.get("spec") or {}
-    template = gpu_template(cronjob, settings)
+    template = gpu_template(cronjob, settings, claims)
     if template is None:
         return []
     duration, duration_source = expected_duration(cronjob, jobs, settings)
@@ -227,7 +242,7 @@ def windows_for_cronjob(
         limit=settings.max_windows_per_cronjob,
     )
     labels = dict(metadata.get("labels") or {})
-    labels["gpu_resource"] = ",".join(sorted(template.per_pod))
+    labels["gpu_resource"] = ",".join([*sorted(template.per_pod), *(["resourceclaims"] if template.claimed else [])])
     choice = template.pool(nodepools)
     if choice.pool is not None:
         labels[NODEPOOL_LABEL] = choice.pool
@@ -256,6 +271,7 @@ def cronjob_windows(
     now: datetime,
     settings: CronWindowSettings,
     nodepools: Sequence[NodePool] | None = None,
+    claims: ClaimLookup | None = None,
 ) -> list[ScheduledWindow]:
     """Windows of every GPU CronJob, ordered by start; a CronJob that cannot be evaluated is logged
     and skipped so that it does not hide the others."""
@@ -275,7 +291,7 @@ def cronjob_windows(
             (namespace, str(metadata.get("name", ""))), []
         )
         try:
-            windows.extend(windows_for_cronjob(cronjob, owned, now, settings, nodepools))
+            windows.extend(windows_for_cronjob(cronjob, owned, now, settings, nodepools, claims))
         except CronScheduleError as exc:
             log.warning("CronJob %s/%s skipped: %s", metadata.get("namespace"), metadata.get("name"), exc)
     windows.sort(key=lambda w: (w.start, w.namespace, w.name))
@@ -283,13 +299,16 @@ def cronjob_windows(
 
 
 def unplaced_cronjobs(
-    cronjobs: Iterable[Mapping[str, Any]], nodepools: Sequence[NodePool], settings: CronWindowSettings
+    cronjobs: Iterable[Mapping[str, Any]],
+    nodepools: Sequence[NodePool],
+    settings: CronWindowSettings,
+    claims: ClaimLookup | None = None,
 ) -> list[UnplacedDemand]:
     """GPU CronJobs whose pods would fit no NodePool: their windows land in no pool's series."""
     found: list[UnplacedDemand] = []
     for cronjob in cronjobs:
         try:
-            template = gpu_template(cronjob, settings)
+            template = gpu_template(cronjob, settings, claims)
         except CronScheduleError:
             continue  # cronjob_windows logs it
         choice = template.pool(nodepools) if template is not None else None

@@ -20,6 +20,7 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
+from adapters.dra_claims import ClaimLookup, pod_claims
 from adapters.gpu_requests import pod_gpu_requests
 from adapters.gpu_units import WHOLE_GPU, GpuUnits
 from adapters.kube_watch import WatchedResource
@@ -50,6 +51,9 @@ class PendingGpus:
     name: str
     gpus: float
     choice: PoolChoice
+    # Of ``gpus``, those asked for through DRA claims: kube-state-metrics exports none of them, so
+    # the GPU signal's pool-less series does not hold them.
+    claimed: float = 0.0
 
 
 def _pod_choice(spec: Mapping[str, Any], gpus: float, nodepools: Sequence[NodePool] | None) -> PoolChoice:
@@ -66,6 +70,7 @@ def pending_gpus(
     nodepools: Sequence[NodePool] | None,
     is_placeholder: Callable[[Mapping[str, Any]], bool],
     units: GpuUnits | None = None,
+    claims: ClaimLookup | None = None,
 ) -> list[PendingGpus]:
     """The GPUs of every pod waiting for a node, placeholders left out, each with its pool.
 
@@ -73,8 +78,12 @@ def pending_gpus(
     names a pool. GPUs are physical ones, as the GPU series count them (``units``, default
     ``GpuUnits()``: a MIG instance by its slices, a time-sliced resource by its replicas); a pool's
     ``nvidia.com/gpu`` limit is checked against the ``nvidia.com/gpu`` the pod asks for.
+
+    ``claims``: the ResourceClaims and templates the watches hold (None: DRA not watched); a pod's
+    claims add their GPUs (``adapters.dra_claims``), a claim several pods share only once.
     """
     units = units or GpuUnits()
+    shared_counted: set[str] = set()
     found: list[PendingGpus] = []
     for pod in pods:
         if not waiting_for_a_node(pod) or is_placeholder(pod):
@@ -86,12 +95,20 @@ def pending_gpus(
             metadata = pod.get("metadata") or {}
             log.warning("Pending pod %s/%s skipped: %s", metadata.get("namespace"), metadata.get("name"), exc)
             continue
-        gpus = units.gpus(requests)
+        metadata = pod.get("metadata") or {}
+        claimed = 0.0
+        if claims is not None and spec.get("resourceClaims"):
+            namespace = str(metadata.get("namespace", ""))
+            resolved = pod_claims(spec, pod.get("status") or {}, namespace, claims)
+            for problem in resolved.problems:
+                log.warning("Pending pod %s/%s: %s (not counted)", namespace, metadata.get("name"), problem)
+            claimed = resolved.gpus(shared_counted)
+        gpus = units.gpus(requests) + claimed
         if gpus <= 0:
             continue
-        metadata = pod.get("metadata") or {}
-        choice = _pod_choice(spec, requests.get(WHOLE_GPU, 0.0), nodepools)
-        found.append(PendingGpus(str(metadata.get("namespace", "")), str(metadata.get("name", "")), gpus, choice))
+        choice = _pod_choice(spec, requests.get(WHOLE_GPU, 0.0) + claimed, nodepools)
+        namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
+        found.append(PendingGpus(namespace, name, gpus, choice, claimed))
     return found
 
 

@@ -1,13 +1,18 @@
 """The GPU units Pending pods and CronJob windows count in: those of the ``gpus_requested`` signals
-their GPUs are added to (``adapters.gpu_units``), so both paths count the same pods the same way."""
+their GPUs are added to (``adapters.gpu_units``), so both paths count the same pods the same way;
+and the DeviceClass map their DRA claims count by (``adapters.dra_claims``)."""
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping
-from typing import Protocol
+from typing import Annotated, Literal, Protocol
 
+from pydantic import BaseModel, Field
+
+from adapters.dra_claims import DEFAULT_DEVICE_CLASSES
 from adapters.gpu_units import WHOLE_GPU, GpuUnits
+from autoscaler.server_settings import STRICT
 
 
 class GpuSignal(Protocol):
@@ -33,3 +38,17 @@ def pod_gpu_units(signals: Iterable[GpuSignal]) -> GpuUnits:
     ValueError naming a resource two of them count differently: the pods have one count."""
     units = [signal_gpu_units(signal) for signal in signals if signal.preset == "gpus_requested"]
     return functools.reduce(GpuUnits.merged, units) if units else GpuUnits()
+
+
+class ResourceClaimSettings(BaseModel):
+    """``inputs.resource_claims``: GPUs asked for through DRA (``adapters.dra_claims``)."""
+
+    model_config = STRICT
+
+    # Watch ResourceClaims and ResourceClaimTemplates (resource.k8s.io/v1) for Pending pods and CronJobs.
+    enabled: bool = True
+    # DeviceClass -> GPUs one of its devices is: a number, or "mig-profile" (by the MIG profile the
+    # request's CEL selector names, as MIG resources count). Classes not named are not GPUs.
+    device_classes: dict[str, Annotated[float, Field(gt=0)] | Literal["mig-profile"]] = Field(
+        default_factory=lambda: dict(DEFAULT_DEVICE_CLASSES)
+    )

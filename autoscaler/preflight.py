@@ -105,6 +105,9 @@ def required_permissions(settings: Settings) -> list[Permission]:
             permissions.append(_watch("karpenter.sh", "nodepools", "inputs.nodepools"))
         if inputs.pending_pods:
             permissions.append(_watch("", "pods", "inputs.pending_pods"))
+        if inputs.resource_claims.enabled and (inputs.pending_pods or inputs.cronjobs):
+            for plural in ("resourceclaims", "resourceclaimtemplates"):
+                permissions.append(_watch("resource.k8s.io", plural, "inputs.resource_claims"))
         for namespace in sorted(
             {m.placeholder_namespace for m in settings.metrics.values() if m.placeholder_namespace}
         ):

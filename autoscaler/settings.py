@@ -18,7 +18,7 @@ from adapters.presets import Aggregation
 from adapters.promql import PerStep
 from adapters.types import AdapterError
 from autoscaler.actuator_settings import ActuatorSettings
-from autoscaler.gpu_unit_settings import pod_gpu_units
+from autoscaler.gpu_unit_settings import ResourceClaimSettings, pod_gpu_units
 from autoscaler.policy import PlanKind
 from autoscaler.provider import FallbackMode
 from autoscaler.publication_settings import PublicationSettings
@@ -284,6 +284,7 @@ class KubernetesInputsSettings(_Strict):
     # Placeholder pods (never demand): by namespace, or by a label selector ("app=gpu-placeholder").
     placeholder_namespaces: tuple[str, ...] = ()
     placeholder_selector: str = ""
+    resource_claims: ResourceClaimSettings = ResourceClaimSettings()  # DRA claims of those pods
 
     @model_validator(mode="after")
     def _placeholder_selector_parses(self) -> KubernetesInputsSettings:

@@ -104,6 +104,11 @@ def test_environment_overrides_the_file(tmp_path):
         ),
         ("prometheus: {url: 'prometheus:9090'}\n", "url must start with http:// or https://"),
         (
+            "inputs:\n  resource_claims: {device_classes: {gpu.amd.com: 0}}\n",
+            "inputs.resource_claims.device_classes.gpu.amd.com.literal['mig-profile']: Input should be "
+            "'mig-profile' (got 0)",
+        ),
+        (
             "inputs:\n  placeholder_selector: 'app in (a'\n",
             "inputs: Value error, placeholder_selector: ",
         ),

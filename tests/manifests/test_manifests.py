@@ -460,6 +460,8 @@ def test_rbac():
         ("karpenter.sh", "nodepools"),
         ("", "resourcequotas"),
         ("", "pods"),
+        ("resource.k8s.io", "resourceclaims"),
+        ("resource.k8s.io", "resourceclaimtemplates"),
     ):
         assert {(group, resource, verb) for verb in ("get", "list", "watch")} <= reads
     assert ("authentication.k8s.io", "tokenreviews", "create") in reads
