@@ -53,6 +53,7 @@ KUSTOMIZATIONS = (
     EXTERNAL_METRICS_API,
     "monitoring",
     "examples",
+    "examples-before-1.35",
 )
 # Every render of the service; only EXTERNAL_METRICS_API registers it with an APIService.
 SERVICES = ("base", "overlays/cert-manager", "overlays/insecure", "overlays/keda", EXTERNAL_METRICS_API)
@@ -588,6 +589,27 @@ def hpa_metrics(kustomization: str) -> list[tuple[dict[str, Any], dict[str, Any]
         for metric in hpa["spec"]["metrics"]
         if metric["type"] == "External"
     ]
+
+
+def test_the_placeholder_hpa_follows_the_headroom_to_the_gpu():
+    """Tolerance 0 on the way up (the cluster-wide 10 % would make the headroom a staircase), a small
+    one on the way down; Kubernetes 1.35's schema takes it, 1.32's refuses the field, and the
+    fallback tree for older clusters is the same HPA without it, valid there."""
+    hpa = one("examples", "HorizontalPodAutoscaler", "gpu-placeholder")
+    behavior = hpa["spec"]["behavior"]
+    assert behavior["scaleUp"]["tolerance"] == "0"
+    assert 0 < float(behavior["scaleDown"]["tolerance"]) <= 0.05
+    kubernetes_validate.validate(hpa, "1.35", strict=True)
+    with pytest.raises(kubernetes_validate.ValidationError, match="tolerance"):
+        kubernetes_validate.validate(hpa, "1.32", strict=True)
+    older = one("examples-before-1.35", "HorizontalPodAutoscaler", "gpu-placeholder")
+    kubernetes_validate.validate(older, "1.32", strict=True)
+    without = copy.deepcopy(hpa)
+    for rules in without["spec"]["behavior"].values():
+        del rules["tolerance"]
+    assert older == without
+    # Everything else in the fallback tree is the examples' own.
+    assert [ident(doc) for doc in render("examples-before-1.35")] == [ident(doc) for doc in render("examples")]
 
 
 def test_hpa_metric_names_are_served():
