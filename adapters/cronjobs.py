@@ -26,7 +26,7 @@ import numpy as np
 from kubernetes_asyncio.client import ApiClient, BatchV1Api
 
 from adapters.cron_schedule import CronScheduleError, fire_times
-from adapters.dra_claims import ClaimLookup, pod_claims
+from adapters.dra_claims import AllRequest, ClaimLookup, pod_claims
 from adapters.gpu_requests import pod_gpu_requests
 from adapters.gpu_units import WHOLE_GPU, GpuUnits
 from adapters.kube_client import parse_kube_time
@@ -173,6 +173,20 @@ class GpuTemplate:
     per_pod: Mapping[str, float]  # GPUs of one pod, per resource
     gpus: float  # of the whole run: pods at once x GPUs per pod, plus the claims they share
     claimed: float = 0.0  # GPUs of one pod's resource claims (adapters.dra_claims)
+    pods: int = 1
+    # All requests, counted on a node of the pool the run lands in: each pod's, and the shared claims'.
+    own_all: tuple[AllRequest, ...] = ()
+    shared_all: tuple[AllRequest, ...] = ()
+
+    def run_gpus(self, pool: str | None, claims: ClaimLookup | None) -> float:
+        """GPUs of one run in ``pool``: ``gpus`` plus its All requests on a node of the pool."""
+        if claims is None or not (self.own_all or self.shared_all):
+            return self.gpus
+        own, own_problems = claims.all_gpus(self.own_all, pool)
+        shared, shared_problems = claims.all_gpus(self.shared_all, pool)
+        for problem in dict.fromkeys(own_problems + shared_problems):
+            log.warning("CronJob template in pool %s: %s (not counted)", pool, problem)
+        return self.gpus + self.pods * own + shared
 
     def pool(self, nodepools: Sequence[NodePool] | None) -> PoolChoice:
         """The pool the run's pods land in; the pool's whole limit counts (the run is in the future)."""
@@ -202,15 +216,19 @@ def gpu_template(
         per_pod_gpus = settings.units.gpus(per_pod)
     except ValueError as exc:
         raise CronScheduleError(f"unreadable GPU request: {exc}") from exc
-    claimed, shared = 0.0, 0.0
+    claimed, shared, own_all, shared_all = 0.0, 0.0, tuple[AllRequest, ...](), tuple[AllRequest, ...]()
     if claims is not None and pod_spec.get("resourceClaims"):
         metadata = cronjob.get("metadata") or {}
         resolved = pod_claims(pod_spec, {}, str(metadata.get("namespace", "")), claims)
         for problem in resolved.problems:
             log.warning("CronJob %s/%s: %s (not counted)", metadata.get("namespace"), metadata.get("name"), problem)
         claimed, shared = resolved.own, sum(resolved.shared.values())
-    gpus = job_pods(job_spec) * (float(per_pod_gpus) + claimed) + shared
-    return GpuTemplate(pod_spec, per_pod, gpus, claimed + shared) if gpus > 0 else None
+        own_all, shared_all = resolved.own_all, tuple(r for rs in resolved.shared_all.values() for r in rs)
+    pods = job_pods(job_spec)
+    gpus = pods * (float(per_pod_gpus) + claimed) + shared
+    if gpus <= 0 and not (own_all or shared_all):
+        return None
+    return GpuTemplate(pod_spec, per_pod, gpus, claimed + shared, pods, own_all, shared_all)
 
 
 def windows_for_cronjob(
@@ -242,10 +260,14 @@ def windows_for_cronjob(
         limit=settings.max_windows_per_cronjob,
     )
     labels = dict(metadata.get("labels") or {})
-    labels["gpu_resource"] = ",".join([*sorted(template.per_pod), *(["resourceclaims"] if template.claimed else [])])
+    claimed = template.claimed or template.own_all or template.shared_all
+    labels["gpu_resource"] = ",".join([*sorted(template.per_pod), *(["resourceclaims"] if claimed else [])])
     choice = template.pool(nodepools)
     if choice.pool is not None:
         labels[NODEPOOL_LABEL] = choice.pool
+    gpus = template.run_gpus(choice.pool, claims)
+    if gpus <= 0:
+        return []
     policy = str(spec.get("concurrencyPolicy") or "Allow")
     return [
         ScheduledWindow(
@@ -254,7 +276,7 @@ def windows_for_cronjob(
             name=str(metadata.get("name", "")),
             start=start,
             end=end,
-            gpus=float(template.gpus),
+            gpus=float(gpus),
             labels=labels,
             duration_source=duration_source,
             # Said only when it was a choice: several pools fit, or none did.

@@ -7,8 +7,9 @@ a ``resourceClaimName`` means no claim was needed). A claim's ``spec.devices.req
 for devices of a DeviceClass, as the scheduler's allocator reads them:
 
 - ``exactly`` with ``allocationMode`` ``ExactCount`` (the default) takes ``count`` devices (default 1);
-  ``All`` takes every matching device of the node it lands on, known once the claim is allocated
-  (``status.allocation.devices.results``, one result per device);
+  ``All`` takes every matching device of the node it lands on: once the claim is allocated, its
+  results (``status.allocation.devices.results``, one per device); before, what a node of the
+  candidate pool offers (``adapters.dra_devices``, from the pool's ResourceSlices);
 - ``firstAvailable`` lists subrequests; the first one that can be satisfied wins: its result is
   named ``<request>/<subrequest>`` once allocated, and before that the first subrequest, the one the
   scheduler prefers and a new node would be made for, is counted;
@@ -27,13 +28,14 @@ counted here: the container's ``nvidia.com/gpu`` already is (``adapters.gpu_requ
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Literal
 
 from kubernetes_asyncio.client import ApiClient, ResourceV1Api
 
+from adapters.dra_devices import DeviceInventory
 from adapters.gpu_units import MIG_PREFIX, mig_share
 from adapters.kube_watch import WatchedResource
 
@@ -56,11 +58,23 @@ def resource_claim_template_resource(api: ApiClient) -> WatchedResource:
 
 
 @dataclass(frozen=True)
+class AllRequest:
+    """An unallocated ``allocationMode: All`` request: its GPUs depend on the node it lands on."""
+
+    name: str
+    device_class: str
+    selectors: tuple[Mapping[str, Any], ...]
+    per_device: Fraction
+
+
+@dataclass(frozen=True)
 class ClaimGpus:
-    """GPUs of one claim (or template), and what in it could not be counted and why."""
+    """GPUs of one claim (or template), its ``All`` requests still to resolve, and what in it could
+    not be counted and why."""
 
     gpus: float
     problems: tuple[str, ...] = ()
+    all_requests: tuple[AllRequest, ...] = ()
 
 
 def _device_gpus(request: Mapping[str, Any], classes: Mapping[str, DeviceClassValue]) -> Fraction | None:
@@ -96,8 +110,8 @@ def _wanted(request: Mapping[str, Any]) -> tuple[int | None, bool]:
 
 def _request_gpus(
     request: Mapping[str, Any], allocated: Mapping[str, int], classes: Mapping[str, DeviceClassValue]
-) -> tuple[float, str | None]:
-    """(GPUs, why not counted) of one entry of ``spec.devices.requests``."""
+) -> tuple[float, str | None, AllRequest | None]:
+    """(GPUs, why not counted, an All request to resolve on a node) of one ``spec.devices.requests`` entry."""
     name = str(request.get("name", ""))
     choices: list[tuple[str, Mapping[str, Any]]]
     if request.get("exactly"):
@@ -110,15 +124,16 @@ def _request_gpus(
     result, sub = chosen or choices[0]  # unallocated: the first alternative, the scheduler's preference
     per_device = _device_gpus(sub, classes)
     if per_device is None:
-        return 0.0, f"device class {sub.get('deviceClassName')} is not in the DeviceClass map"
+        return 0.0, f"device class {sub.get('deviceClassName')} is not in the DeviceClass map", None
     count, admin = _wanted(sub)
     if admin:
-        return 0.0, None
+        return 0.0, None, None
     if chosen is not None:
         count = allocated[result]
     elif count is None:
-        return 0.0, "allocationMode All: its devices are known once the claim is allocated"
-    return float(count * per_device), None
+        selectors = tuple(sub.get("selectors") or ())
+        return 0.0, None, AllRequest(result, str(sub["deviceClassName"]), selectors, per_device)
+    return float(count * per_device), None, None
 
 
 def claim_spec_gpus(
@@ -129,16 +144,18 @@ def claim_spec_gpus(
     allocated: dict[str, int] = {}
     for result in results:
         allocated[str(result.get("request", ""))] = allocated.get(str(result.get("request", "")), 0) + 1
-    total, problems = 0.0, []
+    total, problems, all_requests = 0.0, [], []
     for request in (spec.get("devices") or {}).get("requests") or []:
         try:
-            gpus, problem = _request_gpus(request, allocated, classes)
+            gpus, problem, all_request = _request_gpus(request, allocated, classes)
         except ValueError as exc:
-            gpus, problem = 0.0, f"unreadable: {exc}"
+            gpus, problem, all_request = 0.0, f"unreadable: {exc}", None
         total += gpus
         if problem:
             problems.append(f"request {request.get('name', '?')}: {problem}")
-    return ClaimGpus(total, tuple(problems))
+        if all_request is not None:
+            all_requests.append(all_request)
+    return ClaimGpus(total, tuple(problems), tuple(all_requests))
 
 
 @dataclass(frozen=True)
@@ -148,6 +165,23 @@ class ClaimLookup:
     claims: Lookup = field(default_factory=dict)
     templates: Lookup = field(default_factory=dict)
     device_classes: Mapping[str, DeviceClassValue] = field(default_factory=lambda: dict(DEFAULT_DEVICE_CLASSES))
+    # ResourceSlices, DeviceClasses and NodeClaims, for All requests (None: not watched).
+    devices: DeviceInventory | None = None
+
+    def all_gpus(self, requests: Sequence[AllRequest], pool: str | None) -> tuple[float, list[str]]:
+        """GPUs of unallocated All requests on a node of ``pool``, and why any could not be told."""
+        total, problems = 0.0, []
+        for request in requests:
+            if self.devices is None:
+                problems.append(f"request {request.name}: allocationMode All, and ResourceSlices are not watched")
+                continue
+            try:
+                devices = self.devices.all_devices(request.device_class, request.selectors, pool)
+            except ValueError as exc:
+                problems.append(f"request {request.name}: {exc}")
+                continue
+            total += float(devices * request.per_device)
+        return total, problems
 
 
 @dataclass(frozen=True)
@@ -158,12 +192,15 @@ class PodClaims:
     own: float = 0.0
     shared: Mapping[str, float] = field(default_factory=dict)
     problems: tuple[str, ...] = ()
+    own_all: tuple[AllRequest, ...] = ()  # All requests, resolved once the pool is known
+    shared_all: Mapping[str, tuple[AllRequest, ...]] = field(default_factory=dict)
 
-    def gpus(self, counted: set[str]) -> float:
-        """Its GPUs, the shared claims in ``counted`` left out; adds the rest to ``counted``."""
-        fresh = {key: gpus for key, gpus in self.shared.items() if key not in counted}
+    def take(self, counted: set[str]) -> tuple[float, tuple[AllRequest, ...]]:
+        """Its GPUs and All requests, the shared claims in ``counted`` left out; adds the rest to it."""
+        fresh = [key for key in self.shared if key not in counted]
         counted.update(fresh)
-        return self.own + sum(fresh.values())
+        all_requests = self.own_all + tuple(r for key in fresh for r in self.shared_all.get(key, ()))
+        return self.own + sum(self.shared[key] for key in fresh), all_requests
 
 
 @dataclass(frozen=True)
@@ -214,6 +251,8 @@ def pod_claims(
     """GPUs of the claims in ``pod_spec.resourceClaims``, resolved as the pod's status says (a
     CronJob's template has no status: each template claim is then its own, as it will be)."""
     own, shared, problems = 0.0, dict[str, float](), list[str]()
+    own_all: list[AllRequest] = []
+    shared_all: dict[str, tuple[AllRequest, ...]] = {}
     for entry in pod_spec.get("resourceClaims") or []:
         where = f"claim {entry.get('name', '?')}"
         resolved = _resolve(entry, pod_status, namespace, lookup)
@@ -225,6 +264,8 @@ def pod_claims(
         problems += [f"{where}: {text}" for text in counted.problems]
         if resolved.shared_key is None:
             own += counted.gpus
+            own_all += counted.all_requests
         else:
             shared[resolved.shared_key] = counted.gpus
-    return PodClaims(own, shared, tuple(problems))
+            shared_all[resolved.shared_key] = counted.all_requests
+    return PodClaims(own, shared, tuple(problems), tuple(own_all), shared_all)

@@ -20,7 +20,7 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
-from adapters.dra_claims import ClaimLookup, pod_claims
+from adapters.dra_claims import AllRequest, ClaimLookup, pod_claims
 from adapters.gpu_requests import pod_gpu_requests
 from adapters.gpu_units import WHOLE_GPU, GpuUnits
 from adapters.kube_watch import WatchedResource
@@ -96,19 +96,24 @@ def pending_gpus(
             log.warning("Pending pod %s/%s skipped: %s", metadata.get("namespace"), metadata.get("name"), exc)
             continue
         metadata = pod.get("metadata") or {}
-        claimed = 0.0
-        if claims is not None and spec.get("resourceClaims"):
-            namespace = str(metadata.get("namespace", ""))
-            resolved = pod_claims(spec, pod.get("status") or {}, namespace, claims)
-            for problem in resolved.problems:
-                log.warning("Pending pod %s/%s: %s (not counted)", namespace, metadata.get("name"), problem)
-            claimed = resolved.gpus(shared_counted)
-        gpus = units.gpus(requests) + claimed
-        if gpus <= 0:
-            continue
-        choice = _pod_choice(spec, requests.get(WHOLE_GPU, 0.0) + claimed, nodepools)
         namespace, name = str(metadata.get("namespace", "")), str(metadata.get("name", ""))
-        found.append(PendingGpus(namespace, name, gpus, choice, claimed))
+        claimed, all_requests, problems = 0.0, tuple[AllRequest, ...](), list[str]()
+        if claims is not None and spec.get("resourceClaims"):
+            resolved = pod_claims(spec, pod.get("status") or {}, namespace, claims)
+            claimed, all_requests = resolved.take(shared_counted)
+            problems += resolved.problems
+        # The pool is chosen on the GPUs known without a node; All requests then count what a node
+        # of that pool offers.
+        choice = _pod_choice(spec, requests.get(WHOLE_GPU, 0.0) + claimed, nodepools)
+        if all_requests and claims is not None:
+            on_node, unresolved = claims.all_gpus(all_requests, choice.pool)
+            claimed += on_node
+            problems += unresolved
+        for problem in problems:
+            log.warning("Pending pod %s/%s: %s (not counted)", namespace, name, problem)
+        gpus = units.gpus(requests) + claimed
+        if gpus > 0:
+            found.append(PendingGpus(namespace, name, gpus, choice, claimed))
     return found
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
 
-from adapters import cronjobs, dra_claims, nodeclaims, pending_pods, resourcelimits
+from adapters import cronjobs, dra_claims, dra_devices, nodeclaims, pending_pods, resourcelimits
 from adapters.gpu_units import GpuUnits
 from adapters.kube_client import KubeError
 from adapters.kube_watch import WatchCache, WatchGroup, WatchSettings
@@ -80,6 +80,8 @@ class KubernetesInputs:
         self._pending: WatchCache | None = None
         self._claims: WatchCache | None = None
         self._claim_templates: WatchCache | None = None
+        self._slices: WatchCache | None = None
+        self._device_classes: WatchCache | None = None
         self._placeholder_labels: Selector | None = (
             parse_selector(inputs.placeholder_selector) if inputs.placeholder_selector.strip() else None
         )
@@ -99,6 +101,8 @@ class KubernetesInputs:
         if self.inputs.resource_claims.enabled and (self.inputs.pending_pods or self.inputs.cronjobs):
             self._claims = group.start(dra_claims.resource_claim_resource(api))
             self._claim_templates = group.start(dra_claims.resource_claim_template_resource(api))
+            self._slices = group.start(dra_devices.resource_slice_resource(api))
+            self._device_classes = group.start(dra_devices.device_class_resource(api))
 
     def claim_lookup(self) -> dra_claims.ClaimLookup | None:
         """The ResourceClaims and templates the watches hold (empty where resource.k8s.io/v1 is not
@@ -106,7 +110,11 @@ class KubernetesInputs:
         if self._claims is None or self._claim_templates is None:
             return None
         classes = dict(self.inputs.resource_claims.device_classes)
-        return dra_claims.ClaimLookup(self._claims.objects, self._claim_templates.objects, classes)
+        devices = None
+        if self._slices is not None and self._device_classes is not None:
+            nodeclaims = self._nodeclaims.objects if self._nodeclaims is not None else {}
+            devices = dra_devices.DeviceInventory(self._slices.objects, self._device_classes.objects, nodeclaims)
+        return dra_claims.ClaimLookup(self._claims.objects, self._claim_templates.objects, classes, devices)
 
     def nodepools(self) -> list[NodePool] | None:
         """The cluster's NodePools; None while they are not known (then selectors alone name pools)."""
@@ -140,7 +148,7 @@ class KubernetesInputs:
         """The waiting pods with their pools, resolved again only when a watch has moved on."""
         if self._pending is None:
             return []
-        watched = (self._pending, self._nodepools, self._claims, self._claim_templates)
+        watched = (self._pending, self._nodepools, self._nodeclaims, self._claims, self._claim_templates, self._slices)
         caches = [cache for cache in watched if cache is not None]
         position = tuple(n for cache in caches for n in (cache.events, cache.relists, int(cache.absent)))
         if position != self._resolved[0]:
@@ -232,7 +240,7 @@ class KubernetesInputs:
         if self._limits_error is not None:
             checks["gpu limits"] = f"failing: {self._limits_error}"
         watched = (self._cronjobs, self._jobs, self._nodeclaims, self._nodepools, self._pending, self._claims)
-        for cache in (*watched, self._claim_templates):
+        for cache in (*watched, self._claim_templates, self._slices, self._device_classes):
             if cache is None:
                 continue
             state = "absent" if cache.absent else ("synced" if cache.synced else "syncing")

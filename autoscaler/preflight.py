@@ -106,7 +106,7 @@ def required_permissions(settings: Settings) -> list[Permission]:
         if inputs.pending_pods:
             permissions.append(_watch("", "pods", "inputs.pending_pods"))
         if inputs.resource_claims.enabled and (inputs.pending_pods or inputs.cronjobs):
-            for plural in ("resourceclaims", "resourceclaimtemplates"):
+            for plural in ("resourceclaims", "resourceclaimtemplates", "resourceslices", "deviceclasses"):
                 permissions.append(_watch("resource.k8s.io", plural, "inputs.resource_claims"))
         for namespace in sorted(
             {m.placeholder_namespace for m in settings.metrics.values() if m.placeholder_namespace}

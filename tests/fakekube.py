@@ -130,6 +130,8 @@ RESOURCE_TYPES: dict[str, ResourceType] = {
         # Dynamic Resource Allocation, GA in Kubernetes 1.34.
         ResourceType("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True, status_subresource=True),
         ResourceType("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
+        ResourceType("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False),
+        ResourceType("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False),
     )
 }
 

@@ -11,8 +11,8 @@
   ``x-kubernetes-list-type`` ``set``/``map`` as uniqueness; the other ``x-kubernetes-*`` keywords
   (int-or-string, map types) are annotations jsonschema ignores.
 - Pods, CronJobs, Jobs, ConfigMaps, ResourceQuotas, PodTemplates, Leases, APIServices,
-  CustomResourceDefinitions, SelfSubjectAccessReviews and DRA's ResourceClaims, ResourceClaimTemplates
-  and DeviceClasses (``resource.k8s.io/v1``): ``kubernetes-validate``'s JSON schemas of
+  CustomResourceDefinitions, SelfSubjectAccessReviews and DRA's ResourceClaims, ResourceClaimTemplates,
+  DeviceClasses and ResourceSlices (``resource.k8s.io/v1``): ``kubernetes-validate``'s JSON schemas of
   Kubernetes 1.37, the newest it carries (pyproject asks for kubernetes-validate 1.37.0 or later).
 
 Unknown fields are refused (HTTP 400, as with ``fieldValidation=Strict``, kubectl's default), so a
@@ -66,6 +66,7 @@ CORE_KINDS = frozenset(
         ("apiextensions.k8s.io", "CustomResourceDefinition"), ("authorization.k8s.io", "SelfSubjectAccessReview"),
         ("authorization.k8s.io", "SubjectAccessReview"), ("resource.k8s.io", "ResourceClaim"),
         ("resource.k8s.io", "ResourceClaimTemplate"), ("resource.k8s.io", "DeviceClass"),
+        ("resource.k8s.io", "ResourceSlice"),
     }
 )  # fmt: skip
 

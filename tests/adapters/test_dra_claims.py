@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from adapters.dra_claims import ClaimLookup, claim_spec_gpus, pod_claims
+from adapters.dra_devices import DeviceInventory
 from adapters.gpu_units import GpuUnits
 from adapters.pending_pods import pending_gpus
 from tests import kube_schemas
@@ -76,14 +77,117 @@ def test_mig_devices_count_by_the_profile_their_selector_names():
                         "request's selectors name 0",)  # fmt: skip
 
 
-def test_all_counts_the_devices_allocated_and_nothing_before():
+def test_all_counts_the_devices_allocated_or_waits_for_the_pool():
     request = [{"name": "node-gpus", "exactly": exactly(allocationMode="All")}]
-    assert gpus(claim("all", request)) == (
-        0,
-        ("request node-gpus: allocationMode All: its devices are known once the claim is allocated",),
-    )
+    unallocated = claim_spec_gpus(claim("all", request)["spec"], None, LOOKUP.device_classes)
+    assert (unallocated.gpus, unallocated.problems) == (0, ())
+    (pending,) = unallocated.all_requests  # resolved on a node of the pool the pod lands in
+    assert (pending.name, pending.device_class, pending.per_device) == ("node-gpus", NVIDIA, 1)
     status = allocated(*[("node-gpus", f"gpu-{i}") for i in range(8)])
     assert gpus(claim("all", request, status=status)) == (8, ())
+
+
+# --- allocationMode All on a node of the candidate pool (adapters.dra_devices) ----------------------
+
+# NVIDIA's DeviceClasses as its Helm chart renders them (tests/data/nvidia-dra/README.md: the chart's
+# deviceclass-gpu.yaml and deviceclass-mig.yaml templates, resource.k8s.io/v1).
+CHART_SELECTOR = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == '{type}'"
+GPU_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "gpu.nvidia.com"},
+    "spec": {
+        "selectors": [{"cel": {"expression": CHART_SELECTOR.format(type="gpu")}}],
+        "extendedResourceName": "nvidia.com/gpu",
+    },
+}
+MIG_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "mig.nvidia.com"},
+    "spec": {"selectors": [{"cel": {"expression": CHART_SELECTOR.format(type="mig")}}]},
+}
+
+
+def resource_slice(node: str, devices: list[tuple[str, str]], generation: int = 1) -> dict[str, Any]:
+    """A slice as NVIDIA's kubelet plugin publishes one: pool and node named after the node."""
+    obj = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-gpu.nvidia.com-{generation}"},
+        "spec": {
+            "driver": "gpu.nvidia.com",
+            "nodeName": node,
+            "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
+            "devices": [
+                {"name": name, "attributes": {"type": {"string": kind}, "productName": {"string": "NVIDIA A100"}}}
+                for name, kind in devices
+            ],
+        },
+    }
+    kube_schemas.validate("resource.k8s.io", "ResourceSlice", obj)
+    return obj
+
+
+def nodeclaim(name: str, pool: str, node: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {"karpenter.sh/nodepool": pool}}, "status": {"nodeName": node}}
+
+
+def inventory(*slices: dict[str, Any]) -> DeviceInventory:
+    for device_class in (GPU_CLASS, MIG_CLASS):
+        kube_schemas.validate("resource.k8s.io", "DeviceClass", device_class)
+    return DeviceInventory(
+        {s["metadata"]["name"]: s for s in slices},
+        {"gpu.nvidia.com": GPU_CLASS, "mig.nvidia.com": MIG_CLASS},
+        {
+            "a": nodeclaim("a", "a100", "node-1"),
+            "b": nodeclaim("b", "a100", "node-2"),
+            "c": nodeclaim("c", "h100", "node-3"),
+        },
+    )
+
+
+def test_all_takes_what_the_fullest_node_of_the_pool_publishes_of_the_class():
+    gpus8 = [(f"gpu-{i}", "gpu") for i in range(8)]
+    devices = inventory(
+        resource_slice("node-1", gpus8),
+        resource_slice("node-2", [("gpu-0", "gpu"), ("gpu-1-mig-0", "mig"), ("gpu-1-mig-1", "mig")]),
+        resource_slice("node-3", [("gpu-0", "gpu")] * 1),
+    )
+    assert devices.all_devices("gpu.nvidia.com", (), "a100") == 8
+    assert devices.all_devices("mig.nvidia.com", (), "a100") == 2
+    assert devices.all_devices("gpu.nvidia.com", (), "h100") == 1
+    # The request's own selector narrows further (an unqualified slice attribute is the driver's).
+    narrow = ({"cel": {"expression": "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100'"}},)
+    assert devices.all_devices("gpu.nvidia.com", narrow, "a100") == 0
+    with pytest.raises(ValueError, match="no node of NodePool l4 publishes a ResourceSlice"):
+        devices.all_devices("gpu.nvidia.com", (), "l4")
+    with pytest.raises(ValueError, match=r"DeviceClass fpga\.example\.com not found"):
+        devices.all_devices("fpga.example.com", (), "a100")
+    odd = ({"cel": {"expression": "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0"}},)
+    with pytest.raises(ValueError, match=r"only '&&' of device\.driver and device\.attributes equalities is read"):
+        devices.all_devices("gpu.nvidia.com", odd, "a100")
+
+
+def test_only_the_newest_generation_of_a_pool_counts():
+    old = resource_slice("node-1", [(f"gpu-{i}", "gpu") for i in range(8)], generation=1)
+    new = resource_slice("node-1", [(f"gpu-{i}", "gpu") for i in range(4)], generation=2)
+    assert inventory(old, new).all_devices("gpu.nvidia.com", (), "a100") == 4
+
+
+def test_a_pending_pods_all_claim_counts_on_its_pool():
+    devices = inventory(resource_slice("node-1", [(f"gpu-{i}", "gpu") for i in range(8)]))
+    request = [{"name": "node-gpus", "exactly": exactly(allocationMode="All")}]
+    lookup = ClaimLookup(templates={"ml/all": template("all", request)}, devices=devices)
+    spec = {
+        **pod_spec([{"name": "gpus", "resourceClaimTemplateName": "all"}]),
+        "nodeSelector": {"karpenter.sh/nodepool": "a100"},
+    }
+    (found,) = pending_gpus([pod(spec, {})], None, lambda p: False, GpuUnits(), lookup)
+    assert (found.gpus, found.claimed, found.choice.pool) == (8, 8, "a100")
+    # Without ResourceSlices watched the pod's All request is named and counts nothing.
+    without = ClaimLookup(templates=lookup.templates)
+    assert pending_gpus([pod(spec, {})], None, lambda p: False, GpuUnits(), without) == []
 
 
 def test_first_available_counts_the_preferred_alternative_until_one_is_allocated():
@@ -233,3 +337,26 @@ def test_the_extended_resources_claim_is_not_counted_a_second_time():
     }
     lookup = lookup_of(docs, **{f"extended-resource-gpu-full/{generated['metadata']['name']}": generated})
     assert pending_total(docs, lookup, status) == 1  # the container's nvidia.com/gpu, once
+
+
+def test_a_cronjobs_all_claims_count_per_pod_on_its_pool():
+    from datetime import UTC, datetime, timedelta
+
+    from adapters.cronjobs import CronWindowSettings, windows_for_cronjob
+
+    devices = inventory(resource_slice("node-1", [(f"gpu-{i}", "gpu") for i in range(8)]))
+    request = [{"name": "node-gpus", "exactly": exactly(allocationMode="All")}]
+    lookup = ClaimLookup(templates={"ml/all": template("all", request)}, devices=devices)
+    spec = pod_spec([{"name": "gpus", "resourceClaimTemplateName": "all"}])
+    spec["nodeSelector"] = {"karpenter.sh/nodepool": "a100"}
+    job = {"parallelism": 2, "template": {"spec": spec}}
+    cron = {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "whole-nodes", "namespace": "ml"},
+        "spec": {"schedule": "0 2 * * *", "jobTemplate": {"spec": job}},
+    }
+    kube_schemas.validate("batch", "CronJob", cron)
+    now = datetime(2026, 11, 20, 1, 0, tzinfo=UTC)
+    (window,) = windows_for_cronjob(cron, [], now, CronWindowSettings(horizon=timedelta(hours=2)), None, lookup)
+    assert (window.gpus, window.labels["nodepool"], window.labels["gpu_resource"]) == (16, "a100", "resourceclaims")

@@ -160,3 +160,26 @@ async def test_a_cluster_without_dra_serves_the_rest(fake_kube: FakeKube, kube_a
         assert absent()["watch resourceclaimtemplates"].startswith("absent")
         assert kube_inputs.health()["watch pending pods"] == "synced"
         await eventually(lambda: kube_inputs.pending_gpus(None) == 1, message="the whole GPU of the pod")
+
+
+async def test_an_all_claim_counts_what_a_node_of_its_pool_publishes(fake_kube, inputs):
+    """allocationMode All, unallocated: the GPUs of the DeviceClass a node of the candidate pool
+    publishes in its ResourceSlices (the NodeClaim says which node is the pool's)."""
+    from tests.adapters.test_dra_claims import GPU_CLASS, resource_slice
+    from tests.adapters.test_nodeclaims import nodeclaim
+
+    launched = nodeclaim("a100-abc", 120, pool="a100")
+    launched["status"]["nodeName"] = "ip-10-0-1-7"
+    fake_kube.add("nodeclaims", launched)
+    fake_kube.add("deviceclasses", GPU_CLASS)
+    fake_kube.add("resourceslices", resource_slice("ip-10-0-1-7", [(f"gpu-{i}", "gpu") for i in range(8)]))
+    every_gpu = {"name": "node-gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "All"}}
+    fake_kube.add(
+        "resourceclaimtemplates",
+        {"metadata": {"name": "whole-node", "namespace": "ml"}, "spec": {"spec": claim_spec(every_gpu)}},
+    )
+    fake_kube.add(
+        "pods", pending_pod("node-0", claiming_spec({"name": "gpus", "resourceClaimTemplateName": "whole-node"}))
+    )
+    await eventually(lambda: inputs.pending_gpus("a100") == 8, message="8 GPUs of a whole a100 node")
+    assert inputs.health()["watch resourceslices"] == "synced"

@@ -108,6 +108,8 @@ ALL_OK = [
     "ok      rbac list,watch nodeclaims.karpenter.sh: allowed (needed by inputs.nodeclaims)",
     "ok      rbac list,watch resourceclaims.resource.k8s.io: allowed (needed by inputs.resource_claims)",
     "ok      rbac list,watch resourceclaimtemplates.resource.k8s.io: allowed (needed by inputs.resource_claims)",
+    "ok      rbac list,watch resourceslices.resource.k8s.io: allowed (needed by inputs.resource_claims)",
+    "ok      rbac list,watch deviceclasses.resource.k8s.io: allowed (needed by inputs.resource_claims)",
     "ok      crd nodeclaims.karpenter.sh/v1: served (needed by inputs.nodeclaims)",
 ]
 
@@ -130,7 +132,7 @@ async def test_no_apiservice_yet_passes_every_check(cluster, config):
         "namespace": "kube-system",
         "name": "extension-apiserver-authentication",
     } in asked
-    assert len(asked) == 16
+    assert len(asked) == 20
 
 
 async def test_our_own_apiservice_passes(cluster, config):
@@ -185,7 +187,7 @@ async def test_an_install_claiming_the_apiservice_is_refused_while_keda_owns_it(
         "replace it on purpose with --take-over",
         *ALL_OK,
     ]
-    assert_runtime_failure(result, "preflight: 1 of 12 checks found a problem (see above)")
+    assert_runtime_failure(result, "preflight: 1 of 14 checks found a problem (see above)")
 
 
 @pytest.mark.parametrize("claim", [False, True], ids=["before-install", "claiming"])
@@ -226,7 +228,7 @@ async def test_rbac_denied_names_the_verbs_the_setting_and_the_fix(cluster, conf
         f"(denied by the fake's ssar_rule); needed by inputs.nodeclaims: {CLUSTER_ROLE_FIX}"
     ) in result.stdout.splitlines()
     assert [line.split()[0] for line in result.stdout.splitlines()].count("problem") == 1
-    assert_runtime_failure(result, "preflight: 1 of 12 checks found a problem")
+    assert_runtime_failure(result, "preflight: 1 of 14 checks found a problem")
 
 
 async def test_authentication_configmap_missing(fake_kube, config):
@@ -236,7 +238,7 @@ async def test_authentication_configmap_missing(fake_kube, config):
         "publishes it when it runs with --requestheader-client-ca-file; without it the aggregator's requests "
         "cannot be authenticated"
     )
-    assert_runtime_failure(result, "preflight: 1 of 12 checks found a problem")
+    assert_runtime_failure(result, "preflight: 1 of 14 checks found a problem")
 
 
 async def test_authentication_configmap_without_request_header_ca(fake_kube, config):
@@ -256,7 +258,7 @@ async def test_crd_not_served(cluster, config, absent):
         "problem crd nodeclaims.karpenter.sh/v1: not served by the API; needed by inputs.nodeclaims: "
         "install Karpenter (v1 API) or set inputs.nodeclaims: false"
     )
-    assert_runtime_failure(result, "preflight: 1 of 12 checks found a problem")
+    assert_runtime_failure(result, "preflight: 1 of 14 checks found a problem")
 
 
 async def test_unreachable_api_is_a_runtime_failure(cluster, config):

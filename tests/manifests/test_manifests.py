@@ -463,6 +463,8 @@ def test_rbac():
         ("", "pods"),
         ("resource.k8s.io", "resourceclaims"),
         ("resource.k8s.io", "resourceclaimtemplates"),
+        ("resource.k8s.io", "resourceslices"),
+        ("resource.k8s.io", "deviceclasses"),
     ):
         assert {(group, resource, verb) for verb in ("get", "list", "watch")} <= reads
     assert ("authentication.k8s.io", "tokenreviews", "create") in reads
