@@ -6,9 +6,10 @@ computes them), each asks for its pods' GPUs (``adapters.gpu_requests``) and las
 CronJob's recent successful Jobs did.
 
 A window's labels are the CronJob's labels plus ``gpu_resource`` (the GPU resource names requested,
-comma-joined) and ``nodepool``: the NodePool Karpenter would launch the template's pods in
-(``adapters.pool_matching``, by selector, affinity, tolerations and the pool's whole limit), or,
-while the NodePools are not known, the one a ``karpenter.sh/nodepool`` selector names.
+comma-joined, and ``resourceclaims`` when DRA claims add GPUs: ``adapters.dra_claims``) and
+``nodepool``: the NodePool Karpenter would launch the template's pods in (``adapters.pool_matching``,
+by selector, affinity, tolerations and the pool's whole limit), or, while the NodePools are not
+known, the one a ``karpenter.sh/nodepool`` selector names.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ import numpy as np
 from kubernetes_asyncio.client import ApiClient, BatchV1Api
 
 from adapters.cron_schedule import CronScheduleError, fire_times
-from adapters.gpu_requests import WHOLE_GPU, gpu_share, pod_gpu_requests
+from adapters.dra_claims import AllRequest, ClaimLookup, pod_claims
+from adapters.gpu_requests import pod_gpu_requests
+from adapters.gpu_units import WHOLE_GPU, GpuUnits
 from adapters.kube_client import parse_kube_time
 from adapters.kube_watch import WatchedResource
 from adapters.pool_matching import NodePool, PoolChoice, UnplacedDemand, choose_pool, selected_pool
@@ -45,8 +48,8 @@ class CronWindowSettings:
     # Kubernetes uses the controller-manager's zone when spec.timeZone is unset: UTC in practice.
     default_timezone: str = "UTC"
     max_windows_per_cronjob: int = 2000  # a guard against "* * * * *" over a long horizon
-    # Time-sliced GPU resources and the device plugin's replicas: each counts 1/replicas of a GPU.
-    time_slicing: Mapping[str, int] = field(default_factory=dict)
+    # Which resources are GPUs and what each is worth: the GPU signal's own units.
+    units: GpuUnits = field(default_factory=GpuUnits)
 
 
 # ----------------------------------------------------------------------------- watches
@@ -168,34 +171,64 @@ class GpuTemplate:
 
     pod_spec: Mapping[str, Any]
     per_pod: Mapping[str, float]  # GPUs of one pod, per resource
-    gpus: float  # of the whole run: pods at once x GPUs per pod
+    gpus: float  # of the whole run: pods at once x GPUs per pod, plus the claims they share
+    claimed: float = 0.0  # GPUs of one pod's resource claims (adapters.dra_claims)
+    pods: int = 1
+    # All requests, counted on a node of the pool the run lands in: each pod's, and the shared claims'.
+    own_all: tuple[AllRequest, ...] = ()
+    shared_all: tuple[AllRequest, ...] = ()
+
+    def run_gpus(self, pool: str | None, claims: ClaimLookup | None) -> float:
+        """GPUs of one run in ``pool``: ``gpus`` plus its All requests on a node of the pool."""
+        if claims is None or not (self.own_all or self.shared_all):
+            return self.gpus
+        own, own_problems = claims.all_gpus(self.own_all, pool)
+        shared, shared_problems = claims.all_gpus(self.shared_all, pool)
+        for problem in dict.fromkeys(own_problems + shared_problems):
+            log.warning("CronJob template in pool %s: %s (not counted)", pool, problem)
+        return self.gpus + self.pods * own + shared
 
     def pool(self, nodepools: Sequence[NodePool] | None) -> PoolChoice:
         """The pool the run's pods land in; the pool's whole limit counts (the run is in the future)."""
         if nodepools is None:
             return selected_pool(self.pod_spec)
         try:
-            return choose_pool(self.pod_spec, nodepools, self.per_pod.get(WHOLE_GPU, 0.0), count_in_use=False)
+            gpus = self.per_pod.get(WHOLE_GPU, 0.0) + self.claimed
+            return choose_pool(self.pod_spec, nodepools, gpus, count_in_use=False)
         except ValueError as exc:
             return PoolChoice(None, (), f"unreadable node affinity: {exc}")
 
 
-def gpu_template(cronjob: Mapping[str, Any], settings: CronWindowSettings) -> GpuTemplate | None:
+def gpu_template(
+    cronjob: Mapping[str, Any], settings: CronWindowSettings, claims: ClaimLookup | None = None
+) -> GpuTemplate | None:
     """The GPUs a CronJob's runs ask for; None when it is suspended, not selected, or asks for none.
-    Raises ``CronScheduleError`` for a GPU request it cannot read."""
+    Raises ``CronScheduleError`` for a GPU request it cannot read. ``claims`` (None: DRA not
+    watched): each pod's template claims count per pod, a claim named by the template once."""
     spec = cronjob.get("spec") or {}
     if spec.get("suspend") or not _selected(cronjob, settings.match_labels):
         return None
     job_spec = (spec.get("jobTemplate") or {}).get("spec") or {}
     pod_spec = (job_spec.get("template") or {}).get("spec") or {}
     try:
-        per_pod = pod_gpu_requests(pod_spec)
+        per_pod = pod_gpu_requests(pod_spec, settings.units)
         # In physical GPUs, as the GPU series count them: MIG by its slices, time-slicing by replicas.
-        per_pod_gpus = sum(amount * gpu_share(name, settings.time_slicing) for name, amount in per_pod.items())
+        per_pod_gpus = settings.units.gpus(per_pod)
     except ValueError as exc:
         raise CronScheduleError(f"unreadable GPU request: {exc}") from exc
-    gpus = job_pods(job_spec) * float(per_pod_gpus)
-    return GpuTemplate(pod_spec, per_pod, gpus) if gpus > 0 else None
+    claimed, shared, own_all, shared_all = 0.0, 0.0, tuple[AllRequest, ...](), tuple[AllRequest, ...]()
+    if claims is not None and pod_spec.get("resourceClaims"):
+        metadata = cronjob.get("metadata") or {}
+        resolved = pod_claims(pod_spec, {}, str(metadata.get("namespace", "")), claims)
+        for problem in resolved.problems:
+            log.warning("CronJob %s/%s: %s (not counted)", metadata.get("namespace"), metadata.get("name"), problem)
+        claimed, shared = resolved.own, sum(resolved.shared.values())
+        own_all, shared_all = resolved.own_all, tuple(r for rs in resolved.shared_all.values() for r in rs)
+    pods = job_pods(job_spec)
+    gpus = pods * (float(per_pod_gpus) + claimed) + shared
+    if gpus <= 0 and not (own_all or shared_all):
+        return None
+    return GpuTemplate(pod_spec, per_pod, gpus, claimed + shared, pods, own_all, shared_all)
 
 
 def windows_for_cronjob(
@@ -204,6 +237,7 @@ def windows_for_cronjob(
     now: datetime,
     settings: CronWindowSettings,
     nodepools: Sequence[NodePool] | None = None,
+    claims: ClaimLookup | None = None,
 ) -> list[ScheduledWindow]:
     """Windows open at ``now`` or starting before ``now + horizon`` for one CronJob.
 
@@ -213,7 +247,7 @@ def windows_for_cronjob(
     """
     metadata = cronjob.get("metadata") or {}
     spec = cronjob.get("spec") or {}
-    template = gpu_template(cronjob, settings)
+    template = gpu_template(cronjob, settings, claims)
     if template is None:
         return []
     duration, duration_source = expected_duration(cronjob, jobs, settings)
@@ -226,10 +260,14 @@ def windows_for_cronjob(
         limit=settings.max_windows_per_cronjob,
     )
     labels = dict(metadata.get("labels") or {})
-    labels["gpu_resource"] = ",".join(sorted(template.per_pod))
+    claimed = template.claimed or template.own_all or template.shared_all
+    labels["gpu_resource"] = ",".join([*sorted(template.per_pod), *(["resourceclaims"] if claimed else [])])
     choice = template.pool(nodepools)
     if choice.pool is not None:
         labels[NODEPOOL_LABEL] = choice.pool
+    gpus = template.run_gpus(choice.pool, claims)
+    if gpus <= 0:
+        return []
     policy = str(spec.get("concurrencyPolicy") or "Allow")
     return [
         ScheduledWindow(
@@ -238,7 +276,7 @@ def windows_for_cronjob(
             name=str(metadata.get("name", "")),
             start=start,
             end=end,
-            gpus=float(template.gpus),
+            gpus=float(gpus),
             labels=labels,
             duration_source=duration_source,
             # Said only when it was a choice: several pools fit, or none did.
@@ -255,6 +293,7 @@ def cronjob_windows(
     now: datetime,
     settings: CronWindowSettings,
     nodepools: Sequence[NodePool] | None = None,
+    claims: ClaimLookup | None = None,
 ) -> list[ScheduledWindow]:
     """Windows of every GPU CronJob, ordered by start; a CronJob that cannot be evaluated is logged
     and skipped so that it does not hide the others."""
@@ -274,7 +313,7 @@ def cronjob_windows(
             (namespace, str(metadata.get("name", ""))), []
         )
         try:
-            windows.extend(windows_for_cronjob(cronjob, owned, now, settings, nodepools))
+            windows.extend(windows_for_cronjob(cronjob, owned, now, settings, nodepools, claims))
         except CronScheduleError as exc:
             log.warning("CronJob %s/%s skipped: %s", metadata.get("namespace"), metadata.get("name"), exc)
     windows.sort(key=lambda w: (w.start, w.namespace, w.name))
@@ -282,13 +321,16 @@ def cronjob_windows(
 
 
 def unplaced_cronjobs(
-    cronjobs: Iterable[Mapping[str, Any]], nodepools: Sequence[NodePool], settings: CronWindowSettings
+    cronjobs: Iterable[Mapping[str, Any]],
+    nodepools: Sequence[NodePool],
+    settings: CronWindowSettings,
+    claims: ClaimLookup | None = None,
 ) -> list[UnplacedDemand]:
     """GPU CronJobs whose pods would fit no NodePool: their windows land in no pool's series."""
     found: list[UnplacedDemand] = []
     for cronjob in cronjobs:
         try:
-            template = gpu_template(cronjob, settings)
+            template = gpu_template(cronjob, settings, claims)
         except CronScheduleError:
             continue  # cronjob_windows logs it
         choice = template.pool(nodepools) if template is not None else None

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapters import node_requirements as reqs
-from adapters.gpu_requests import WHOLE_GPU, parse_quantity
+from adapters.gpu_requests import parse_quantity
+from adapters.gpu_units import WHOLE_GPU
 from adapters.types import KARPENTER_NODEPOOL_LABEL
 
 NodePool = Mapping[str, Any]

@@ -13,13 +13,11 @@ Series with no node or no nodepool label (Pending pods, for one) land in ``nodep
 
 GPU units (``gpus_requested``, ``gpus_allocatable``): kube-state-metrics exports each extended
 resource under its own name, so whole GPUs, MIG instances and time-sliced replicas are separate
-series. These presets add them up in physical GPUs (``adapters.gpu_requests.gpu_share``): the
-whole-GPU ``resource`` counts 1; a MIG instance ``nvidia.com/mig-<N>g.<memory>gb`` its compute slices
-over the GPU's, N/7 (A100, H100, H200, B200; the A30's ``1g.6gb``, ``2g.12gb``, ``4g.24gb``: N/4), unless
-``mig=False``; a resource named in ``time_slicing`` 1/replicas (the device plugin's ``replicas``).
-Time-slicing that keeps the name ``nvidia.com/gpu`` cannot be told from whole GPUs in these series:
-rename it (``renameByDefault``: ``nvidia.com/gpu.shared``) or name ``nvidia.com/gpu`` there only when
-every node slices it.
+series. These presets add them up in physical GPUs as ``adapters.gpu_units.GpuUnits`` defines them,
+the definition the pod-spec path (Pending pods, CronJob windows) counts with too: each ``resource``
+(one name or several: ``[nvidia.com/gpu, amd.com/gpu]``) counts 1; a MIG instance
+``nvidia.com/mig-<N>g.<memory>gb`` its compute slices over the GPU's, unless ``mig=False``; a resource
+named in ``time_slicing`` 1/replicas (the device plugin's ``replicas``).
 
 Liveness: each preset names how its exporter shows it is alive (``SignalQuery.liveness``, which
 ``liveness=None`` switches off): kube-state-metrics by ``kube_node_info`` or its ``up`` series,
@@ -37,15 +35,14 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Literal
 
-from adapters.gpu_requests import (
+from adapters.gpu_units import (
     A30_MIG_PROFILES,
     A30_SLICES,
     FULL_GPU_SLICE_COUNTS,
     FULL_GPU_SLICES,
     MIG_PREFIX,
     WHOLE_GPU,
-    gpu_share,
-    mig_share,
+    GpuUnits,
 )
 from adapters.promql import PerStep, SignalQuery, aggregate, check_duration, check_label_name, check_metric_name
 from adapters.types import NODEPOOL_LABEL
@@ -100,7 +97,7 @@ def gpu_engine_active(
 def gpus_requested(
     *,
     by: Sequence[str] = (NODEPOOL_LABEL,),
-    resource: str = GPU_RESOURCE,
+    resource: str | Sequence[str] = GPU_RESOURCE,
     mig: bool = True,
     time_slicing: Mapping[str, int] | None = None,
     exclude_namespaces: Sequence[str] = (),
@@ -122,9 +119,7 @@ def gpus_requested(
     per_container = gpu_units(
         "kube_pod_container_resource_requests",
         ("namespace", "pod", "container", "node"),
-        resource,
-        mig,
-        time_slicing or {},
+        GpuUnits.of(resource, mig, time_slicing),
         _excluding(exclude_namespaces),
     )
     requests = aggregate("sum", ("namespace", "pod", "node"), per_container)
@@ -136,7 +131,7 @@ def gpus_requested(
 def gpus_allocatable(
     *,
     by: Sequence[str] = (NODEPOOL_LABEL,),
-    resource: str = GPU_RESOURCE,
+    resource: str | Sequence[str] = GPU_RESOURCE,
     mig: bool = True,
     time_slicing: Mapping[str, int] | None = None,
     aggregation: Aggregation = "sum",
@@ -148,7 +143,8 @@ def gpus_allocatable(
 ) -> SignalQuery:
     """Allocatable GPUs (physical equivalents) of the nodes; ``by`` is drawn from node and nodepool."""
     _check_by(by, allowed=("node", NODEPOOL_LABEL))
-    per_resource = gpu_units("kube_node_status_allocatable", ("node",), resource, mig, time_slicing or {}, "")
+    units = GpuUnits.of(resource, mig, time_slicing)
+    per_resource = gpu_units("kube_node_status_allocatable", ("node",), units, "")
     capacity = aggregate("sum", ("node",), per_resource)
     return _counted(aggregation, capacity, by, step, nodepool_label, name, per_step, liveness)
 
@@ -197,27 +193,16 @@ def ksm_resource(resource: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_]", "_", resource)
 
 
-def gpu_units(
-    metric: str,
-    by: Sequence[str],
-    resource: str,
-    mig: bool,
-    time_slicing: Mapping[str, int],
-    matchers: str,
-) -> str:
-    """``max by (by, resource)`` of ``metric`` for each GPU resource, in physical GPUs (module docstring).
+def gpu_units(metric: str, by: Sequence[str], units: GpuUnits, matchers: str) -> str:
+    """``max by (by, resource)`` of ``metric`` for each GPU resource of ``units``, in physical GPUs.
 
     One selector for every resource: each series is labelled with its share of a GPU ("3/7"), taken
     from its resource name, and multiplied by a table of those shares. (One selector per share made
     the 30-second peak subquery over two weeks several times slower.)
     """
-    shares: dict[str, str] = {}
-    for name in dict.fromkeys([resource, *time_slicing]):
-        if mig_share(name) is not None:
-            raise ValueError(f"{name}: MIG resources count by their profile, not as whole or time-sliced GPUs")
-        if time_slicing.get(name, 1) < 1:
-            raise ValueError(f"time_slicing: {name} needs replicas >= 1")
-        shares[ksm_resource(name)] = f"1/{gpu_share(name, time_slicing).denominator}"
+    # Whole GPUs 1/1, time-sliced ones 1/replicas (GpuUnits.share).
+    shares = {ksm_resource(name): f"1/{units.time_slicing.get(name, 1)}" for name in units.counted()}
+    mig = units.mig
     prefix = ksm_resource(MIG_PREFIX)
     selected = "|".join([*shares, f"{prefix}.*"] if mig else shares)
     expression = f'{metric}{{resource=~"{selected}"{matchers}}}'

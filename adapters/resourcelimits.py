@@ -12,7 +12,8 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient, CoreV1Api, CustomObjectsApi
 
-from adapters.gpu_requests import WHOLE_GPU, is_gpu_resource, parse_quantity
+from adapters.gpu_requests import is_gpu_resource, parse_quantity
+from adapters.gpu_units import WHOLE_GPU
 from adapters.kube_client import KubeError, KubeNotFound, read_json
 from adapters.kube_watch import WatchedResource
 

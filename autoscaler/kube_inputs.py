@@ -18,7 +18,8 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
 
-from adapters import cronjobs, nodeclaims, pending_pods, resourcelimits
+from adapters import cronjobs, dra_claims, dra_devices, nodeclaims, pending_pods, resourcelimits
+from adapters.gpu_units import GpuUnits
 from adapters.kube_client import KubeError
 from adapters.kube_watch import WatchCache, WatchGroup, WatchSettings
 from adapters.pool_matching import NodePool, UnplacedDemand
@@ -56,7 +57,7 @@ class KubernetesInputs:
         inputs: KubernetesInputsSettings,
         forecast: ForecastSettings,
         declared: Sequence[WindowSettings] = (),
-        time_slicing: Mapping[str, int] | None = None,
+        units: GpuUnits | None = None,
     ) -> None:
         self.inputs = inputs
         self.forecast = forecast
@@ -65,7 +66,7 @@ class KubernetesInputs:
             horizon=inputs.window_horizon,
             default_duration=inputs.default_job_duration,
             match_labels=dict(inputs.cronjob_labels),
-            time_slicing=dict(time_slicing or {}),
+            units=units or GpuUnits(),
         )
         self.lead_times = nodeclaims.LeadTimeHistory()
         # Polled, not watched: a handful of objects that change rarely.
@@ -77,6 +78,10 @@ class KubernetesInputs:
         self._nodeclaims: WatchCache | None = None
         self._nodepools: WatchCache | None = None
         self._pending: WatchCache | None = None
+        self._claims: WatchCache | None = None
+        self._claim_templates: WatchCache | None = None
+        self._slices: WatchCache | None = None
+        self._device_classes: WatchCache | None = None
         self._placeholder_labels: Selector | None = (
             parse_selector(inputs.placeholder_selector) if inputs.placeholder_selector.strip() else None
         )
@@ -93,6 +98,23 @@ class KubernetesInputs:
             self._nodepools = group.start(resourcelimits.nodepool_resource(api))
         if self.inputs.pending_pods:
             self._pending = group.start(pending_pods.pending_pod_resource(api))
+        if self.inputs.resource_claims.enabled and (self.inputs.pending_pods or self.inputs.cronjobs):
+            self._claims = group.start(dra_claims.resource_claim_resource(api))
+            self._claim_templates = group.start(dra_claims.resource_claim_template_resource(api))
+            self._slices = group.start(dra_devices.resource_slice_resource(api))
+            self._device_classes = group.start(dra_devices.device_class_resource(api))
+
+    def claim_lookup(self) -> dra_claims.ClaimLookup | None:
+        """The ResourceClaims and templates the watches hold (empty where resource.k8s.io/v1 is not
+        served); None when they are not watched."""
+        if self._claims is None or self._claim_templates is None:
+            return None
+        classes = dict(self.inputs.resource_claims.device_classes)
+        devices = None
+        if self._slices is not None and self._device_classes is not None:
+            nodeclaims = self._nodeclaims.objects if self._nodeclaims is not None else {}
+            devices = dra_devices.DeviceInventory(self._slices.objects, self._device_classes.objects, nodeclaims)
+        return dra_claims.ClaimLookup(self._claims.objects, self._claim_templates.objects, classes, devices)
 
     def nodepools(self) -> list[NodePool] | None:
         """The cluster's NodePools; None while they are not known (then selectors alone name pools)."""
@@ -107,7 +129,12 @@ class KubernetesInputs:
         if self._cronjobs is not None and self._jobs is not None:
             settings = replace(self.window_settings, horizon=horizon)
             found += cronjobs.cronjob_windows(
-                self._cronjobs.objects.values(), self._jobs.objects.values(), start, settings, self.nodepools()
+                self._cronjobs.objects.values(),
+                self._jobs.objects.values(),
+                start,
+                settings,
+                self.nodepools(),
+                self.claim_lookup(),
             )
         return found
 
@@ -121,24 +148,28 @@ class KubernetesInputs:
         """The waiting pods with their pools, resolved again only when a watch has moved on."""
         if self._pending is None:
             return []
-        caches = [cache for cache in (self._pending, self._nodepools) if cache is not None]
+        watched = (self._pending, self._nodepools, self._nodeclaims, self._claims, self._claim_templates, self._slices)
+        caches = [cache for cache in watched if cache is not None]
         position = tuple(n for cache in caches for n in (cache.events, cache.relists, int(cache.absent)))
         if position != self._resolved[0]:
             found = pending_pods.pending_gpus(
                 self._pending.objects.values(),
                 self.nodepools(),
                 self.is_placeholder,
-                self.window_settings.time_slicing,
+                self.window_settings.units,
+                self.claim_lookup(),
             )
             self._resolved = (position, found)
         return self._resolved[1]
 
     def pending_gpus(self, pool: str | None) -> float:
         """GPUs of pods waiting for a node that Karpenter would place in ``pool``; ``""``: those that fit
-        no pool (or name none while NodePools are unknown); None: all of them. Placeholders never count."""
+        no pool (or name none while NodePools are unknown); None: what the signal's pool-less series
+        holds of all of them, their extended resources (kube-state-metrics exports no DRA claim), so
+        the refresher moves out of it only what is in it. Placeholders never count."""
         waiting = self._pending_resolved()
         if pool is None:
-            return sum(pod.gpus for pod in waiting)
+            return sum(pod.gpus - pod.claimed for pod in waiting)
         return sum(pod.gpus for pod in waiting if (pod.choice.pool or "") == pool)
 
     def pending_placement(self, pool: str) -> str:
@@ -155,7 +186,8 @@ class KubernetesInputs:
             return []
         found = pending_pods.unplaced(self._pending_resolved())
         if self._cronjobs is not None:
-            found += cronjobs.unplaced_cronjobs(self._cronjobs.objects.values(), pools, self.window_settings)
+            cronjob_objects = self._cronjobs.objects.values()
+            found += cronjobs.unplaced_cronjobs(cronjob_objects, pools, self.window_settings, self.claim_lookup())
         return found
 
     def lead_time(self, labels: Mapping[str, str]) -> LeadTime:
@@ -207,7 +239,8 @@ class KubernetesInputs:
         checks: dict[str, str] = {}
         if self._limits_error is not None:
             checks["gpu limits"] = f"failing: {self._limits_error}"
-        for cache in (self._cronjobs, self._jobs, self._nodeclaims, self._nodepools, self._pending):
+        watched = (self._cronjobs, self._jobs, self._nodeclaims, self._nodepools, self._pending, self._claims)
+        for cache in (*watched, self._claim_templates, self._slices, self._device_classes):
             if cache is None:
                 continue
             state = "absent" if cache.absent else ("synced" if cache.synced else "syncing")

@@ -21,6 +21,7 @@ from adapters.pool_matching import UnplacedDemand, pool_name
 from adapters.prometheus import PrometheusSource
 from adapters.types import ScheduledWindow
 from autoscaler import demo
+from autoscaler.gpu_unit_settings import pod_gpu_units
 from autoscaler.kube_inputs import KubernetesInputs, declared_windows, watch_settings
 from autoscaler.plans import (
     CapsFunction,
@@ -193,10 +194,12 @@ async def _start_kubernetes_inputs(
     """The watches of ``settings.inputs`` (CronJobs, Jobs, NodeClaims, NodePools, Pending pods), started."""
     if settings.inputs is None or kube is None:
         return None
-    # CronJob windows count GPUs in the units of the signals they are added to.
-    time_slicing = {name: replicas for spec in settings.signals for name, replicas in spec.time_slicing.items()}
+    # Pending pods and CronJob windows count GPUs in the units of the signals they are added to.
     inputs = KubernetesInputs(
-        inputs=settings.inputs, forecast=settings.forecast, declared=settings.windows, time_slicing=time_slicing
+        inputs=settings.inputs,
+        forecast=settings.forecast,
+        declared=settings.windows,
+        units=pod_gpu_units(settings.signals),
     )
     group = await stack.enter_async_context(WatchGroup(watch_settings(settings.kubernetes)))
     inputs.start(group, kube)

@@ -86,7 +86,7 @@ LeadTimeFunction = Callable[[Mapping[str, str]], policy.LeadTime]
 # (plan, series labels, GPUs requested now) -> the caps that apply (ResourceQuota, NodePool limits).
 CapsFunction = Callable[[MetricPlan, Mapping[str, str], float], Sequence[policy.Cap]]
 # (NodePool) -> GPUs of pods waiting for a node that Karpenter would place in it; "" for those that fit
-# no pool, None for all of them (``KubernetesInputs.pending_gpus``).
+# no pool, None for what the pool-less series holds of all of them (``KubernetesInputs.pending_gpus``).
 PendingGpusFunction = Callable[[str | None], float]
 # (NodePool) -> how the pods counted in it were placed when several pools fit them ("" if none did).
 PendingPlacementFunction = Callable[[str], str]

@@ -3,8 +3,9 @@
 Four kinds of check, each derived from the settings, each one ``Check`` (ok or a problem naming what
 is wrong and how to fix it):
 
-- the APIService ``v1beta1.external.metrics.k8s.io``: absent or ours is fine; another provider's
-  (KEDA, prometheus-adapter) is refused unless ``preflight.take_over`` (``autoscaler.apiservice_owner``);
+- the APIService ``v1beta1.external.metrics.k8s.io``: which install overlay fits (absent or ours:
+  external-metrics-api; KEDA's: keda); another provider's is refused unless ``preflight.take_over``,
+  and stops ``serve`` when this install claims the APIService (``autoscaler.apiservice_owner``);
 - RBAC: a SelfSubjectAccessReview per permission the configuration uses (``required_permissions``);
 - the ``kube-system/extension-apiserver-authentication`` ConfigMap and its request-header CA
   (``auth.mode: kubernetes``);
@@ -42,9 +43,10 @@ class Check:
     name: str  # what was checked, e.g. "rbac list,watch cronjobs.batch"
     ok: bool
     message: str  # what is fine, or what is wrong and how to fix it
-    # Whether a problem here stops ``serve``. Only the APIService conflict does: starting would take
-    # the APIService from its owner. A missing permission or CRD degrades one input, as it always has
-    # (the service serves what it can and says so in /readyz?verbose), so it is logged, not fatal.
+    # Whether a problem here stops ``serve``. Only the APIService conflict of an install that claims
+    # it does: starting would take the APIService from its owner. A missing permission or CRD
+    # degrades one input, as it always has (the service serves what it can and says so in
+    # /readyz?verbose), so it is logged, not fatal.
     blocks_start: bool = False
 
     def line(self) -> str:
@@ -103,6 +105,9 @@ def required_permissions(settings: Settings) -> list[Permission]:
             permissions.append(_watch("karpenter.sh", "nodepools", "inputs.nodepools"))
         if inputs.pending_pods:
             permissions.append(_watch("", "pods", "inputs.pending_pods"))
+        if inputs.resource_claims.enabled and (inputs.pending_pods or inputs.cronjobs):
+            for plural in ("resourceclaims", "resourceclaimtemplates", "resourceslices", "deviceclasses"):
+                permissions.append(_watch("resource.k8s.io", plural, "inputs.resource_claims"))
         for namespace in sorted(
             {m.placeholder_namespace for m in settings.metrics.values() if m.placeholder_namespace}
         ):
@@ -261,8 +266,9 @@ async def run_checks(api: ApiClient, settings: Settings) -> list[Check]:
     """Every check the settings call for, in a fixed order. Raises ``KubeError`` when the API cannot answer."""
     try:
         apiservice = await kube_access.read_apiservice(api, EXTERNAL_METRICS_APISERVICE)
-        ok, message = apiservice_check(apiservice, settings.preflight)
-        checks = [Check(f"apiservice {EXTERNAL_METRICS_APISERVICE}", ok, message, blocks_start=True)]
+        verdict = apiservice_check(apiservice, settings.preflight)
+        name = f"apiservice {EXTERNAL_METRICS_APISERVICE}"
+        checks = [Check(name, verdict.ok, verdict.message, blocks_start=verdict.blocks_start)]
     except KubeForbidden as error:
         checks = [
             Check(f"apiservice {EXTERNAL_METRICS_APISERVICE}", False, f"cannot be read ({error}): {CLUSTER_ROLE_FIX}")

@@ -18,6 +18,7 @@ from adapters.presets import Aggregation
 from adapters.promql import PerStep
 from adapters.types import AdapterError
 from autoscaler.actuator_settings import ActuatorSettings
+from autoscaler.gpu_unit_settings import ResourceClaimSettings, pod_gpu_units
 from autoscaler.policy import PlanKind
 from autoscaler.provider import FallbackMode
 from autoscaler.publication_settings import PublicationSettings
@@ -137,9 +138,9 @@ class SignalSettings(_Strict):
     liveness: str | bool = True
     # How series are combined within a `by` group (presets; gpus_* sum, DCGM avg, request_rate sum).
     aggregation: Aggregation | None = None
-    # gpus_*: the whole-GPU resource, whether MIG instances count (by their compute slices), and the
-    # time-sliced resources with the device plugin's replicas (each counts 1/replicas).
-    resource: str | None = None
+    # gpus_*: whole-GPU resource(s) (other vendors' too), whether MIG instances count (by compute
+    # slices), time-sliced resources with the device plugin's replicas (adapters/gpu_units.py).
+    resource: str | tuple[str, ...] | None = None
     mig: bool | None = None
     time_slicing: dict[str, Annotated[int, Field(ge=1)]] = {}
     # gpus_requested: namespaces whose pods are left out (the placeholders', for one).
@@ -288,6 +289,7 @@ class KubernetesInputsSettings(_Strict):
     # Placeholder pods (never demand): by namespace, or by a label selector ("app=gpu-placeholder").
     placeholder_namespaces: tuple[str, ...] = ()
     placeholder_selector: str = ""
+    resource_claims: ResourceClaimSettings = ResourceClaimSettings()  # DRA claims of those pods
 
     @model_validator(mode="after")
     def _placeholder_selector_parses(self) -> KubernetesInputsSettings:
@@ -308,8 +310,9 @@ class PreflightSettings(_Strict):
     service_namespace: str = Field(default="gpu-autoscaler", min_length=1)
     service_name: str = Field(default="gpu-autoscaler", min_length=1)
     # The APIService v1beta1.external.metrics.k8s.io is to be this service's: another owner is a
-    # problem. false where another provider keeps it (manifests/overlays/keda: KEDA calls over gRPC).
-    claim_apiservice: bool = True
+    # problem that stops serve. Only manifests/overlays/external-metrics-api sets it: by default the
+    # service never counts on owning the one external metrics provider slot (KEDA's, for one).
+    claim_apiservice: bool = False
     # Accept replacing another owner's APIService (serve --take-over, preflight --take-over).
     take_over: bool = False
 
@@ -360,6 +363,7 @@ class Settings(_Strict):
                 )
         if self.signals and self.prometheus is None and not self.demo.enabled:
             raise ValueError("signals need a prometheus section (its url at least)")
+        pod_gpu_units(self.signals)  # its ValueError names a resource the GPU signals count differently
         return self
 
     @model_validator(mode="after")

@@ -127,6 +127,11 @@ RESOURCE_TYPES: dict[str, ResourceType] = {
         ResourceType("", "v1", "resourcequotas", "ResourceQuota", True),
         ResourceType("", "v1", "configmaps", "ConfigMap", True),
         ResourceType("", "v1", "pods", "Pod", True),
+        # Dynamic Resource Allocation, GA in Kubernetes 1.34.
+        ResourceType("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True, status_subresource=True),
+        ResourceType("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
+        ResourceType("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False),
+        ResourceType("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False),
     )
 }
 

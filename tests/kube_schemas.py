@@ -11,7 +11,9 @@
   ``x-kubernetes-list-type`` ``set``/``map`` as uniqueness; the other ``x-kubernetes-*`` keywords
   (int-or-string, map types) are annotations jsonschema ignores.
 - Pods, CronJobs, Jobs, ConfigMaps, ResourceQuotas, PodTemplates, Leases, APIServices,
-  CustomResourceDefinitions and SelfSubjectAccessReviews: ``kubernetes-validate``'s JSON schemas of Kubernetes 1.32.
+  CustomResourceDefinitions, SelfSubjectAccessReviews and DRA's ResourceClaims, ResourceClaimTemplates,
+  DeviceClasses and ResourceSlices (``resource.k8s.io/v1``): ``kubernetes-validate``'s JSON schemas of
+  Kubernetes 1.37, the newest it carries (pyproject asks for kubernetes-validate 1.37.0 or later).
 
 Unknown fields are refused (HTTP 400, as with ``fieldValidation=Strict``, kubectl's default), so a
 misspelt fixture field fails instead of being dropped. Not checked: ``metadata`` (names, label
@@ -39,7 +41,7 @@ from jsonschema.protocols import Validator
 SCHEMAS = Path(__file__).resolve().parent / "data" / "schemas"
 # The project's own CRDs: their upstream is this repository's manifests.
 OWN_CRDS = Path(__file__).resolve().parents[1] / "manifests" / "base"
-KUBERNETES_VERSION = "1.32"
+KUBERNETES_VERSION = "1.37"
 # (group, kind) -> the CRD that defines it: a file name in SCHEMAS (vendored) or an absolute path.
 CRDS: dict[tuple[str, str], str] = {
     ("karpenter.sh", "NodePool"): "karpenter.sh_nodepools.yaml",
@@ -62,7 +64,9 @@ CORE_KINDS = frozenset(
         ("", "Pod"), ("", "ConfigMap"), ("", "ResourceQuota"), ("", "PodTemplate"), ("batch", "CronJob"),
         ("batch", "Job"), ("coordination.k8s.io", "Lease"), ("apiregistration.k8s.io", "APIService"),
         ("apiextensions.k8s.io", "CustomResourceDefinition"), ("authorization.k8s.io", "SelfSubjectAccessReview"),
-        ("authorization.k8s.io", "SubjectAccessReview"),
+        ("authorization.k8s.io", "SubjectAccessReview"), ("resource.k8s.io", "ResourceClaim"),
+        ("resource.k8s.io", "ResourceClaimTemplate"), ("resource.k8s.io", "DeviceClass"),
+        ("resource.k8s.io", "ResourceSlice"),
     }
 )  # fmt: skip
 

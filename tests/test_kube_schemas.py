@@ -20,6 +20,7 @@ from tests.kube_schemas import (
     CEL_RULES,
     CRD_VERSION_FILES,
     CRDS,
+    KUBERNETES_VERSION,
     TRANSITION_RULES,
     Refused,
     cel_rules,
@@ -29,6 +30,12 @@ from tests.kube_schemas import (
 
 fake_kube = fakekube.fake_kube
 kube_api = fakekube.kube_api
+
+
+def test_built_in_kinds_use_the_newest_kubernetes_the_package_carries():
+    from kubernetes_validate import utils
+
+    assert utils.major_minor(utils.latest_version()) == KUBERNETES_VERSION
 
 
 def refusal(group: str, kind: str, obj: dict[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from adapters.cronjobs import (
     windows_for_cronjob,
 )
 from adapters.gpu_requests import parse_quantity, pod_gpu_requests
+from adapters.gpu_units import GpuUnits
 from adapters.kube_watch import WatchGroup, WatchSettings
 from tests import fakekube
 from tests.eventually import eventually
@@ -230,24 +231,24 @@ def test_pod_requests_sum_containers_and_take_the_largest_init_container():
         "containers": [gpu_container(1), gpu_container(2, field="requests")],
         "initContainers": [gpu_container(2), gpu_container(4)],
     }
-    assert pod_gpu_requests(spec) == {"nvidia.com/gpu": 4}  # max(1 + 2, max(2, 4))
+    assert pod_gpu_requests(spec, GpuUnits()) == {"nvidia.com/gpu": 4}  # max(1 + 2, max(2, 4))
     spec["initContainers"] = [gpu_container(2)]
-    assert pod_gpu_requests(spec) == {"nvidia.com/gpu": 3}
+    assert pod_gpu_requests(spec, GpuUnits()) == {"nvidia.com/gpu": 3}
 
 
 def test_sidecar_init_containers_add_to_everything_after_them():
     sidecar = {**gpu_container(1), "restartPolicy": "Always"}
     spec = {"initContainers": [sidecar, gpu_container(2)], "containers": [gpu_container(2)]}
     # init phase: sidecar 1 + init 2 = 3; run phase: app 2 + sidecar 1 = 3.
-    assert pod_gpu_requests(spec) == {"nvidia.com/gpu": 3}
+    assert pod_gpu_requests(spec, GpuUnits()) == {"nvidia.com/gpu": 3}
     spec["initContainers"] = [gpu_container(4), sidecar]
-    assert pod_gpu_requests(spec) == {"nvidia.com/gpu": 4}
+    assert pod_gpu_requests(spec, GpuUnits()) == {"nvidia.com/gpu": 4}
 
 
 def test_requests_win_over_limits_and_other_resources_are_ignored():
     container = {"resources": {"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2", "memory": "1Gi"}}}
-    assert pod_gpu_requests({"containers": [container]}) == {"nvidia.com/gpu": 2}
-    assert pod_gpu_requests({"containers": [{"resources": {"limits": {"cpu": "8"}}}]}) == {}
+    assert pod_gpu_requests({"containers": [container]}, GpuUnits()) == {"nvidia.com/gpu": 2}
+    assert pod_gpu_requests({"containers": [{"resources": {"limits": {"cpu": "8"}}}]}, GpuUnits()) == {}
 
 
 def test_mig_and_time_sliced_resources_count():
@@ -257,13 +258,17 @@ def test_mig_and_time_sliced_resources_count():
             gpu_container(1, key="nvidia.com/gpu.shared"),
         ]
     }
-    assert pod_gpu_requests(spec) == {"nvidia.com/mig-1g.10gb": 2, "nvidia.com/gpu.shared": 1}
+    sliced = GpuUnits.of(time_slicing={"nvidia.com/gpu.shared": 4})
+    assert pod_gpu_requests(spec, sliced) == {"nvidia.com/mig-1g.10gb": 2, "nvidia.com/gpu.shared": 1}
+    # A time-sliced name nobody declared is not a GPU, on this path as in the PromQL presets.
+    assert pod_gpu_requests(spec, GpuUnits()) == {"nvidia.com/mig-1g.10gb": 2}
+    assert pod_gpu_requests(spec, GpuUnits.of(mig=False)) == {}
 
 
 def test_windows_count_physical_gpus():
     containers = [gpu_container(7, key="nvidia.com/mig-1g.10gb"), gpu_container(2, key="nvidia.com/gpu.shared")]
     cron = make_cronjob(job_spec={"parallelism": 2}, containers=containers)
-    settings = replace(SETTINGS, time_slicing={"nvidia.com/gpu.shared": 4})
+    settings = replace(SETTINGS, units=GpuUnits.of(time_slicing={"nvidia.com/gpu.shared": 4}))
     (first, *_) = windows_for_cronjob(cron, [], NOW, settings)
     assert first.gpus == 2 * (7 / 7 + 2 / 4)
     assert first.labels["gpu_resource"] == "nvidia.com/gpu.shared,nvidia.com/mig-1g.10gb"
@@ -271,7 +276,7 @@ def test_windows_count_physical_gpus():
 
 def test_pod_overhead_is_added():
     spec = {"containers": [gpu_container(1)], "overhead": {"nvidia.com/gpu": "1"}}
-    assert pod_gpu_requests(spec) == {"nvidia.com/gpu": 2}
+    assert pod_gpu_requests(spec, GpuUnits()) == {"nvidia.com/gpu": 2}
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,9 @@ async def list_cronjobs(api) -> dict:
 
 
 async def test_client_from_kubeconfig_reaches_the_server_with_its_token(fake_kube, kube_api):
-    fake_kube.add("cronjobs", {"metadata": {"name": "a", "namespace": "ml"}})
+    pod = {"containers": [{"name": "train", "image": "trainer"}], "restartPolicy": "Never"}
+    spec = {"schedule": "0 2 * * *", "jobTemplate": {"spec": {"template": {"spec": pod}}}}
+    fake_kube.add("cronjobs", {"metadata": {"name": "a", "namespace": "ml"}, "spec": spec})  # the API requires spec
     document = await list_cronjobs(kube_api)
     assert document["kind"] == "CronJobList"
     assert [item["metadata"]["name"] for item in document["items"]] == ["a"]

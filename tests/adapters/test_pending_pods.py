@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from adapters.gpu_units import GpuUnits
 from adapters.pending_pods import pending_gpus, unplaced, waiting_for_a_node
 from adapters.pool_matching import UnplacedDemand
 from tests.kube_objects import expression, gpu_pod_spec, nodepool, pending_pod, taint
@@ -67,7 +68,9 @@ def test_slices_count_in_physical_gpus_as_the_signal_counts_them():
     shared = gpu_pod_spec()
     shared["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu.shared": "2"}}
     pods = [pending_pod("mig", mig), pending_pod("shared", shared)]
-    found = pending_gpus(pods, None, nobody_is_a_placeholder, {"nvidia.com/gpu.shared": 4})
+    sliced = GpuUnits.of(time_slicing={"nvidia.com/gpu.shared": 4})
+    found = pending_gpus(pods, None, nobody_is_a_placeholder, sliced)
     assert [(p.name, p.gpus) for p in found] == [("mig", 2 / 7), ("shared", 0.5)]
-    # Without the device plugin's replicas a shared GPU counts whole, as the signal counts it then.
-    assert [p.gpus for p in pending_gpus(pods, None, nobody_is_a_placeholder)] == [2 / 7, 2.0]
+    # Without the device plugin's replicas the shared resource is not a GPU, as the signal does not
+    # select it then either.
+    assert [(p.name, p.gpus) for p in pending_gpus(pods, None, nobody_is_a_placeholder)] == [("mig", 2 / 7)]

@@ -204,7 +204,7 @@ def test_preset_parameters_cannot_inject_promql() -> None:
 def test_gpu_resources_count_as_their_share_of_a_physical_gpu() -> None:
     from fractions import Fraction
 
-    from adapters.gpu_requests import gpu_share, mig_share
+    from adapters.gpu_units import GpuUnits, mig_share
 
     assert mig_share("nvidia.com/gpu") is None
     assert mig_share("nvidia.com/mig-1g.10gb") == Fraction(1, 7)  # A100 80GB, H100
@@ -212,8 +212,12 @@ def test_gpu_resources_count_as_their_share_of_a_physical_gpu() -> None:
     assert mig_share("nvidia.com/mig-1g.10gb+me") == Fraction(1, 7)
     assert mig_share("nvidia.com/mig-7g.80gb") == 1
     assert mig_share("nvidia.com/mig-2g.12gb") == Fraction(2, 4)  # the A30 has 4 compute slices
-    assert gpu_share("nvidia.com/gpu.shared", {"nvidia.com/gpu.shared": 4}) == Fraction(1, 4)
-    assert gpu_share("nvidia.com/gpu", {"nvidia.com/gpu.shared": 4}) == 1
+    units = GpuUnits.of(time_slicing={"nvidia.com/gpu.shared": 4})
+    assert units.share("nvidia.com/gpu.shared") == Fraction(1, 4)
+    assert units.share("nvidia.com/gpu") == 1
+    assert units.share("amd.com/gpu") is None  # not named: not a GPU here
+    assert GpuUnits.of(["nvidia.com/gpu", "amd.com/gpu"]).share("amd.com/gpu") == 1
+    assert GpuUnits.of(mig=False).share("nvidia.com/mig-1g.10gb") is None
     with pytest.raises(ValueError, match="not a MIG profile"):
         mig_share("nvidia.com/mig-big")
 

@@ -81,6 +81,14 @@ def config(fake_kube: FakeKube, tmp_path: Path) -> Path:
     return path
 
 
+def claiming(config: Path) -> Path:
+    """The config as manifests/overlays/external-metrics-api runs it: the APIService is to be ours."""
+    document = yaml.safe_load(config.read_text())
+    document["preflight"] = {"claim_apiservice": True}
+    config.write_text(yaml.safe_dump(document))
+    return config
+
+
 async def preflight(*args: str) -> Result:
     # The CLI runs its own event loop; the fake API answers from this one, so the CLI gets a thread.
     return await asyncio.to_thread(CliRunner().invoke, main, ["preflight", *args])
@@ -98,6 +106,10 @@ ALL_OK = [
     "ok      rbac list,watch cronjobs.batch: allowed (needed by inputs.cronjobs)",
     "ok      rbac list,watch jobs.batch: allowed (needed by inputs.cronjobs)",
     "ok      rbac list,watch nodeclaims.karpenter.sh: allowed (needed by inputs.nodeclaims)",
+    "ok      rbac list,watch resourceclaims.resource.k8s.io: allowed (needed by inputs.resource_claims)",
+    "ok      rbac list,watch resourceclaimtemplates.resource.k8s.io: allowed (needed by inputs.resource_claims)",
+    "ok      rbac list,watch resourceslices.resource.k8s.io: allowed (needed by inputs.resource_claims)",
+    "ok      rbac list,watch deviceclasses.resource.k8s.io: allowed (needed by inputs.resource_claims)",
     "ok      crd nodeclaims.karpenter.sh/v1: served (needed by inputs.nodeclaims)",
 ]
 
@@ -106,7 +118,8 @@ async def test_no_apiservice_yet_passes_every_check(cluster, config):
     result = await preflight("--config", str(config))
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == [
-        f"ok      apiservice {APISERVICE}: absent; the manifests create it for Service gpu-autoscaler/gpu-autoscaler",
+        f"ok      apiservice {APISERVICE}: absent, no provider yet: install with kubectl apply -k "
+        "manifests/overlays/external-metrics-api, which registers Service gpu-autoscaler/gpu-autoscaler",
         *ALL_OK,
     ]
     # Every permission was asked about, verb by verb, in the shape kube-apiserver validated.
@@ -119,7 +132,7 @@ async def test_no_apiservice_yet_passes_every_check(cluster, config):
         "namespace": "kube-system",
         "name": "extension-apiserver-authentication",
     } in asked
-    assert len(asked) == 12
+    assert len(asked) == 20
 
 
 async def test_our_own_apiservice_passes(cluster, config):
@@ -127,7 +140,8 @@ async def test_our_own_apiservice_passes(cluster, config):
     result = await preflight("--config", str(config))
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines()[0] == (
-        f"ok      apiservice {APISERVICE}: served by this service (Service gpu-autoscaler/gpu-autoscaler)"
+        f"ok      apiservice {APISERVICE}: served by this service (Service gpu-autoscaler/gpu-autoscaler): the "
+        "install of kubectl apply -k manifests/overlays/external-metrics-api"
     )
 
 
@@ -136,59 +150,73 @@ KEDA_OWNER = (
     "app.kubernetes.io/name=v1beta1.external.metrics.k8s.io, app.kubernetes.io/managed-by=Helm, "
     "helm.sh/chart=keda-2.16.0)"
 )
-WAYS_FORWARD = (
-    "applying this service's APIService would cut every HPA and ScaledObject that reads external metrics "
-    "from it off its metrics. Either install beside it with the KEDA overlay (kubectl apply -k "
-    "manifests/overlays/keda: KEDA keeps the APIService and calls this service over gRPC), or replace it "
-    "on purpose with --take-over"
+BESIDE_KEDA = (
+    "install beside it with kubectl apply -k manifests/overlays/keda (KEDA keeps the APIService and calls this "
+    "service over gRPC)"
+)
+CUT_OFF = (
+    "applying this service's APIService would cut every HPA and ScaledObject that reads external metrics from it "
+    "off its metrics"
+)
+ADAPTER_OWNER = (
+    "Service monitoring/prometheus-adapter (prometheus-adapter; labels app.kubernetes.io/name=prometheus-adapter, "
+    "helm.sh/chart=prometheus-adapter-4.11.0)"
+)
+NO_OVERLAY_FITS = (
+    f"already served by {ADAPTER_OWNER}; no overlay fits: {CUT_OFF}, and kubectl apply -k manifests/overlays/keda "
+    "needs KEDA to own it. Either move to KEDA (prometheus-adapter is deprecated in its favour): install KEDA, "
+    "which takes the APIService, move the HPAs that read this provider to ScaledObjects, then kubectl apply -k "
+    "manifests/overlays/keda; or replace it on purpose: --take-over, then kubectl apply -k "
+    "manifests/overlays/external-metrics-api"
 )
 
 
-async def test_keda_owns_the_apiservice_refused_naming_it_and_the_ways_forward(cluster, config):
+async def test_keda_owns_the_apiservice_the_keda_overlay_fits(cluster, config):
     cluster.add("apiservices", KEDA)
     result = await preflight("--config", str(config))
+    assert result.exit_code == 0, result.output
+    first = f"ok      apiservice {APISERVICE}: served by {KEDA_OWNER}: {BESIDE_KEDA}"
+    assert result.stdout.splitlines() == [first, *ALL_OK]
+
+
+async def test_an_install_claiming_the_apiservice_is_refused_while_keda_owns_it(cluster, config):
+    cluster.add("apiservices", KEDA)
+    result = await preflight("--config", str(claiming(config)))
     assert result.stdout.splitlines() == [
-        f"problem apiservice {APISERVICE}: already served by {KEDA_OWNER}; {WAYS_FORWARD}",
+        f"problem apiservice {APISERVICE}: already served by {KEDA_OWNER}; {CUT_OFF}. Either {BESIDE_KEDA}, or "
+        "replace it on purpose with --take-over",
         *ALL_OK,
     ]
-    assert_runtime_failure(result, "preflight: 1 of 10 checks found a problem (see above)")
+    assert_runtime_failure(result, "preflight: 1 of 14 checks found a problem (see above)")
 
 
-async def test_prometheus_adapter_owns_the_apiservice_refused(cluster, config):
+@pytest.mark.parametrize("claim", [False, True], ids=["before-install", "claiming"])
+async def test_prometheus_adapter_owns_the_apiservice_no_overlay_fits(cluster, config, claim):
     cluster.add("apiservices", PROMETHEUS_ADAPTER)
-    result = await preflight("--config", str(config), "--format", "json")
+    result = await preflight("--config", str(claiming(config) if claim else config), "--format", "json")
     assert result.exit_code == 1
     report = json.loads(result.stdout)
     assert report["ok"] is False
     assert report["checks"][0] == {
         "name": f"apiservice {APISERVICE}",
         "ok": False,
-        "message": "already served by Service monitoring/prometheus-adapter (prometheus-adapter; labels "
-        "app.kubernetes.io/name=prometheus-adapter, helm.sh/chart=prometheus-adapter-4.11.0); " + WAYS_FORWARD,
-        "blocks_start": True,
+        "message": NO_OVERLAY_FITS,
+        # Only an install that would be the provider must not start beside another one.
+        "blocks_start": claim,
     }
     assert all(check["ok"] and not check["blocks_start"] for check in report["checks"][1:])
 
 
-async def test_take_over_accepts_another_owner_and_says_what_it_means(cluster, config):
-    cluster.add("apiservices", KEDA)
+@pytest.mark.parametrize("owner", [KEDA, PROMETHEUS_ADAPTER], ids=["keda", "prometheus-adapter"])
+async def test_take_over_accepts_another_owner_and_names_the_overlay(cluster, config, owner):
+    cluster.add("apiservices", owner)
     result = await preflight("--config", str(config), "--take-over")
     assert result.exit_code == 0, result.output
+    described = KEDA_OWNER if owner is KEDA else ADAPTER_OWNER
     assert result.stdout.splitlines()[0] == (
-        f"ok      apiservice {APISERVICE}: served by {KEDA_OWNER}; taken over (--take-over): once this "
-        "service's APIService is applied, everything that read external metrics from it reads this service's instead"
-    )
-
-
-async def test_keda_overlay_leaves_the_apiservice_to_keda(cluster, config):
-    cluster.add("apiservices", KEDA)
-    document = yaml.safe_load(config.read_text())
-    document["preflight"] = {"claim_apiservice": False}
-    config.write_text(yaml.safe_dump(document))
-    result = await preflight("--config", str(config))
-    assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines()[0] == (
-        f"ok      apiservice {APISERVICE}: served by {KEDA_OWNER}; left to it (preflight.claim_apiservice: false)"
+        f"ok      apiservice {APISERVICE}: served by {described}; taken over (--take-over): install with kubectl "
+        "apply -k manifests/overlays/external-metrics-api; once its APIService is applied, everything that read "
+        "external metrics from it reads this service's instead"
     )
 
 
@@ -200,7 +228,7 @@ async def test_rbac_denied_names_the_verbs_the_setting_and_the_fix(cluster, conf
         f"(denied by the fake's ssar_rule); needed by inputs.nodeclaims: {CLUSTER_ROLE_FIX}"
     ) in result.stdout.splitlines()
     assert [line.split()[0] for line in result.stdout.splitlines()].count("problem") == 1
-    assert_runtime_failure(result, "preflight: 1 of 10 checks found a problem")
+    assert_runtime_failure(result, "preflight: 1 of 14 checks found a problem")
 
 
 async def test_authentication_configmap_missing(fake_kube, config):
@@ -210,7 +238,7 @@ async def test_authentication_configmap_missing(fake_kube, config):
         "publishes it when it runs with --requestheader-client-ca-file; without it the aggregator's requests "
         "cannot be authenticated"
     )
-    assert_runtime_failure(result, "preflight: 1 of 10 checks found a problem")
+    assert_runtime_failure(result, "preflight: 1 of 14 checks found a problem")
 
 
 async def test_authentication_configmap_without_request_header_ca(fake_kube, config):
@@ -230,7 +258,7 @@ async def test_crd_not_served(cluster, config, absent):
         "problem crd nodeclaims.karpenter.sh/v1: not served by the API; needed by inputs.nodeclaims: "
         "install Karpenter (v1 API) or set inputs.nodeclaims: false"
     )
-    assert_runtime_failure(result, "preflight: 1 of 10 checks found a problem")
+    assert_runtime_failure(result, "preflight: 1 of 14 checks found a problem")
 
 
 async def test_unreachable_api_is_a_runtime_failure(cluster, config):
@@ -242,9 +270,9 @@ async def test_unreachable_api_is_a_runtime_failure(cluster, config):
 # --- serve's start-up check -------------------------------------------------------------------------------
 
 
-async def test_serve_refuses_to_start_while_keda_owns_the_apiservice(cluster, config):
+async def test_serve_claiming_the_apiservice_refuses_to_start_while_keda_owns_it(cluster, config):
     cluster.add("apiservices", KEDA)
-    result = await asyncio.to_thread(CliRunner().invoke, main, ["serve", "--config", str(config)])
+    result = await asyncio.to_thread(CliRunner().invoke, main, ["serve", "--config", str(claiming(config))])
     assert_runtime_failure(result, f"cannot serve: preflight found 1 problem(s): apiservice {APISERVICE}: already")
     assert "--take-over" in result.stderr.splitlines()[-1]
     # Each check is logged first, so the pod's log shows the whole picture.
@@ -258,12 +286,22 @@ async def test_serve_refuses_to_start_while_keda_owns_the_apiservice(cluster, co
 @pytest.mark.parametrize("override", [{"preflight.on_start": False}, {"preflight.take_over": True}])
 async def test_serve_starts_with_skip_preflight_or_take_over(cluster, config, override):
     cluster.add("apiservices", KEDA)
+    claiming(config)
     settings = load_settings(config, overrides=override)
     with pytest.raises(PreflightFailed):
         await serve(load_settings(config), stop=asyncio.Event())
     stop = asyncio.Event()
     stop.set()  # serve to the end at once: returning normally means it got past the check and served
     await serve(settings, stop=stop)
+    assert cluster.requests_for("cronjobs"), "the pipeline started"
+
+
+async def test_serve_by_default_starts_beside_keda(cluster, config):
+    """Safe by default: an install that does not claim the APIService runs beside its owner."""
+    cluster.add("apiservices", KEDA)
+    stop = asyncio.Event()
+    stop.set()
+    await serve(load_settings(config), stop=stop)
     assert cluster.requests_for("cronjobs"), "the pipeline started"
 
 

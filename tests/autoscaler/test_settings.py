@@ -8,7 +8,9 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
+from adapters.gpu_units import GpuUnits
 from autoscaler.commands.cli import main
+from autoscaler.gpu_unit_settings import pod_gpu_units
 from autoscaler.settings import Settings
 from autoscaler.settings_loader import SettingsError, load_settings
 from tests.cli_helpers import assert_usage_error
@@ -102,6 +104,11 @@ def test_environment_overrides_the_file(tmp_path):
         ),
         ("prometheus: {url: 'prometheus:9090'}\n", "url must start with http:// or https://"),
         (
+            "inputs:\n  resource_claims: {device_classes: {gpu.amd.com: 0}}\n",
+            "inputs.resource_claims.device_classes.gpu.amd.com.literal['mig-profile']: Input should be "
+            "'mig-profile' (got 0)",
+        ),
+        (
             "inputs:\n  placeholder_selector: 'app in (a'\n",
             "inputs: Value error, placeholder_selector: ",
         ),
@@ -127,6 +134,16 @@ def test_environment_overrides_the_file(tmp_path):
             "prometheus: {url: 'http://p:9090'}\nsignals:\n"
             "  - {name: s, preset: gpus_requested, time_slicing: {nvidia.com/gpu.shared: 0}}\n",
             "signals.0.time_slicing.nvidia.com/gpu.shared: Input should be greater than or equal to 1 (got 0)",
+        ),
+        (
+            "prometheus: {url: 'http://p:9090'}\nsignals:\n"
+            "  - {name: a, preset: gpus_requested, time_slicing: {nvidia.com/gpu.shared: 4}}\n"
+            "  - {name: b, preset: gpus_requested, by: [namespace], time_slicing: {nvidia.com/gpu.shared: 2}}\n",
+            "nvidia.com/gpu.shared counts 1/4 GPU in one signal, 1/2 in another",
+        ),
+        (
+            "prometheus: {url: 'http://p:9090'}\nsignals:\n  - {name: s, preset: gpus_requested, resource: gpu}\n",
+            "'gpu' is not an extended resource name (<domain>/<name>)",
         ),
         (
             "prometheus: {url: 'http://p:9090'}\nsignals:\n  - {name: s, preset: gpus_requested, liveness: ''}\n",
@@ -220,6 +237,23 @@ def configured_queries(tmp_path, signals: str) -> dict:
     text = "prometheus: {url: 'http://p:9090'}\nsignals:\n" + signals
     settings = load_settings(write(tmp_path, text), environ={})
     return {spec.name: signal_query(spec) for spec in settings.signals}
+
+
+def test_pending_pods_and_windows_count_in_the_gpu_signals_units(tmp_path):
+    text = (
+        "prometheus: {url: 'http://p:9090'}\nsignals:\n"
+        "  - {name: requested, preset: gpus_requested, resource: [nvidia.com/gpu, amd.com/gpu], mig: false,"
+        " time_slicing: {nvidia.com/gpu.shared: 4}}\n"
+        "  - {name: capacity, preset: gpus_allocatable, resource: nvidia.com/gpu}\n"
+    )
+    settings = load_settings(write(tmp_path, text), environ={})
+    assert pod_gpu_units(settings.signals) == GpuUnits(
+        ("nvidia.com/gpu", "amd.com/gpu"), False, {"nvidia.com/gpu.shared": 4}
+    )
+    from autoscaler.sources import signal_query
+
+    requested = signal_query(settings.signals[0])
+    assert 'resource=~"nvidia_com_gpu|amd_com_gpu|nvidia_com_gpu_shared"}' in requested.promql
 
 
 def test_preset_options_come_from_the_config(tmp_path):

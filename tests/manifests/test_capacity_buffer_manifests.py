@@ -33,6 +33,9 @@ def test_the_buffer_chunk_lands_on_the_example_gpu_pool():
     assert all(any(t["key"] == taint["key"] and t["effect"] == taint["effect"] for t in spec["tolerations"])
                for taint in taints)  # fmt: skip
     assert spec["containers"][0]["resources"]["requests"] == {"nvidia.com/gpu": "1"}
+    # An extended resource, never a DRA claim: DRA-backed buffers are not provisioned upstream yet
+    # (kubernetes-sigs/karpenter#3189; docs/kubernetes.md, "Dynamic Resource Allocation").
+    assert "resourceClaims" not in spec and "claims" not in spec["containers"][0]["resources"]
     # The writer names a template it creates <buffer>-chunk: this one is what it would have made.
     assert template["metadata"]["name"] == f"{buffer['metadata']['name']}-chunk"
 

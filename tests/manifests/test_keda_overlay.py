@@ -27,12 +27,11 @@ def container_env(kustomization: str) -> dict[str, str]:
     return {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}  # POD_NAME: valueFrom
 
 
-def test_the_overlay_is_the_cert_manager_install_without_the_apiservice():
+def test_the_overlay_is_the_cert_manager_install_plus_kedas_objects():
     assert objects(KEDA, "APIService") == []
-    assert len(objects("overlays/cert-manager", "APIService")) == 1
-    with_apiservice = {(d["kind"], d["metadata"]["name"]) for d in render("overlays/cert-manager")}
+    cert_manager = {(d["kind"], d["metadata"]["name"]) for d in render("overlays/cert-manager")}
     keda = {(d["kind"], d["metadata"]["name"]) for d in render(KEDA)}
-    assert with_apiservice - keda == {("APIService", "v1beta1.external.metrics.k8s.io")}
+    assert cert_manager <= keda
 
 
 def test_grpc_port_on_the_container_and_the_service():
@@ -46,7 +45,6 @@ def test_grpc_port_on_the_container_and_the_service():
 def test_the_preflight_leaves_the_apiservice_to_keda(config_file):
     settings = load_settings(config_file(KEDA), environ=container_env(KEDA))
     assert settings.preflight.claim_apiservice is False
-    assert load_settings(config_file("overlays/cert-manager"), environ={}).preflight.claim_apiservice is True
 
 
 def test_the_config_serves_grpc_on_the_named_port(config_file):

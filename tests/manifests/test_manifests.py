@@ -1,7 +1,8 @@
 """The Kubernetes manifests: rendered with kustomize, validated offline, checked for the facts they must hold.
 
 - Built-in kinds (including APIService, apiregistration.k8s.io/v1) are validated against the Kubernetes
-  1.32 JSON schemas that the ``kubernetes-validate`` package ships, in strict mode (unknown fields fail).
+  JSON schemas that the ``kubernetes-validate`` package ships (``kube_schemas.KUBERNETES_VERSION``, its
+  newest), in strict mode (unknown fields fail).
 - The Karpenter NodePool is validated against the upstream CRD vendored in ``tests/data/schemas``
   (``tests/kube_schemas``, CEL rules included). The other custom resources (cert-manager
   Certificate/Issuer, Prometheus Operator ServiceMonitor/PrometheusRule) are validated with
@@ -43,11 +44,20 @@ MANIFESTS = ROOT / "manifests"
 HERE = Path(__file__).resolve().parent
 SCHEMAS = HERE / "schemas"
 
-KUSTOMIZATIONS = ("base", "overlays/cert-manager", "overlays/insecure", "overlays/keda", "monitoring", "examples")
-# The service with its APIService; SERVICES adds the KEDA overlay, which has none (test_keda_overlay.py).
-SERVICE_RENDERS = ("base", "overlays/cert-manager", "overlays/insecure")
-SERVICES = (*SERVICE_RENDERS, "overlays/keda")
-KUBERNETES_VERSION = "1.32"
+EXTERNAL_METRICS_API = "overlays/external-metrics-api"
+KUSTOMIZATIONS = (
+    "base",
+    "overlays/cert-manager",
+    "overlays/insecure",
+    "overlays/keda",
+    EXTERNAL_METRICS_API,
+    "monitoring",
+    "examples",
+    "examples-before-1.35",
+)
+# Every render of the service; only EXTERNAL_METRICS_API registers it with an APIService.
+SERVICES = ("base", "overlays/cert-manager", "overlays/insecure", "overlays/keda", EXTERNAL_METRICS_API)
+KUBERNETES_VERSION = kube_schemas.KUBERNETES_VERSION
 CRD_SCHEMAS = {
     ("cert-manager.io/v1", "Certificate"): "cert-manager.io/certificate_v1.json",
     ("cert-manager.io/v1", "Issuer"): "cert-manager.io/issuer_v1.json",
@@ -235,8 +245,24 @@ def test_the_example_nodepool_is_checked_against_the_upstream_crd():
 # --- the service: APIService, Service, Deployment, RBAC, config ----------------------------------------
 
 
-@pytest.mark.parametrize("kustomization", SERVICE_RENDERS)
-def test_apiservice_points_at_the_service_tls_port(kustomization):
+@pytest.mark.parametrize("kustomization", KUSTOMIZATIONS)
+def test_only_the_explicit_overlay_holds_an_apiservice(kustomization):
+    """A cluster has one external metrics provider: applying any other tree must never replace KEDA's
+    or prometheus-adapter's APIService (whatever its group)."""
+    apiservices = [doc["metadata"]["name"] for doc in objects(kustomization, "APIService")]
+    assert apiservices == (["v1beta1.external.metrics.k8s.io"] if kustomization == EXTERNAL_METRICS_API else [])
+
+
+def test_only_the_explicit_overlay_claims_the_apiservice_at_start_up(config_file):
+    for kustomization in SERVICES:
+        container = one(kustomization, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+        env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+        settings = load_settings(config_file(kustomization), environ=env)
+        assert settings.preflight.claim_apiservice is (kustomization == EXTERNAL_METRICS_API), kustomization
+
+
+def test_apiservice_points_at_the_service_tls_port():
+    kustomization = EXTERNAL_METRICS_API
     api = one(kustomization, "APIService", "v1beta1.external.metrics.k8s.io")["spec"]
     assert (api["group"], api["version"]) == ("external.metrics.k8s.io", "v1beta1")
     assert (api["groupPriorityMinimum"], api["versionPriority"]) == (100, 100)
@@ -254,14 +280,8 @@ def test_apiservice_points_at_the_service_tls_port(kustomization):
     assert container_ports[http["targetPort"]] == 8080
 
 
-def test_base_apiservice_leaves_trust_to_the_overlays():
-    api = one("base", "APIService")
-    assert "caBundle" not in api["spec"] and "insecureSkipTLSVerify" not in api["spec"]
-    assert "cert-manager.io/inject-ca-from" not in api["metadata"].get("annotations", {})
-
-
-def test_cert_manager_overlay_injects_the_ca_of_the_mounted_certificate():
-    api = one("overlays/cert-manager", "APIService")
+def test_external_metrics_overlay_injects_the_ca_of_the_mounted_certificate():
+    api = one(EXTERNAL_METRICS_API, "APIService")
     assert "insecureSkipTLSVerify" not in api["spec"] and "caBundle" not in api["spec"]
     namespace, name = api["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].split("/")
     certificate = one("overlays/cert-manager", "Certificate", name)
@@ -292,9 +312,7 @@ def test_cert_manager_overlay_injects_the_ca_of_the_mounted_certificate():
         pytest.fail("issuer chain loops")
 
 
-def test_insecure_overlay_skips_verification_and_generates_its_own_certificate(config_file):
-    api = one("overlays/insecure", "APIService")["spec"]
-    assert api["insecureSkipTLSVerify"] is True and "caBundle" not in api
+def test_insecure_overlay_generates_its_own_certificate(config_file):
     pod = one("overlays/insecure", "Deployment")["spec"]["template"]["spec"]
     assert not [v for v in pod["volumes"] if "secret" in v], "no Secret to wait for"
     env = {e["name"]: e.get("value") for e in pod["containers"][0].get("env", [])}
@@ -443,6 +461,10 @@ def test_rbac():
         ("karpenter.sh", "nodepools"),
         ("", "resourcequotas"),
         ("", "pods"),
+        ("resource.k8s.io", "resourceclaims"),
+        ("resource.k8s.io", "resourceclaimtemplates"),
+        ("resource.k8s.io", "resourceslices"),
+        ("resource.k8s.io", "deviceclasses"),
     ):
         assert {(group, resource, verb) for verb in ("get", "list", "watch")} <= reads
     assert ("authentication.k8s.io", "tokenreviews", "create") in reads
@@ -569,6 +591,27 @@ def hpa_metrics(kustomization: str) -> list[tuple[dict[str, Any], dict[str, Any]
         for metric in hpa["spec"]["metrics"]
         if metric["type"] == "External"
     ]
+
+
+def test_the_placeholder_hpa_follows_the_headroom_to_the_gpu():
+    """Tolerance 0 on the way up (the cluster-wide 10 % would make the headroom a staircase), a small
+    one on the way down; Kubernetes 1.35's schema takes it, 1.32's refuses the field, and the
+    fallback tree for older clusters is the same HPA without it, valid there."""
+    hpa = one("examples", "HorizontalPodAutoscaler", "gpu-placeholder")
+    behavior = hpa["spec"]["behavior"]
+    assert behavior["scaleUp"]["tolerance"] == "0"
+    assert 0 < float(behavior["scaleDown"]["tolerance"]) <= 0.05
+    kubernetes_validate.validate(hpa, "1.35", strict=True)
+    with pytest.raises(kubernetes_validate.ValidationError, match="tolerance"):
+        kubernetes_validate.validate(hpa, "1.32", strict=True)
+    older = one("examples-before-1.35", "HorizontalPodAutoscaler", "gpu-placeholder")
+    kubernetes_validate.validate(older, "1.32", strict=True)
+    without = copy.deepcopy(hpa)
+    for rules in without["spec"]["behavior"].values():
+        del rules["tolerance"]
+    assert older == without
+    # Everything else in the fallback tree is the examples' own.
+    assert [ident(doc) for doc in render("examples-before-1.35")] == [ident(doc) for doc in render("examples")]
 
 
 def test_hpa_metric_names_are_served():
@@ -761,9 +804,19 @@ def test_dashboard_queries_parse(tmp_path):
 def test_readme_paths_exist():
     text = (ROOT / "README.md").read_text()
     paths = set(re.findall(r"(?<![\w/])manifests/[\w./-]+", text))
-    assert "manifests/overlays/cert-manager" in paths
+    assert "manifests/overlays/external-metrics-api" in paths
     for path in paths:
         assert (ROOT / path.rstrip(".")).exists(), path
+
+
+def test_readme_deploy_section_starts_with_the_preflight():
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Deploying to a cluster\n") :]
+    first_block = re.search(r"```sh\n(.*?)```", section, re.S)
+    assert first_block is not None
+    assert first_block.group(1).splitlines()[0] == "gpu-autoscaler preflight"
+    # Before any `kubectl apply`: the preflight says which overlay to apply.
+    assert section.index("gpu-autoscaler preflight") < section.index("kubectl apply")
 
 
 # --- checkov -------------------------------------------------------------------------------------------
