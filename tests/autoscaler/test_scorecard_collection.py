@@ -1,0 +1,177 @@
+"""The live scorecard's collection without a cluster: samples, judgments of served headroom, pod outcomes,
+ownership and bad input (garbled answers, malformed pods, a corrupt saved file)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from adapters.kube_watch import WatchCache, WatchEvent
+from adapters.prometheus import PrometheusUnavailable
+from autoscaler.policy import LeadTime
+from autoscaler.provenance import Provenance
+from autoscaler.provider import MetricInfo, ServedSeries, Snapshot
+from autoscaler.scorecard_live import LiveScorecard
+from autoscaler.scorecard_pods import PodOutcomes
+from forecast.types import Forecast
+
+NOW = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
+MINUTE = timedelta(minutes=1)
+
+
+class Capacity:
+    """Stands in for ``PoolCapacity``: held and used GPUs per pool, or a failure."""
+
+    def __init__(self, held: dict[str, float], used: dict[str, float]) -> None:
+        self.held, self.used = held, used
+        self.error: Exception | None = None
+
+    async def read(self, now: datetime) -> tuple[dict[str, float], dict[str, float]]:
+        if self.error is not None:
+            raise self.error
+        return dict(self.held), dict(self.used)
+
+
+def scorecard(short: dict[str, float], capacity: Capacity | None = None, path: Path | None = None) -> LiveScorecard:
+    return LiveScorecard(
+        headroom_metrics=["gpu_headroom"],
+        short_gpus=lambda: short,
+        capacity=capacity,  # type: ignore[arg-type]
+        state_path=path,
+    )
+
+
+async def test_each_pool_is_sampled_and_a_pool_without_a_name_is_not() -> None:
+    card = scorecard({"a100": 3.0, "": 5.0}, Capacity({"a100": 8.0, "h100": 8.0}, {"a100": 8.0, "h100": 2.0}))
+    for minute in range(3):
+        await card.collect(NOW + minute * MINUTE)
+    assert sorted(card.cards) == ["a100", "h100"]
+    assert card.cards["a100"].totals.short_gpu_seconds == 2 * 60 * 3.0
+    assert card.cards["h100"].totals.idle_gpu_seconds == 2 * 60 * 6.0
+
+
+async def test_a_nan_answer_skips_the_pool_and_says_which(caplog: pytest.LogCaptureFixture) -> None:
+    card = scorecard({}, Capacity({"a100": float("nan"), "h100": 8.0}, {"h100": 8.0}))
+    with caplog.at_level(logging.ERROR):
+        await card.collect(NOW)
+    assert sorted(card.cards) == ["h100"]
+    assert "scorecard: pool a100 at 2026-11-20 09:00:00+00:00: short, held, used (0.0, nan, 0.0): not counts" in (
+        caplog.text
+    )
+
+
+async def test_prometheus_down_skips_the_minute_and_says_why(caplog: pytest.LogCaptureFixture) -> None:
+    capacity = Capacity({"a100": 8.0}, {"a100": 8.0})
+    card = scorecard({"a100": 2.0}, capacity)
+    await card.collect(NOW)
+    capacity.error = PrometheusUnavailable("connection refused")
+    with caplog.at_level(logging.ERROR):
+        await card.collect(NOW + MINUTE)
+    assert "GPUs held and used not read (connection refused)" in caplog.text
+    assert card.cards["a100"].totals.minutes_scored == 0  # the first sample waits for the next one
+
+
+async def test_with_shards_only_owned_pools_are_scored_and_exported() -> None:
+    card = scorecard({"a100": 1.0, "h100": 1.0})
+    card.owns_pool = lambda pool: pool == "a100"
+    await card.collect(NOW)
+    await card.collect(NOW + MINUTE)
+    assert sorted(card.cards) == ["a100"]
+    card.cards["h100"] = card.cards["a100"]  # e.g. scored before its shard moved away
+    assert sorted(card.owned_cards()) == ["a100"]
+    assert sorted(card.figures(NOW)) == ["a100"]
+
+
+def headroom(value: float, requested: float, at: datetime, lead: timedelta) -> ServedSeries:
+    forecast = Forecast(model="m", timestamps=pd.DatetimeIndex([]), mean=np.zeros(0))
+    provenance = Provenance(
+        model="m", quantile=0.9, forecast=forecast, history=pd.Series(dtype=float), scores={}, notes=(),
+        work="update", fit_seconds=0.0, lead_time=LeadTime(lead, "test"), decided_at=at, windows=(), peak_at=None,
+        requested_now=requested, adjustments=(),
+    )  # fmt: skip
+    return ServedSeries("gpu_headroom", {"nodepool": "a100"}, value, at, "", provenance=provenance)
+
+
+def snapshot_at(at: datetime, value: float, requested: float) -> Snapshot:
+    series = headroom(value, requested, at, 2 * MINUTE)
+    return Snapshot(at, {"gpu_headroom": MetricInfo("gpu_headroom", "")}, {"gpu_headroom": (series,)})
+
+
+async def test_each_served_headroom_is_judged_once_its_lead_time_has_passed() -> None:
+    card = scorecard({})
+    # Requested GPUs 10, 12, 17, 13, 13; headroom 4 served each minute, lead time 2 minutes.
+    for minute, requested in enumerate((10.0, 12.0, 17.0, 13.0, 13.0)):
+        await card.collect(NOW + minute * MINUTE, snapshot_at(NOW + minute * MINUTE, 4.0, requested))
+    judged = [
+        (at - NOW.timestamp(), served, realized)
+        for at, served, realized in card.cards["a100"].judgments["gpu_headroom"]
+    ]
+    # At 0: peak 17 over (0, 2 min] rose 7 > 4 (missed); at 1: 17 - 12 = 5 (missed); at 2: 13 - 17 < 0 (covered).
+    assert judged == [(0.0, 4.0, 7.0), (60.0, 4.0, 5.0), (120.0, 4.0, -4.0)]
+    assert card.cards["a100"].coverage_totals == {"gpu_headroom": [1, 3]}
+
+
+async def test_the_scorecard_carries_on_across_a_restart_and_a_corrupt_pool_starts_empty(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "scorecard.json"
+    card = scorecard({"a100": 2.0, "h100": 1.0}, path=path)
+    for minute in range(3):
+        await card.collect(NOW + minute * MINUTE)
+    card.save(card.document())
+    document = json.loads(path.read_text())
+    document["pools"]["h100"]["waits"] = [[0, "soon"]]
+    path.write_text(json.dumps(document))
+    restored = scorecard({"a100": 2.0}, path=path)
+    with caplog.at_level(logging.ERROR):
+        restored.restore()
+    assert f"scorecard: {path}: pool h100: waits[0]: 'soon' is not a finite number >= 0" in caplog.text
+    assert sorted(restored.cards) == ["a100"]
+    assert restored.cards["a100"].document() == card.cards["a100"].document()
+
+
+@pytest.mark.parametrize("content", ["{not json", "[]", '{"version": 9}', '{"version": 1, "pools": []}'])
+def test_an_unusable_saved_file_is_said_and_the_scorecard_starts_empty(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, content: str
+) -> None:
+    path = tmp_path / "scorecard.json"
+    path.write_text(content)
+    card = scorecard({}, path=path)
+    with caplog.at_level(logging.ERROR):
+        card.restore()
+    assert card.cards == {}
+    assert str(path) in caplog.text and "scorecard" in caplog.text
+
+
+def unschedulable_pod(name: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}", **extra.get("metadata", {})},
+        "spec": {"containers": []},
+        "status": extra.get("status", {"phase": "Pending"}),
+    }
+
+
+def test_a_malformed_pod_is_logged_by_name_and_the_others_count(caplog: pytest.LogCaptureFixture) -> None:
+    recorded: list[tuple[str, str, float, float]] = []
+    outcomes = PodOutcomes(
+        pod_pool=lambda pod: (1.0, "a100"), job=lambda key: None, record=lambda *args: recorded.append(args)
+    )
+    scheduled = {
+        "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-20T09:05:00Z"}]
+    }
+    good = unschedulable_pod("good", metadata={"creationTimestamp": "2026-11-20T09:00:00Z"}, status=scheduled)
+    bad = unschedulable_pod("bad", metadata={"creationTimestamp": "yesterday"}, status=scheduled)
+    cache = WatchCache("pending pods")
+    with caplog.at_level(logging.WARNING):
+        outcomes.on_change(cache, WatchEvent("DELETED", bad))
+        outcomes.on_change(cache, WatchEvent("DELETED", good))
+        outcomes.on_change(cache, WatchEvent("DELETED", good))  # seen once
+    assert "scorecard: pod ml/bad: metadata.creationTimestamp: 'yesterday' is not a timestamp" in caplog.text
+    assert recorded == [("a100", "capacity_wait", datetime(2026, 11, 20, 9, 5, tzinfo=UTC).timestamp(), 300.0)]
