@@ -58,8 +58,9 @@ class Histogram:
     def count(self) -> int:
         return sum(self.counts)
 
-    def cumulative(self) -> list[tuple[str, int]]:
-        bounds = [f"{b:g}" for b in WAIT_BUCKETS_S] + ["+Inf"]
+    def cumulative(self) -> list[tuple[float, int]]:
+        """(upper bound, observations at most it), the last bound infinite."""
+        bounds = [*WAIT_BUCKETS_S, math.inf]
         return list(zip(bounds, np.cumsum(self.counts).tolist(), strict=True))
 
 

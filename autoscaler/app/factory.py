@@ -20,6 +20,7 @@ from kubernetes_asyncio.client import ApiClient
 
 from autoscaler import persistence
 from autoscaler.actuation import BufferActuator
+from autoscaler.app import scoring
 from autoscaler.forecast_objects import Published
 from autoscaler.kube_inputs import watch_settings
 from autoscaler.pipeline import Pipeline
@@ -117,6 +118,7 @@ def after_refresh(
     if publication is not None and settings.publication.publish:
         samples = pipeline.lead_times.samples() if pipeline.lead_times is not None else ()
         publication.publisher.publish_soon(snapshot, refresher.pacing, samples)
+    scoring.score_soon(pipeline.scorecard, snapshot)
 
 
 def _save_quietly(path: Path, snapshot: Snapshot) -> None:
@@ -261,6 +263,7 @@ def create_app(
 
     self_metrics.watch_refreshes(refresh_stats)
     self_metrics.watch_publication(lambda: api_app.get(PUBLISHER))
+    scoring.attach(pipeline.scorecard, pipeline.plans, ops_app, self_metrics)
     if pipeline.unplaced is not None:
         self_metrics.watch_unplaced(pipeline.unplaced)
         ops_app[UNPLACED] = pipeline.unplaced
@@ -341,6 +344,8 @@ async def _refresher_ctx(
             )  # fmt: skip
             if actuator is not None:  # a pool's buffer is written by the owner of its sizing series
                 actuator.owns_series = app[SHARDING].owns_series
+            if pipeline.scorecard is not None:  # a pool is scored by the owner of its headroom series
+                pipeline.scorecard.owns_pool = partial(scoring.owns_pool, app[SHARDING].owns_series, pipeline.plans)
         async for _ in _running(refresher, readiness):
             yield
 

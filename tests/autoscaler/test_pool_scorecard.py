@@ -64,7 +64,8 @@ def test_figures_have_every_field_for_each_period() -> None:
         "coverage": {"gpu_headroom": {"covered": 1, "judged": 2, "coverage": 0.5}},
     }
     assert card.coverage_totals == {"gpu_headroom": [1, 2]}
-    assert card.wait_histogram.cumulative()[:4] == [("15", 0), ("30", 1), ("60", 1), ("120", 2)]
+    assert card.wait_histogram.cumulative()[:4] == [(15, 0), (30, 1), (60, 1), (120, 2)]
+    assert card.wait_histogram.cumulative()[-1] == (float("inf"), 2)
 
 
 def test_the_hour_leaves_out_what_is_older() -> None:

@@ -1,5 +1,5 @@
 """The live scorecard's collection without a cluster: samples, judgments of served headroom, pod outcomes,
-ownership and bad input (garbled answers, malformed pods, a corrupt saved file)."""
+ownership, /metrics, and bad input (garbled answers, malformed pods, a corrupt saved file)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from adapters.kube_watch import WatchCache, WatchEvent
 from adapters.prometheus import PrometheusUnavailable
@@ -20,6 +21,7 @@ from autoscaler.provenance import Provenance
 from autoscaler.provider import MetricInfo, ServedSeries, Snapshot
 from autoscaler.scorecard_live import LiveScorecard
 from autoscaler.scorecard_pods import PodOutcomes
+from autoscaler.web.scorecard_metrics import ScorecardMetrics
 from forecast.types import Forecast
 
 NOW = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)
@@ -175,3 +177,29 @@ def test_a_malformed_pod_is_logged_by_name_and_the_others_count(caplog: pytest.L
         outcomes.on_change(cache, WatchEvent("DELETED", good))  # seen once
     assert "scorecard: pod ml/bad: metadata.creationTimestamp: 'yesterday' is not a timestamp" in caplog.text
     assert recorded == [("a100", "capacity_wait", datetime(2026, 11, 20, 9, 5, tzinfo=UTC).timestamp(), 300.0)]
+
+
+def test_metrics_are_counters_and_histograms_per_pool() -> None:
+    card = scorecard({})
+    pool = card.card("a100")
+    for minute, short in enumerate((12.0, 0.0)):
+        pool.sample(NOW.timestamp() + 60 * minute, short, 16.0, 4.0)
+    pool.record_wait(NOW.timestamp(), 45.0)
+    pool.record_judgment("gpu_headroom", NOW.timestamp(), 4.0, 3.0)
+    registry = CollectorRegistry()
+    registry.register(ScorecardMetrics(card.owned_cards, {"gpu_headroom": 0.9}))
+    text = generate_latest(registry).decode()
+    for line in (
+        'gpu_autoscaler_gpus_short{nodepool="a100"} 0.0',
+        'gpu_autoscaler_short_gpu_seconds_total{nodepool="a100"} 720.0',
+        'gpu_autoscaler_minutes_short_total{nodepool="a100"} 1.0',
+        'gpu_autoscaler_idle_gpu_seconds_total{nodepool="a100"} 720.0',
+        'gpu_autoscaler_capacity_wait_seconds_bucket{le="60.0",nodepool="a100"} 1.0',
+        'gpu_autoscaler_capacity_wait_seconds_bucket{le="30.0",nodepool="a100"} 0.0',
+        'gpu_autoscaler_capacity_wait_seconds_count{nodepool="a100"} 1.0',
+        'gpu_autoscaler_capacity_wait_seconds_sum{nodepool="a100"} 45.0',
+        'gpu_autoscaler_coverage_covered_total{metric="gpu_headroom",nodepool="a100"} 1.0',
+        'gpu_autoscaler_coverage_judged_total{metric="gpu_headroom",nodepool="a100"} 1.0',
+        'gpu_autoscaler_coverage_quantile{metric="gpu_headroom",nodepool="a100"} 0.9',
+    ):
+        assert line in text.splitlines(), line

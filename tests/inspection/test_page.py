@@ -243,6 +243,25 @@ def test_page_in_headless_chromium(ops_server: OpsServer, tmp_path: Path):
     assert re.search(r'<tr class="selected"><td>' + re.escape(ops_server.forecast.result.model), dom)
     assert png_size(screenshot) == (1280, 900)
     assert screenshot.stat().st_size > 20_000  # a blank page compresses to a few kB
+    # The a100 pool's live scorecard (tests.inspection.conftest.scored_pool), as the browser built it.
+    assert "What happened in this pool (live scorecard)" in dom
+    assert re.sub(r"\s+", " ", SCORECARD_ROW) in re.sub(r"\s+", " ", dom)
+
+
+SCORECARD_ROW = (
+    "<tr><td>1h</td><td>1 of 3</td><td>2.0</td><td>0.8 min / 0.8 min / 0.8 min (1 pods)</td>"
+    "<td>7.0 min (1 runs)</td><td>0.1</td><td>75 %</td><td>gpu_headroom: 0/1 (0 %)</td></tr>"
+)
+
+
+def test_each_pool_shows_its_live_scorecard_and_an_unscored_pool_none(ops_server: OpsServer):
+    html = html_of(ops_server, "/ui/gpu_headroom")
+    assert_self_contained(html)
+    assert html.count("What happened in this pool (live scorecard)") == 1  # a100's; h100 is not scored
+    a100 = html[html.index("<h2>nodepool=a100</h2>") :]
+    assert SCORECARD_ROW in a100 and a100.index(SCORECARD_ROW) < a100.index("Why this value")
+    for period in ("7d", "24h"):
+        assert SCORECARD_ROW.replace("<td>1h</td>", f"<td>{period}</td>") in a100
 
 
 def test_headroom_is_drawn_as_the_gap_above_the_gpus_requested_now(ops_server: OpsServer):
