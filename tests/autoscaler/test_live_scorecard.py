@@ -9,6 +9,7 @@ so Prometheus answers at once for any minute the test samples.
 from __future__ import annotations
 
 import contextlib
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import yaml
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -31,9 +33,10 @@ from tests.autoscaler.live_cluster import HOUR, MINUTE, PLACEHOLDERS
 from tests.cluster_scenario import Node, Pod, Scenario, start_prometheus
 from tests.eventually import eventually
 from tests.kube_objects import gpu_pod_spec, pending_pod
-from tests.prometheus_fixture import PrometheusServer
+from tests.prometheus_fixture import PrometheusServer, binaries_or_skip
 
 pytestmark = pytest.mark.prometheus
+RULES = Path(__file__).resolve().parents[2] / "manifests" / "monitoring" / "prometheusrule.yaml"
 
 
 @contextlib.contextmanager
@@ -180,6 +183,7 @@ async def test_a_pool_short_of_12_gpus_for_20_minutes_shows_240_short_gpu_minute
     assert sample(metrics, "gpu_autoscaler_minutes_short_total", "a100") == 20
     assert sample(metrics, "gpu_autoscaler_minutes_short_total", "h100") == 0
     assert series["a100"] == [12.0] * 20 + [0.0]
+    _alert_fires_on(series, tmp_path)
 
     # A restart: the saved scorecard carries on, and its counters with it.
     async with service(server.url, tmp_path, kube_api) as (pipeline, scorecard):
@@ -195,6 +199,43 @@ async def test_a_pool_short_of_12_gpus_for_20_minutes_shows_240_short_gpu_minute
     assert sample(metrics, "gpu_autoscaler_short_gpu_seconds_total", "a100") == 240 * 60 + 4 * 60
     assert sample(metrics, "gpu_autoscaler_minutes_short_total", "a100") == 21
     assert sample(metrics, "gpu_autoscaler_minutes_scored_total", "a100") == 22
+
+
+def _alert_fires_on(series: dict[str, list[float]], work_dir: Path) -> None:
+    """GpuAutoscalerGpusShort, evaluated by promtool on the gauge this service exported each minute."""
+    _, promtool = binaries_or_skip()
+    rules = yaml.safe_load(RULES.read_text())["spec"]
+    for group in rules["groups"]:  # annotations are templates, checked by tests/manifests, not pinned here
+        for rule in group["rules"]:
+            rule.pop("annotations", None)
+    (work_dir / "rules.yaml").write_text(yaml.safe_dump(rules))
+    inputs = [
+        {
+            "series": f'gpu_autoscaler_gpus_short{{namespace="gpu-autoscaler",pod="a",nodepool="{pool}"}}',
+            "values": " ".join(f"{v:g}" for v in values),
+        }
+        for pool, values in series.items()
+    ]
+    firing = [{"exp_labels": {"severity": "warning", "namespace": "gpu-autoscaler", "nodepool": "a100"}}]
+    test = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": inputs,
+                "alert_rule_test": [
+                    {"eval_time": "9m", "alertname": "GpuAutoscalerGpusShort", "exp_alerts": []},
+                    {"eval_time": "19m", "alertname": "GpuAutoscalerGpusShort", "exp_alerts": firing},
+                ],
+            }
+        ],
+    }
+    (work_dir / "scorecard_test.yaml").write_text(yaml.safe_dump(test))
+    result = subprocess.run(
+        [promtool, "test", "rules", str(work_dir / "scorecard_test.yaml")], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def cron_objects(scheduled: pd.Timestamp) -> tuple[dict[str, Any], dict[str, Any]]:
