@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -25,7 +25,7 @@ from autoscaler import scorecard_store
 from autoscaler.pool_scorecard import PoolScorecard
 from autoscaler.provider import Snapshot
 from autoscaler.scorecard_capacity import PoolCapacity
-from autoscaler.scorecard_pods import Outcome, PodOutcomes
+from autoscaler.scorecard_pods import MAX_TRACKED, Outcome, PodOutcomes
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,8 @@ class LiveScorecard:
         # (metric, pool) -> (decided at, due at, headroom served, GPUs requested at the decision)
         self._awaiting: dict[tuple[str, str], deque[tuple[float, float, float, float]]] = {}
         self._demand: dict[str, deque[tuple[float, float]]] = {}  # pool -> (at, GPUs requested)
+        # Without a pod watch: uids of pods whose wait (read from Prometheus) is counted.
+        self._waited: OrderedDict[str, None] = OrderedDict()
 
     def owns(self, pool: str) -> bool:
         return bool(pool) and (self.owns_pool is None or self.owns_pool(pool))
@@ -82,6 +84,8 @@ class LiveScorecard:
         if self.capacity is not None:
             try:
                 held, used = await self.capacity.read(now)
+                if self.pods is None:
+                    self._prometheus_waits(now_s, await self.capacity.waits(now))
             except AdapterError as error:
                 log.error("scorecard: GPUs held and used not read (%s); minute %s not sampled", error, now)
                 short = {}
@@ -99,6 +103,16 @@ class LiveScorecard:
         if snapshot is not None:
             self._await_judgment(now_s, snapshot)
         self._judge_due()
+
+    def _prometheus_waits(self, now_s: float, waits: Sequence[tuple[str, str, float]]) -> None:
+        """Waits kube-state-metrics shows (the pod watch is off), each pod counted once, stamped ``now``."""
+        for uid, pool, seconds in waits:
+            if uid in self._waited:
+                continue
+            self._waited[uid] = None
+            while len(self._waited) > MAX_TRACKED:
+                self._waited.popitem(last=False)
+            self.record(pool, "capacity_wait", now_s, seconds)
 
     def _await_judgment(self, now_s: float, snapshot: Snapshot) -> None:
         for metric in self.headroom_metrics:
@@ -134,7 +148,8 @@ class LiveScorecard:
 
     def document(self) -> dict[str, Any]:
         pods = self.pods.document() if self.pods is not None else {}
-        return {"pools": {pool: card.document() for pool, card in self.cards.items()}, "pods": pods}
+        pools = {pool: card.document() for pool, card in self.cards.items()}
+        return {"pools": pools, "pods": pods, "waited_in_prometheus": list(self._waited)}
 
     def save(self, document: dict[str, Any]) -> None:
         """Write ``document()`` (taken on the event loop) to the state directory; off the loop is fine."""
@@ -159,6 +174,11 @@ class LiveScorecard:
                 self.cards[str(pool)] = PoolScorecard.from_document(entry)
             except ValueError as error:
                 log.error("scorecard: %s: pool %s: %s; its scorecard starts empty", self.state_path, pool, error)
+        waited = document.get("waited_in_prometheus", [])
+        if isinstance(waited, list) and all(isinstance(uid, str) for uid in waited):
+            self._waited.update((uid, None) for uid in waited[-MAX_TRACKED:])
+        else:
+            log.error("scorecard: %s: waited_in_prometheus is not a list of pod uids", self.state_path)
         pods = document.get("pods")
         if self.pods is not None and isinstance(pods, dict):
             try:

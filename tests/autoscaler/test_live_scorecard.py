@@ -48,6 +48,8 @@ def scenario_prometheus(work_dir: Path) -> Iterator[tuple[PrometheusServer, pd.T
         Pod("inference", "serve-a100", "a100-0", start, end, gpus=4),
         Pod(PLACEHOLDERS, "placeholder-a100", "a100-1", start, end, gpus=2),
         Pod("inference", "serve-h100", "h100-0", start, end, gpus=8),
+        # Created 5 minutes before it was scheduled, 40 minutes before the minutes the other tests score.
+        Pod("ml", "late-a100", "a100-1", start + 10 * MINUTE, start + 20 * MINUTE, created=start + 5 * MINUTE),
     ]
     server = start_prometheus(Scenario(start, end, nodes, pods), work_dir)
     try:
@@ -62,7 +64,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Promethe
         yield running
 
 
-def settings(url: str, state_dir: Path) -> Settings:
+def settings(url: str, state_dir: Path, *, watch_pods: bool = True) -> Settings:
+    inputs = {"nodeclaims": False, "nodepools": False, "placeholder_namespaces": [PLACEHOLDERS]}
     return Settings.model_validate(
         {
             "server": {"bind_address": "127.0.0.1"},
@@ -70,8 +73,15 @@ def settings(url: str, state_dir: Path) -> Settings:
             "state_dir": str(state_dir),
             "prometheus": {"url": url, "timeout": "30s", "retries": 1, "backoff_initial": "50ms"},
             "signals": [{"name": "gpus_requested", "preset": "gpus_requested", "by": ["nodepool"]}],
-            "metrics": {"gpu_headroom": {"signal": "gpus_requested", "kind": "headroom", "quantile": 0.95}},
-            "inputs": {"nodeclaims": False, "nodepools": False, "placeholder_namespaces": [PLACEHOLDERS]},
+            "metrics": {
+                "gpu_headroom": {
+                    "signal": "gpus_requested",
+                    "kind": "headroom",
+                    "quantile": 0.95,
+                    "placeholder_namespace": PLACEHOLDERS,
+                }
+            },
+            "inputs": inputs if watch_pods else None,
         }
     )
 
@@ -313,3 +323,27 @@ async def test_a_cronjob_whose_pods_started_7_minutes_late_shows_7_minutes(
     )
     assert sample(metrics, "gpu_autoscaler_window_start_delay_seconds_count", "l4") == 1
     assert sample(metrics, "gpu_autoscaler_window_start_delay_seconds_sum", "l4") == 420
+
+
+async def test_where_only_prometheus_shows_pods_their_capacity_waits_come_from_kube_state_metrics(
+    cluster: tuple[PrometheusServer, pd.Timestamp], tmp_path: Path
+) -> None:
+    server, t0 = cluster
+    async with open_pipeline(settings(server.url, tmp_path, watch_pods=False), None) as pipeline:
+        assert pipeline.scorecard is not None and pipeline.scorecard.pods is None
+        for minute in range(3):  # the pod was scheduled at t0 - 50 min: in the window of each of these
+            await score_at(pipeline, pipeline.scorecard, t0 - 49 * MINUTE + minute * MINUTE)
+        status, body, metrics = await api_answer(pipeline, (t0 - 47 * MINUTE).to_pydatetime())
+    a100 = period(2, 0, 0.0, round(11 * 2 / 60, 6), round(5 / 16, 6), waits(1, 300.0))
+    assert (status, body) == (
+        200,
+        {
+            "at": f"{t0 - 47 * MINUTE:%Y-%m-%dT%H:%M:%SZ}",
+            "pools": [
+                {"pool": "a100", "periods": every_period(a100)},
+                {"pool": "h100", "periods": every_period(period(2, 0, 0.0, 0.0, 1.0))},
+                {"pool": "l4", "periods": every_period(period(2, 0, 0.0, round(8 * 2 / 60, 6), 0.0))},
+            ],
+        },
+    )
+    assert sample(metrics, "gpu_autoscaler_capacity_wait_seconds_count", "a100") == 1

@@ -34,6 +34,10 @@ class Capacity:
     def __init__(self, held: dict[str, float], used: dict[str, float]) -> None:
         self.held, self.used = held, used
         self.error: Exception | None = None
+        self.pod_waits: list[tuple[str, str, float]] = []
+
+    async def waits(self, now: datetime) -> list[tuple[str, str, float]]:
+        return list(self.pod_waits)
 
     async def read(self, now: datetime) -> tuple[dict[str, float], dict[str, float]]:
         if self.error is not None:
@@ -78,6 +82,21 @@ async def test_prometheus_down_skips_the_minute_and_says_why(caplog: pytest.LogC
         await card.collect(NOW + MINUTE)
     assert "GPUs held and used not read (connection refused)" in caplog.text
     assert card.cards["a100"].totals.minutes_scored == 0  # the first sample waits for the next one
+
+
+async def test_without_a_pod_watch_each_wait_prometheus_shows_counts_once_across_a_restart(tmp_path: Path) -> None:
+    capacity = Capacity({"a100": 8.0}, {"a100": 8.0})
+    capacity.pod_waits = [("uid-1", "a100", 90.0), ("uid-2", "a100", 30.0)]
+    card = scorecard({}, capacity, tmp_path / "scorecard.json")
+    await card.collect(NOW)
+    await card.collect(NOW + MINUTE)  # the same pods again: within the query's window
+    assert list(card.cards["a100"].waits) == [(NOW.timestamp(), 90.0), (NOW.timestamp(), 30.0)]
+    card.save(card.document())
+    restarted = scorecard({}, capacity, tmp_path / "scorecard.json")
+    restarted.restore()
+    capacity.pod_waits.append(("uid-3", "a100", 600.0))
+    await restarted.collect(NOW + 2 * MINUTE)
+    assert [seconds for _, seconds in restarted.cards["a100"].waits] == [90.0, 30.0, 600.0]
 
 
 async def test_with_shards_only_owned_pools_are_scored_and_exported() -> None:
