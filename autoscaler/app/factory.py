@@ -344,8 +344,7 @@ async def _refresher_ctx(
             )  # fmt: skip
             if actuator is not None:  # a pool's buffer is written by the owner of its sizing series
                 actuator.owns_series = app[SHARDING].owns_series
-            if pipeline.scorecard is not None:  # a pool is scored by the owner of its headroom series
-                pipeline.scorecard.owns_pool = partial(scoring.owns_pool, app[SHARDING].owns_series, pipeline.plans)
+            scoring.follow_shards(pipeline.scorecard, app[SHARDING].owns_series, pipeline.plans)
         async for _ in _running(refresher, readiness):
             yield
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 
 from aiohttp import web
 
@@ -48,6 +49,14 @@ def attach(
     ops_app[SCORECARD] = scorecard
     quantiles = {plan.metric: plan.quantile for plan in plans if plan.kind == "headroom"}
     self_metrics.registry.register(ScorecardMetrics(scorecard.owned_cards, quantiles))
+
+
+def follow_shards(
+    scorecard: LiveScorecard | None, owns_series: Callable[[str, Mapping[str, str]], bool], plans: Sequence[MetricPlan]
+) -> None:
+    """With shards, a pool is scored by the owner of its headroom series only."""
+    if scorecard is not None:
+        scorecard.owns_pool = partial(owns_pool, owns_series, plans)
 
 
 def owns_pool(owns_series: Callable[[str, Mapping[str, str]], bool], plans: Sequence[MetricPlan], pool: str) -> bool:

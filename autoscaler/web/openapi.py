@@ -236,6 +236,18 @@ def _buffer_paths(error: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _scorecard_paths() -> dict[str, Any]:
+    return {
+        "/api/v1/scorecard": {
+            "get": {
+                "operationId": "getScorecard",
+                "summary": "Each pool's live outcomes over 1 h, 24 h and 7 d: GPUs short, waits, idle GPUs, coverage",
+                "responses": {"200": _json(_ref("Scorecard"), "the pools this replica scores")},
+            }
+        }
+    }
+
+
 def _paths() -> dict[str, Any]:
     error = _json(_ref("Status"), "")
     label_selector = {
@@ -286,13 +298,7 @@ def _paths() -> dict[str, Any]:
             }
         },
         **_buffer_paths(error),
-        "/api/v1/scorecard": {
-            "get": {
-                "operationId": "getScorecard",
-                "summary": "Each pool's live outcomes over 1 h, 24 h and 7 d: GPUs short, waits, idle GPUs, coverage",
-                "responses": {"200": _json(_ref("Scorecard"), "the pools this replica scores")},
-            }
-        },
+        **_scorecard_paths(),
         "/openapi.json": {
             "get": {
                 "operationId": "getOpenAPI",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from adapters.kube_watch import WatchCache, WatchEvent
 from adapters.prometheus import PrometheusUnavailable
+from autoscaler.app import scoring
+from autoscaler.plans import MetricPlan
 from autoscaler.policy import LeadTime
 from autoscaler.provenance import Provenance
 from autoscaler.provider import MetricInfo, ServedSeries, Snapshot
@@ -222,3 +225,17 @@ def test_metrics_are_counters_and_histograms_per_pool() -> None:
         'gpu_autoscaler_coverage_quantile{metric="gpu_headroom",nodepool="a100"} 0.9',
     ):
         assert line in text.splitlines(), line
+
+
+def test_with_shards_a_pool_belongs_to_the_owner_of_its_headroom_series() -> None:
+    card = scorecard({})
+    asked: list[tuple[str, dict[str, str]]] = []
+
+    def owns_series(metric: str, labels: Mapping[str, str]) -> bool:
+        asked.append((metric, dict(labels)))
+        return labels["nodepool"] == "a100"
+
+    plans = (MetricPlan("gpu_demand_forecast", "gpus", "demand"), MetricPlan("gpu_headroom", "gpus", "headroom"))
+    scoring.follow_shards(card, owns_series, plans)
+    assert (card.owns("a100"), card.owns("h100"), card.owns("")) == (True, False, False)
+    assert asked == [("gpu_headroom", {"nodepool": "a100"}), ("gpu_headroom", {"nodepool": "h100"})]
