@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +39,9 @@ MAX_HOLD_S = 180.0
 # Upper bounds of the wait histograms (seconds), from a scheduling blip to a day's queue.
 WAIT_BUCKETS_S: tuple[float, ...] = (15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
 PERIODS_S: Mapping[str, float] = {"1h": 3600.0, "24h": 86400.0, "7d": KEEP_S}
-DOCUMENT_VERSION = 1
+MINUTE_COLUMNS = ("start", "short_gpu_seconds", "held_gpu_seconds", "used_gpu_seconds")
+EVENT_COLUMNS = ("at", "seconds")
+JUDGMENT_COLUMNS = ("at", "served", "realized")
 
 
 @dataclass
@@ -76,7 +78,8 @@ class Totals:
 
 class PoolScorecard:
     def __init__(self) -> None:
-        self.minutes: dict[float, np.ndarray] = {}  # minute start -> [short, held, used] GPU-seconds
+        # minute start -> [short, held, used] GPU-seconds, in time order (samples come in order)
+        self.minutes: dict[float, list[float]] = {}
         self.last_sample: tuple[float, float, float, float] | None = None  # at, short, held, used
         self.waits: deque[tuple[float, float]] = deque(maxlen=MAX_EVENTS)  # (scheduled at, seconds)
         self.window_delays: deque[tuple[float, float]] = deque(maxlen=MAX_EVENTS)  # (run at, seconds)
@@ -106,19 +109,19 @@ class PoolScorecard:
         per_minute = [integrate_per_minute(np.array([at_s]), np.array([rate]), first, end_s) for rate in rates]
         for offset, seconds in enumerate(zip(*per_minute, strict=True)):
             start = first + offset * MINUTE_S
-            added = np.asarray(seconds, dtype=np.float64)
+            short, held, used = (float(value) for value in seconds)
             row = self.minutes.get(start)
             if row is None:
-                row = self.minutes[start] = np.zeros(3)
+                row = self.minutes[start] = [0.0, 0.0, 0.0]
                 self.totals.minutes_scored += 1
             was_short = minute_is_short(row[0])
-            row += added
+            row[0], row[1], row[2] = row[0] + short, row[1] + held, row[2] + used
             if not was_short and minute_is_short(row[0]):
                 self.totals.minutes_short += 1
-            self.totals.short_gpu_seconds += float(added[0])
-            self.totals.held_gpu_seconds += float(added[1])
-            self.totals.used_gpu_seconds += float(added[2])
-            self.totals.idle_gpu_seconds += float(added[1] - added[2])
+            self.totals.short_gpu_seconds += short
+            self.totals.held_gpu_seconds += held
+            self.totals.used_gpu_seconds += used
+            self.totals.idle_gpu_seconds += held - used
 
     def record_wait(self, at_s: float, wait_s: float) -> None:
         self.waits.append((at_s, wait_s))
@@ -139,7 +142,10 @@ class PoolScorecard:
 
     def _trim(self, now_s: float) -> None:
         oldest = now_s - KEEP_S
-        for start in [start for start in self.minutes if start < oldest]:
+        while self.minutes:
+            start = next(iter(self.minutes))
+            if start >= oldest:
+                break
             del self.minutes[start]
         lists: list[deque[tuple[float, float]] | deque[tuple[float, float, float]]] = [self.waits, self.window_delays]
         for events in [*lists, *self.judgments.values()]:
@@ -147,8 +153,8 @@ class PoolScorecard:
                 events.popleft()
 
     def ledger(self) -> MinuteLedger:
-        starts = np.array(sorted(self.minutes), dtype=np.float64)
-        rows = np.array([self.minutes[s] for s in starts]).reshape(-1, 3)
+        starts = np.fromiter(self.minutes, dtype=np.float64, count=len(self.minutes))
+        rows = np.array(list(self.minutes.values()), dtype=np.float64).reshape(-1, 3)
         return MinuteLedger(starts, rows[:, 0], rows[:, 1], rows[:, 2])
 
     def figures(self, now_s: float) -> dict[str, Any]:
@@ -180,16 +186,18 @@ class PoolScorecard:
         }
 
     def document(self) -> dict[str, Any]:
+        """Everything, as JSON-ready columns (a week of minutes is 10,080 rows: lists of rows cost more
+        to build and to write). Copies: it may be written by another thread while sampling goes on."""
         return {
-            "minutes": [[start, *row.tolist()] for start, row in sorted(self.minutes.items())],
+            "minutes": _columns((start, *row) for start, row in self.minutes.items()),
             "last_sample": list(self.last_sample) if self.last_sample is not None else None,
-            "waits": [list(e) for e in self.waits],
-            "window_delays": [list(e) for e in self.window_delays],
-            "judgments": {m: [list(j) for j in e] for m, e in self.judgments.items()},
-            "totals": vars(self.totals),
-            "wait_histogram": {"counts": self.wait_histogram.counts, "total_s": self.wait_histogram.total_s},
-            "delay_histogram": {"counts": self.delay_histogram.counts, "total_s": self.delay_histogram.total_s},
-            "coverage_totals": self.coverage_totals,
+            "waits": _columns(self.waits, EVENT_COLUMNS),
+            "window_delays": _columns(self.window_delays, EVENT_COLUMNS),
+            "judgments": {m: _columns(e, JUDGMENT_COLUMNS) for m, e in self.judgments.items()},
+            "totals": dict(vars(self.totals)),
+            "wait_histogram": {"counts": list(self.wait_histogram.counts), "total_s": self.wait_histogram.total_s},
+            "delay_histogram": {"counts": list(self.delay_histogram.counts), "total_s": self.delay_histogram.total_s},
+            "coverage_totals": {metric: list(counts) for metric, counts in self.coverage_totals.items()},
         }
 
     @classmethod
@@ -198,17 +206,20 @@ class PoolScorecard:
         if not isinstance(document, dict):
             raise ValueError("not a JSON object")
         card = cls()
-        for entry in _list(document, "minutes", 4):
-            card.minutes[entry[0]] = np.array(entry[1:], dtype=np.float64)
+        minutes = _rows(document, "minutes", MINUTE_COLUMNS)
+        if [row[0] for row in minutes] != sorted(row[0] for row in minutes):
+            raise ValueError("minutes.start: not in time order")
+        card.minutes = {row[0]: list(row[1:]) for row in minutes}
         last = document.get("last_sample")
         if last is not None:
             card.last_sample = tuple(_numbers(last, 4, "last_sample"))  # type: ignore[assignment]
-        card.waits.extend((e[0], e[1]) for e in _list(document, "waits", 2))
-        card.window_delays.extend((e[0], e[1]) for e in _list(document, "window_delays", 2))
+        card.waits.extend((at, seconds) for at, seconds in _rows(document, "waits", EVENT_COLUMNS))
+        card.window_delays.extend((at, seconds) for at, seconds in _rows(document, "window_delays", EVENT_COLUMNS))
         judgments = _mapping(document, "judgments")
         for metric in judgments:
-            checked = _list(judgments, metric, 3)
-            card.judgments[str(metric)] = deque(((e[0], e[1], e[2]) for e in checked), maxlen=MAX_EVENTS)
+            # A rise of demand is negative when demand fell: only finite.
+            rows = _rows(judgments, metric, JUDGMENT_COLUMNS, where="judgments.", signed=("realized",))
+            card.judgments[str(metric)] = deque(((at, s, r) for at, s, r in rows), maxlen=MAX_EVENTS)
         totals = _mapping(document, "totals")
         unknown = set(totals) - set(vars(Totals()))
         if unknown:
@@ -234,16 +245,20 @@ def _waits(figures: Any) -> dict[str, Any]:
     return {"count": figures.count, "p50": figures.p50_s, "p95": figures.p95_s, "max": figures.max_s}
 
 
-def _non_negative(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+def _non_negative(value: Any, where: str, *, signed: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{where}: {value!r} is not a finite number")
+    if value < 0 and not signed:
         raise ValueError(f"{where}: {value!r} is not a finite number >= 0")
     return float(value)
 
 
-def _numbers(entry: Any, length: int, where: str) -> list[float]:
-    if not isinstance(entry, list) or len(entry) != length:
-        raise ValueError(f"{where}: {entry!r} is not a list of {length} numbers")
-    return [_non_negative(value, where) for value in entry]
+def _numbers(entry: Any, length: int | None, where: str, *, signed: bool = False) -> list[float]:
+    """``length`` numbers (None: up to a week of minutes and the event bound)."""
+    limit = int(KEEP_S / MINUTE_S) + MAX_EVENTS
+    if not isinstance(entry, list) or (len(entry) != length if length is not None else len(entry) > limit):
+        raise ValueError(f"{where}: not a list of {length if length is not None else f'at most {limit}'} numbers")
+    return [_non_negative(value, where, signed=signed) for value in entry]
 
 
 def _mapping(document: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -253,11 +268,21 @@ def _mapping(document: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value
 
 
-def _list(document: Mapping[str, Any], key: str, width: int) -> Sequence[list[float]]:
-    entries = document.get(key, [])
-    if not isinstance(entries, list) or len(entries) > KEEP_S / MINUTE_S + MAX_EVENTS:
-        raise ValueError(f"{key}: not a list of at most {int(KEEP_S / MINUTE_S) + MAX_EVENTS} entries")
-    return [_numbers(entry, width, f"{key}[{i}]") for i, entry in enumerate(entries)]
+def _columns(rows: Iterable[Sequence[float]], names: Sequence[str] = MINUTE_COLUMNS) -> dict[str, list[float]]:
+    columns = [list(column) for column in zip(*rows, strict=True)] or [[] for _ in names]
+    return dict(zip(names, columns, strict=True))
+
+
+def _rows(
+    document: Mapping[str, Any], key: str, names: Sequence[str], *, where: str = "", signed: Sequence[str] = ()
+) -> list[tuple[float, ...]]:
+    """The rows of columns ``names`` of ``document[key]``, each checked: finite, and not negative unless
+    the column is ``signed``; the columns of one length."""
+    columns = _mapping(document, key)
+    checked = [_numbers(columns.get(name, []), None, f"{where}{key}.{name}", signed=name in signed) for name in names]
+    if len({len(column) for column in checked}) > 1:
+        raise ValueError(f"{where}{key}: columns {', '.join(names)} differ in length")
+    return list(zip(*checked, strict=True))
 
 
 def _histogram(document: Mapping[str, Any], key: str) -> Histogram:

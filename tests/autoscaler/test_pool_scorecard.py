@@ -7,9 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from autoscaler.pool_scorecard import KEEP_S, MAX_HOLD_S, WAIT_BUCKETS_S, PoolScorecard
+from autoscaler.pool_scorecard import KEEP_S, MAX_HOLD_S, MINUTE_COLUMNS, WAIT_BUCKETS_S, PoolScorecard
 
 T0 = 1_800_000_000.0  # a whole minute
+COLUMNS = MINUTE_COLUMNS[1:]
 
 
 def short_for_twenty_minutes() -> PoolScorecard:
@@ -97,6 +98,7 @@ def test_the_document_round_trips_through_json() -> None:
     card = short_for_twenty_minutes()
     card.record_wait(T0 + 60, 90.0)
     card.record_judgment("gpu_headroom", T0, 10.0, 12.0)
+    card.record_judgment("gpu_headroom", T0 + 60, 10.0, -3.0)  # demand fell over the lead time
     restored = PoolScorecard.from_document(json.loads(json.dumps(card.document())))
     assert restored.document() == card.document()
     assert restored.figures(T0 + 1200) == card.figures(T0 + 1200)
@@ -108,14 +110,18 @@ def test_the_document_round_trips_through_json() -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"minutes": "many"}, "minutes: not a list"),
-        ({"minutes": [[T0, 1.0, "x", 2.0]]}, r"minutes\[0\]: 'x' is not a finite number"),
-        ({"waits": [[T0, -5.0]]}, r"waits\[0\]: -5.0"),
+        ({"minutes": "many"}, "minutes: not a JSON object"),
+        ({"minutes": {"start": [T0], "short_gpu_seconds": ["x"]}}, r"minutes.short_gpu_seconds: 'x' is not a finite"),
+        ({"minutes": {"start": [T0, T0 - 60]} | {k: [0, 0] for k in COLUMNS}}, "minutes.start: not in time order"),
+        ({"minutes": {"start": [T0], "short_gpu_seconds": []}}, "minutes: columns start, .* differ in length"),
+        ({"minutes": {"start": [T0] * 30_081}}, "minutes.start: not a list of at most 30080 numbers"),
+        ({"waits": {"at": [T0], "seconds": [-5.0]}}, r"waits.seconds: -5.0 is not a finite number >= 0"),
         ({"totals": {"short_gpu_seconds": float("nan")}}, "totals.short_gpu_seconds: nan"),
-        ({"totals": {"bogus": 1.0}}, "totals: "),
+        ({"totals": {"bogus": 1.0}}, "totals: unknown fields"),
         ({"wait_histogram": {"counts": [1], "total_s": 1.0}}, "wait_histogram.counts"),
         ({"coverage_totals": {"m": [3, 2]}}, "coverage_totals.m: 3 covered of 2 judged"),
         ({"judgments": []}, "judgments: not a JSON object"),
+        ({"judgments": {"m": {"at": [T0], "served": [1.0], "realized": [float("inf")]}}}, "judgments.m.realized: inf"),
     ],
 )
 def test_a_corrupt_document_is_refused_naming_the_field(change: dict[str, object], message: str) -> None:

@@ -151,12 +151,15 @@ async def test_the_scorecard_carries_on_across_a_restart_and_a_corrupt_pool_star
         await card.collect(NOW + minute * MINUTE)
     card.save(card.document())
     document = json.loads(path.read_text())
-    document["pools"]["h100"]["waits"] = [[0, "soon"]]
+    document["pools"]["h100"]["waits"] = {"at": [0], "seconds": ["soon"]}
     path.write_text(json.dumps(document))
     restored = scorecard({"a100": 2.0}, path=path)
     with caplog.at_level(logging.ERROR):
         restored.restore()
-    assert f"scorecard: {path}: pool h100: waits[0]: 'soon' is not a finite number >= 0" in caplog.text
+    assert (
+        f"scorecard: {path}: pool h100: waits.seconds: 'soon' is not a finite number; its scorecard starts empty"
+        in caplog.text
+    )
     assert sorted(restored.cards) == ["a100"]
     assert restored.cards["a100"].document() == card.cards["a100"].document()
 
