@@ -64,10 +64,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Promethe
         yield running
 
 
-def settings(url: str, state_dir: Path, *, watch_pods: bool = True) -> Settings:
+def settings(url: str, state_dir: Path, *, watch_pods: bool = True, **extra: Any) -> Settings:
     inputs = {"nodeclaims": False, "nodepools": False, "placeholder_namespaces": [PLACEHOLDERS]}
     return Settings.model_validate(
-        {
+        extra
+        | {
             "server": {"bind_address": "127.0.0.1"},
             "auth": {"mode": "none"},
             "state_dir": str(state_dir),
@@ -127,6 +128,7 @@ def period(
     allocation: float | None,
     capacity_wait: dict[str, Any] | None = None,
     window: dict[str, Any] | None = None,
+    coverage: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
         "minutes_scored": scored,
@@ -137,7 +139,7 @@ def period(
         "gpu_allocation": allocation,
         "capacity_wait_seconds": capacity_wait or waits(),
         "window_start_delay_seconds": window or waits(),
-        "coverage": {},
+        "coverage": coverage or {},
     }
 
 
