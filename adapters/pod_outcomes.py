@@ -13,8 +13,15 @@ from typing import Any
 SCHEDULED_ANNOTATION = "batch.kubernetes.io/cronjob-scheduled-timestamp"
 
 
+def _part(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """``obj[key]`` if it is an object, else empty: a malformed pod answers "no" rather than raising."""
+    value = obj.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
 def _condition(pod: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
-    for condition in (pod.get("status") or {}).get("conditions") or ():
+    conditions = _part(pod, "status").get("conditions")
+    for condition in conditions if isinstance(conditions, list) else ():
         if isinstance(condition, Mapping) and condition.get("type") == kind:
             return condition
     return None
@@ -35,14 +42,14 @@ def timestamp_s(value: Any, field: str) -> float:
 
 def waits_for_capacity(pod: Mapping[str, Any]) -> bool:
     """Pending, bound to no node, and the scheduler found no node for it (``Unschedulable``)."""
-    if (pod.get("status") or {}).get("phase") != "Pending" or (pod.get("spec") or {}).get("nodeName"):
+    if _part(pod, "status").get("phase") != "Pending" or _part(pod, "spec").get("nodeName"):
         return False
     condition = _condition(pod, "PodScheduled")
     return condition is not None and condition.get("status") == "False" and condition.get("reason") == "Unschedulable"
 
 
 def uid(pod: Mapping[str, Any]) -> str:
-    metadata = pod.get("metadata") or {}
+    metadata = _part(pod, "metadata")
     return str(metadata.get("uid") or f"{metadata.get('namespace')}/{metadata.get('name')}")
 
 
@@ -59,19 +66,21 @@ def capacity_wait_s(pod: Mapping[str, Any]) -> float | None:
     scheduled = scheduled_at(pod)
     if scheduled is None:
         return None
-    created = timestamp_s((pod.get("metadata") or {}).get("creationTimestamp"), "metadata.creationTimestamp")
+    created = timestamp_s(_part(pod, "metadata").get("creationTimestamp"), "metadata.creationTimestamp")
     return max(0.0, scheduled - created)
 
 
 def running_at(pod: Mapping[str, Any]) -> float | None:
     """When the pod started running (its first container started); None while it is not Running."""
-    status = pod.get("status") or {}
+    status = _part(pod, "status")
     if status.get("phase") not in ("Running", "Succeeded"):
         return None
+    containers = status.get("containerStatuses")
     started = [
         timestamp_s(running["startedAt"], "status.containerStatuses[].state.running.startedAt")
-        for container in status.get("containerStatuses") or ()
-        if isinstance(running := ((container or {}).get("state") or {}).get("running"), Mapping)
+        for container in (containers if isinstance(containers, list) else ())
+        if isinstance(container, Mapping)
+        and isinstance(running := _part(container, "state").get("running"), Mapping)
         and running.get("startedAt")
     ]
     if started:
@@ -81,8 +90,9 @@ def running_at(pod: Mapping[str, Any]) -> float | None:
 
 def owning_job(pod: Mapping[str, Any]) -> str | None:
     """``namespace/name`` of the Job that owns the pod, if one does."""
-    metadata = pod.get("metadata") or {}
-    for owner in metadata.get("ownerReferences") or ():
+    metadata = _part(pod, "metadata")
+    owners = metadata.get("ownerReferences")
+    for owner in owners if isinstance(owners, list) else ():
         if isinstance(owner, Mapping) and owner.get("kind") == "Job" and owner.get("name"):
             return f"{metadata.get('namespace')}/{owner['name']}"
     return None
@@ -90,13 +100,16 @@ def owning_job(pod: Mapping[str, Any]) -> str | None:
 
 def cronjob_run(job: Mapping[str, Any]) -> tuple[float, int] | None:
     """A Job a CronJob made: its scheduled time and how many pods must run (parallelism); None otherwise."""
-    annotations = (job.get("metadata") or {}).get("annotations") or {}
+    annotations = _part(_part(job, "metadata"), "annotations")
     if SCHEDULED_ANNOTATION not in annotations:
         return None
     scheduled = timestamp_s(annotations[SCHEDULED_ANNOTATION], f"metadata.annotations[{SCHEDULED_ANNOTATION}]")
-    spec = job.get("spec") or {}
-    parallelism, completions = spec.get("parallelism", 1), spec.get("completions")
-    wanted = min(parallelism, completions) if isinstance(completions, int) else parallelism
-    if not isinstance(wanted, int) or isinstance(wanted, bool) or wanted < 0:
-        raise ValueError(f"spec.parallelism: {parallelism!r} is not a count of pods")
-    return scheduled, wanted
+    spec = _part(job, "spec")
+    wanted = []
+    for field in ("parallelism", "completions"):
+        value = spec.get(field, 1 if field == "parallelism" else None)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise ValueError(f"spec.{field}: {value!r} is not a count of pods")
+        if value is not None:
+            wanted.append(value)
+    return scheduled, min(wanted)

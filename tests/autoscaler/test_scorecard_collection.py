@@ -13,15 +13,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry, generate_latest
 
 from adapters.kube_watch import WatchCache, WatchEvent
-from adapters.prometheus import PrometheusUnavailable
+from adapters.prometheus import PrometheusClientSettings, PrometheusSource, PrometheusUnavailable
 from autoscaler.app import scoring
 from autoscaler.plans import MetricPlan
 from autoscaler.policy import LeadTime
 from autoscaler.provenance import Provenance
 from autoscaler.provider import MetricInfo, ServedSeries, Snapshot
+from autoscaler.scorecard_capacity import PoolCapacity
 from autoscaler.scorecard_live import LiveScorecard
 from autoscaler.scorecard_pods import PodOutcomes
 from autoscaler.web.scorecard_metrics import ScorecardMetrics
@@ -242,3 +245,38 @@ def test_with_shards_a_pool_belongs_to_the_owner_of_its_headroom_series() -> Non
     scoring.follow_shards(card, owns_series, plans)
     assert (card.owns("a100"), card.owns("h100"), card.owns("")) == (True, False, False)
     assert asked == [("gpu_headroom", {"nodepool": "a100"}), ("gpu_headroom", {"nodepool": "h100"})]
+
+
+@pytest.mark.parametrize(
+    ("body", "logged"),
+    [
+        # kube-state-metrics answered, but a100's allocatable GPUs are NaN: a100 is skipped, h100 sampled.
+        (
+            {"status": "success", "data": {"resultType": "matrix", "result": [
+                {"metric": {"nodepool": "a100"}, "values": [[NOW.timestamp(), "NaN"]]},
+                {"metric": {"nodepool": "h100"}, "values": [[NOW.timestamp(), "8"]]},
+            ]}},
+            "scorecard: pool a100 at 2026-11-20 09:00:00+00:00: short, held, used (2.0, nan, nan): not counts",
+        ),
+        ("<html>502 Bad Gateway</html>", "scorecard: GPUs held and used not read ("),
+        ({"status": "success", "data": {"resultType": "matrix", "result": "many"}}, "GPUs held and used not read ("),
+    ],
+)  # fmt: skip
+async def test_a_garbled_prometheus_answer_is_logged_and_costs_the_minute_only(
+    body: Any, logged: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def query_range(request: web.Request) -> web.Response:
+        return web.json_response(body) if isinstance(body, dict) else web.Response(text=body)
+
+    app = web.Application()
+    app.router.add_route("*", "/api/v1/query_range", query_range)
+    async with (
+        TestServer(app) as server,
+        PrometheusSource(PrometheusClientSettings(url=str(server.make_url("")), retries=0, timeout_s=5)) as prometheus,
+    ):
+        card = scorecard({"a100": 2.0}, PoolCapacity(prometheus))  # type: ignore[arg-type]
+        card.pods = PodOutcomes(pod_pool=lambda pod: None, job=lambda key: None, record=card.record)
+        with caplog.at_level(logging.ERROR):
+            await card.collect(NOW)
+    assert logged in caplog.text
+    assert sorted(card.cards) == (["h100"] if "nan" in logged else [])
