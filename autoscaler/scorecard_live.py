@@ -55,6 +55,7 @@ class LiveScorecard:
         self._demand: dict[str, deque[tuple[float, float]]] = {}  # pool -> (at, GPUs requested)
         # Without a pod watch: uids of pods whose wait (read from Prometheus) is counted.
         self._waited: OrderedDict[str, None] = OrderedDict()
+        self._collecting = False
 
     def owns(self, pool: str) -> bool:
         return bool(pool) and (self.owns_pool is None or self.owns_pool(pool))
@@ -76,7 +77,18 @@ class LiveScorecard:
             self.card(pool).record_window_delay(at_s, seconds)
 
     async def collect(self, now: datetime, snapshot: Snapshot | None = None) -> None:
-        """One sample per owned pool at ``now``, and the judgments that have come due."""
+        """One sample per owned pool at ``now``, and the judgments that have come due; skipped (and said)
+        while the previous collection still waits for Prometheus, so samples stay in time order."""
+        if self._collecting:
+            log.warning("scorecard: the previous minute is still being collected; %s not sampled", now)
+            return
+        self._collecting = True
+        try:
+            await self._collect(now, snapshot)
+        finally:
+            self._collecting = False
+
+    async def _collect(self, now: datetime, snapshot: Snapshot | None) -> None:
         now_s = now.timestamp()
         short = dict(self.short_gpus()) if self.short_gpus is not None else {}
         held: dict[str, float] = {}

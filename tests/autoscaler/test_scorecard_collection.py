@@ -3,6 +3,7 @@ ownership, /metrics, and bad input (garbled answers, malformed pods, a corrupt s
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Mapping
@@ -280,3 +281,24 @@ async def test_a_garbled_prometheus_answer_is_logged_and_costs_the_minute_only(
             await card.collect(NOW)
     assert logged in caplog.text
     assert sorted(card.cards) == (["h100"] if "nan" in logged else [])
+
+
+async def test_a_minute_is_skipped_while_the_previous_one_still_waits_for_prometheus(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    release = asyncio.Event()
+
+    class Slow(Capacity):
+        async def read(self, now: datetime) -> tuple[dict[str, float], dict[str, float]]:
+            await release.wait()
+            return await super().read(now)
+
+    card = scorecard({"a100": 1.0}, Slow({"a100": 8.0}, {"a100": 8.0}))
+    first = asyncio.create_task(card.collect(NOW))
+    await asyncio.sleep(0)
+    with caplog.at_level(logging.WARNING):
+        await card.collect(NOW + MINUTE)
+    release.set()
+    await first
+    assert "the previous minute is still being collected; 2026-11-20 09:01:00+00:00 not sampled" in caplog.text
+    assert card.cards["a100"].last_sample == (NOW.timestamp(), 1.0, 8.0, 8.0)
