@@ -40,6 +40,10 @@ def _minutes(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds / 60:.1f} min"
 
 
+def _count(count: int, noun: str) -> str:
+    return f" ({count} {noun}{'' if count == 1 else 's'})"
+
+
 def _coverage(judged: Mapping[str, Any]) -> str:
     parts = [
         f"{metric}: {figures['covered']}/{figures['judged']}"
@@ -65,8 +69,8 @@ def scorecard_panel(periods: Mapping[str, Mapping[str, Any]] | None) -> str:
             name,
             f"{figures['minutes_short']} of {figures['minutes_scored']}",
             f"{figures['short_gpu_minutes']:.1f}",
-            " / ".join(_minutes(wait[key]) for key in ("p50", "p95", "max")) + f" ({wait['count']} pods)",
-            _minutes(delay["p95"]) + f" ({delay['count']} runs)",
+            " / ".join(_minutes(wait[key]) for key in ("p50", "p95", "max")) + _count(wait["count"], "pod"),
+            _minutes(delay["p95"]) + _count(delay["count"], "run"),
             f"{figures['idle_gpu_hours']:.1f}",
             "-" if allocation is None else f"{allocation * 100:.0f} %",
             _coverage(figures["coverage"]),
