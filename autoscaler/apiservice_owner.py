@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from autoscaler.settings import PreflightSettings
+from autoscaler.preflight_settings import PreflightSettings
 
 EXTERNAL_METRICS_APISERVICE = "v1beta1.external.metrics.k8s.io"
 KEDA_OVERLAY = "kubectl apply -k manifests/overlays/keda"

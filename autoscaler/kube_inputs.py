@@ -18,10 +18,10 @@ from typing import Any
 
 from kubernetes_asyncio.client import ApiClient
 
-from adapters import cronjobs, dra_claims, dra_devices, nodeclaims, pending_pods, resourcelimits
+from adapters import cronjobs, dra_claims, dra_devices, nodeclaims, pending_pods, pod_outcomes, resourcelimits
 from adapters.gpu_units import GpuUnits
 from adapters.kube_client import KubeError
-from adapters.kube_watch import WatchCache, WatchGroup, WatchSettings
+from adapters.kube_watch import OnChange, WatchCache, WatchEvent, WatchGroup, WatchSettings
 from adapters.pool_matching import NodePool, UnplacedDemand
 from adapters.types import NODEPOOL_LABEL, ScheduledWindow
 from autoscaler.policy import Cap, LeadTime
@@ -87,6 +87,8 @@ class KubernetesInputs:
         )
         # The pending pods resolved to pools, and the watch positions they were resolved at.
         self._resolved: tuple[tuple[int, ...], list[pending_pods.PendingGpus]] = ((), [])
+        # Told of every change of a Pending pod (the live scorecard's waits and window starts).
+        self.pod_listeners: list[OnChange] = []
 
     def start(self, group: WatchGroup, api: ApiClient) -> None:
         if self.inputs.cronjobs:
@@ -97,7 +99,7 @@ class KubernetesInputs:
         if self.inputs.nodepools:
             self._nodepools = group.start(resourcelimits.nodepool_resource(api))
         if self.inputs.pending_pods:
-            self._pending = group.start(pending_pods.pending_pod_resource(api))
+            self._pending = group.start(pending_pods.pending_pod_resource(api), on_change=self._pod_changed)
         if self.inputs.resource_claims.enabled and (self.inputs.pending_pods or self.inputs.cronjobs):
             self._claims = group.start(dra_claims.resource_claim_resource(api))
             self._claim_templates = group.start(dra_claims.resource_claim_template_resource(api))
@@ -115,6 +117,10 @@ class KubernetesInputs:
             nodeclaims = self._nodeclaims.objects if self._nodeclaims is not None else {}
             devices = dra_devices.DeviceInventory(self._slices.objects, self._device_classes.objects, nodeclaims)
         return dra_claims.ClaimLookup(self._claims.objects, self._claim_templates.objects, classes, devices)
+
+    def _pod_changed(self, cache: WatchCache, event: WatchEvent | None) -> None:
+        for listener in self.pod_listeners:
+            listener(cache, event)
 
     def nodepools(self) -> list[NodePool] | None:
         """The cluster's NodePools; None while they are not known (then selectors alone name pools)."""
@@ -171,6 +177,33 @@ class KubernetesInputs:
         if pool is None:
             return sum(pod.gpus - pod.claimed for pod in waiting)
         return sum(pod.gpus for pod in waiting if (pod.choice.pool or "") == pool)
+
+    def short_gpus(self) -> dict[str, float]:
+        """GPUs of pods waiting for capacity (``PodScheduled=False``, ``Unschedulable``) per pool they wait
+        for (``""``: none fits), resolved as ``pending_gpus`` resolves them; placeholders never count."""
+        if self._pending is None:
+            return {}
+        waiting = [pod for pod in self._pending.objects.values() if pod_outcomes.waits_for_capacity(pod)]
+        short: dict[str, float] = {}
+        for pod in pending_pods.pending_gpus(
+            waiting, self.nodepools(), self.is_placeholder, self.window_settings.units, self.claim_lookup()
+        ):
+            short[pod.choice.pool or ""] = short.get(pod.choice.pool or "", 0.0) + pod.gpus
+        return short
+
+    def pod_gpus_and_pool(self, pod: Mapping[str, Any]) -> tuple[float, str] | None:
+        """A pod's GPUs and the pool it waited for (resolved as if it still waited); None for a pod
+        without GPUs or a placeholder."""
+        spec = {key: value for key, value in (pod.get("spec") or {}).items() if key != "nodeName"}
+        waiting = {**pod, "spec": spec, "status": {"phase": "Pending"}}
+        found = pending_pods.pending_gpus(
+            [waiting], self.nodepools(), self.is_placeholder, self.window_settings.units, self.claim_lookup()
+        )
+        return (found[0].gpus, found[0].choice.pool or "") if found else None
+
+    def job(self, key: str) -> Mapping[str, Any] | None:
+        """The Job ``namespace/name`` as the Job watch holds it (None: unknown, or the watch is off)."""
+        return self._jobs.objects.get(key) if self._jobs is not None else None
 
     def pending_placement(self, pool: str) -> str:
         """Which of the pods counted in ``pool`` had a choice (several pools fit) and why this one."""

@@ -36,6 +36,10 @@ from autoscaler.plans import (
 )
 from autoscaler.policy import Cap
 from autoscaler.provider import MetricInfo
+from autoscaler.scorecard_capacity import PoolCapacity
+from autoscaler.scorecard_live import LiveScorecard
+from autoscaler.scorecard_pods import PodOutcomes
+from autoscaler.scorecard_store import FILE_NAME as SCORECARD_FILE
 from autoscaler.service_levels import TuningSettings
 from autoscaler.settings import Settings, WindowSettings
 from autoscaler.sources import KnownPools, PrometheusSignalSource, client_settings, signal_query
@@ -53,6 +57,8 @@ class Pipeline(RefreshInputs):
     unplaced: Callable[[], Sequence[UnplacedDemand]] | None = None
     # NodeClaim lead times learned so far: published with the forecasts, restored from them.
     lead_times: LeadTimeHistory | None = None
+    # What happened in each pool (docs/scorecard.md), collected after each refresh.
+    scorecard: LiveScorecard | None = None
 
 
 def metric_infos(settings: Settings) -> tuple[MetricInfo, ...]:
@@ -138,6 +144,7 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
     async with contextlib.AsyncExitStack() as stack:
         inputs = await _start_kubernetes_inputs(settings, kube, stack)
         sources: list[SignalSource] = []
+        prometheus: PrometheusSource | None = None
         if settings.prometheus is not None:
             prometheus = await stack.enter_async_context(PrometheusSource(client_settings(settings.prometheus)))
             pools = known_pools(inputs)
@@ -185,7 +192,31 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
             pending_placement=pending_placement,
             unplaced=unplaced,
             lead_times=inputs.lead_times if inputs is not None else None,
+            scorecard=live_scorecard(settings, inputs if kube is not None else None, prometheus),
         )
+
+
+def live_scorecard(
+    settings: Settings, inputs: KubernetesInputs | None, prometheus: PrometheusSource | None
+) -> LiveScorecard:
+    """The live scorecard, fed by the Pending-pod watch (GPUs short, waits, window starts) and by
+    Prometheus (GPUs held and used); restored from the state directory."""
+    plans = metric_plans(settings)
+    placeholders = {p.placeholder_namespace for p in plans if p.placeholder_namespace}
+    if settings.inputs is not None:
+        placeholders |= set(settings.inputs.placeholder_namespaces)
+    watching = inputs is not None and settings.inputs is not None and settings.inputs.pending_pods
+    scorecard = LiveScorecard(
+        headroom_metrics=[plan.metric for plan in plans if plan.kind == "headroom"],
+        short_gpus=inputs.short_gpus if watching and inputs is not None else None,
+        capacity=PoolCapacity(prometheus, sorted(placeholders)) if prometheus is not None else None,
+        state_path=settings.state_dir / SCORECARD_FILE,
+    )
+    if watching and inputs is not None:
+        scorecard.pods = PodOutcomes(pod_pool=inputs.pod_gpus_and_pool, job=inputs.job, record=scorecard.record)
+        inputs.pod_listeners.append(scorecard.pods.on_change)
+    scorecard.restore()
+    return scorecard
 
 
 async def _start_kubernetes_inputs(

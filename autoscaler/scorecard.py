@@ -238,3 +238,8 @@ def make_target(kind: str, value: float) -> ServiceTarget:
         raise TargetError(f"target {kind}: {value!r} must be above 0 % and below 100 %")
     known_kind = next(known for known in TARGET_KINDS if known == kind)
     return ServiceTarget(known_kind, float(value))
+
+
+def minute_is_short(short_gpu_seconds: float) -> bool:
+    """Whether a minute with these short GPU-seconds counts as short (as ``short_figures`` counts it)."""
+    return short_gpu_seconds > _SHORT_EPSILON_GPU_S

@@ -20,6 +20,7 @@ from adapters.types import AdapterError
 from autoscaler.actuator_settings import ActuatorSettings
 from autoscaler.gpu_unit_settings import ResourceClaimSettings, pod_gpu_units
 from autoscaler.policy import PlanKind
+from autoscaler.preflight_settings import PreflightSettings
 from autoscaler.provider import FallbackMode
 from autoscaler.publication_settings import PublicationSettings
 from autoscaler.selectors import SelectorError, parse_selector, validate_key, validate_value
@@ -298,23 +299,6 @@ class KubernetesInputsSettings(_Strict):
         except SelectorError as error:
             raise ValueError(f"placeholder_selector: {error}") from None
         return self
-
-
-class PreflightSettings(_Strict):
-    """``gpu-autoscaler preflight``, and the same checks when ``serve`` starts (README, "Coexisting
-    with KEDA or prometheus-adapter")."""
-
-    # serve runs the checks first and refuses to start while one fails (serve --skip-preflight).
-    on_start: bool = True
-    # The Service in front of this service (manifests/base): an APIService naming it is ours.
-    service_namespace: str = Field(default="gpu-autoscaler", min_length=1)
-    service_name: str = Field(default="gpu-autoscaler", min_length=1)
-    # The APIService v1beta1.external.metrics.k8s.io is to be this service's: another owner is a
-    # problem that stops serve. Only manifests/overlays/external-metrics-api sets it: by default the
-    # service never counts on owning the one external metrics provider slot (KEDA's, for one).
-    claim_apiservice: bool = False
-    # Accept replacing another owner's APIService (serve --take-over, preflight --take-over).
-    take_over: bool = False
 
 
 class DemoSettings(_Strict):

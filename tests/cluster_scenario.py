@@ -10,9 +10,11 @@ backfills it (``promtool tsdb create-blocks-from openmetrics``, as ``prometheus_
   ``kube_node_status_allocatable``; per pod ``kube_pod_info``, ``kube_pod_status_phase`` (a series per
   phase, 1 for the current one) and ``kube_pod_container_resource_requests`` (``resource`` sanitised as
   kube-state-metrics does: ``nvidia.com/mig-1g.10gb`` is ``nvidia_com_mig_1g_10gb``; no ``node`` label
-  while the pod is unscheduled). A pod is exported from its creation until it is deleted, Succeeded
-  once it has ended. ``up{job="kube-state-metrics"}`` is 1, and 0 while the exporter is down (its
-  target still discovered, the scrape failing): then none of its series are written, while
+  while the pod is unscheduled), ``kube_pod_created`` (its ``created`` time, else its start) and, for
+  a pod on a node, ``kube_pod_status_scheduled_time`` (its start). A pod is exported from its start
+  until it is deleted, Succeeded once it has ended. ``up{job="kube-state-metrics"}`` is 1, and 0 while
+  the exporter is down (its target still discovered, the scrape failing): then none of its series are
+  written, while
   Prometheus keeps answering.
 - dcgm-exporter (target ``job="dcgm-exporter"``, one per node): ``DCGM_FI_DEV_GPU_UTIL`` per GPU with
   ``gpu``, ``UUID``, ``device``, ``modelName``, ``Hostname`` and ``DCGM_FI_DRIVER_VERSION``; 95 % on the
@@ -63,6 +65,8 @@ class Pod:
     gpus: float = 1.0
     resource: str = "nvidia.com/gpu"
     deleted: pd.Timestamp | None = None  # None: deleted when it ends (a Job with no TTL to keep it)
+    # When it was created (the value of kube_pod_created; it is exported from ``start`` all the same).
+    created: pd.Timestamp | None = None
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,7 @@ def scenario_series(scenario: Scenario) -> list[BackfillSeries]:
     def add(family: str, labels: Mapping[str, str], when: np.ndarray, values: np.ndarray | float) -> None:
         values = np.broadcast_to(np.asarray(values, dtype=np.float64), when.shape)
         if when.any():
-            out.append(BackfillSeries(family, dict(labels), seconds[when], [f"{v:g}" for v in values[when]]))
+            out.append(BackfillSeries(family, dict(labels), seconds[when], [f"{v:.17g}" for v in values[when]]))
 
     add("up", KSM_TARGET, np.ones(len(times), dtype=bool), ksm_up.astype(np.float64))
     for node in scenario.nodes:
@@ -153,6 +157,9 @@ def _add_pod(add: Add, times: pd.DatetimeIndex, pod: Pod, ksm_up: np.ndarray) ->
     node = {"node": pod.node} if pod.node else {}  # kube-state-metrics exports node="" while unscheduled
     info = {"host_ip": "", "pod_ip": "", "created_by_kind": "Job", "created_by_name": pod.name.rsplit("-", 1)[0]}
     add("kube_pod_info", identity | node | info | {"priority_class": "", "host_network": "false"}, exported, 1.0)
+    add("kube_pod_created", identity, exported, (pod.created or pod.start).timestamp())
+    if pod.node:
+        add("kube_pod_status_scheduled_time", identity, exported, pod.start.timestamp())
     current = np.where(running, "Running" if pod.node else "Pending", "Succeeded" if pod.node else "Pending")
     for phase in PHASES:
         add("kube_pod_status_phase", identity | {"phase": phase}, exported, (current == phase).astype(np.float64))

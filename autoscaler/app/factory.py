@@ -21,7 +21,8 @@ from kubernetes_asyncio.client import ApiClient
 
 from autoscaler import persistence
 from autoscaler.actuation import BufferActuator
-from autoscaler.forecast_objects import Published
+from autoscaler.app import scoring
+from autoscaler.app.restoring import restore_published, restore_saved, serving_published
 from autoscaler.kube_inputs import watch_settings
 from autoscaler.pipeline import Pipeline
 from autoscaler.plans import RefreshStats
@@ -120,6 +121,7 @@ def after_refresh(
     if publication is not None and settings.publication.publish:
         samples = pipeline.lead_times.samples() if pipeline.lead_times is not None else ()
         publication.publisher.publish_soon(snapshot, refresher.pacing, samples)
+    scoring.score_soon(pipeline.scorecard, snapshot)
 
 
 def _save_quietly(path: Path, snapshot: Snapshot) -> None:
@@ -264,6 +266,7 @@ def create_app(
 
     self_metrics.watch_refreshes(refresh_stats)
     self_metrics.watch_publication(lambda: api_app.get(PUBLISHER))
+    scoring.attach(pipeline.scorecard, pipeline.plans, ops_app, self_metrics)
     if pipeline.unplaced is not None:
         self_metrics.watch_unplaced(pipeline.unplaced)
         ops_app[UNPLACED] = pipeline.unplaced
@@ -309,7 +312,7 @@ async def _refresher_ctx(
                 open_publication(
                     settings.publication, kube, served=provider, metrics=pipeline.metrics, plans=pipeline.plans,
                     watch_settings=watch_settings(settings.kubernetes),
-                    on_served=partial(_serving_published, readiness) if reading or sharded else None,
+                    on_served=partial(serving_published, readiness) if reading or sharded else None,
                 )
             )  # fmt: skip
             if reading:  # it neither pulls nor fits: what it serves comes from the publishing replica
@@ -331,11 +334,8 @@ async def _refresher_ctx(
         if publication is not None and settings.publication.publish:
             app[PUBLISHER] = publication.publisher
         if publication is not None and publication.initial is not None:
-            _restore_published(refresher, readiness, pipeline, publication.initial)
-        saved_values = settings.state_dir / persistence.FILE_NAME
-        restored = persistence.load(saved_values, pipeline.metrics)
-        if restored is not None:
-            _restore(refresher, readiness, restored, "saved", f"from {saved_values}")
+            restore_published(refresher, readiness, pipeline, publication.initial)
+        restore_saved(refresher, readiness, pipeline, settings.state_dir)
         if publication is not None and kube is not None and settings.publication.sharding.enabled:
             app[SHARDING] = await stack.enter_async_context(
                 open_sharding(
@@ -345,35 +345,9 @@ async def _refresher_ctx(
             )  # fmt: skip
             if actuator is not None:  # a pool's buffer is written by the owner of its sizing series
                 actuator.owns_series = app[SHARDING].owns_series
+            scoring.follow_shards(pipeline.scorecard, app[SHARDING].owns_series, pipeline.plans)
         async for _ in _running(refresher, readiness):
             yield
-
-
-def _restore_published(refresher: Refresher, readiness: Readiness, pipeline: Pipeline, published: Published) -> None:
-    """Values, step-down pacing and lead-time samples as the objects hold them (another pod's)."""
-    snapshot = published.snapshot(refresher.metrics, refresher.clock())
-    _restore(refresher, readiness, snapshot, "published in GPUForecasts", "read from the Kubernetes API")
-    refresher.restore_pacing(published.pacing)
-    if pipeline.lead_times is not None:
-        samples = pipeline.lead_times.restore(published.lead_time_samples)
-        log.info("restored %d NodeClaim lead-time samples published in GPUForecasts", samples)
-
-
-def _serving_published(readiness: Readiness, snapshot: Snapshot) -> None:
-    if any(snapshot.series.values()):
-        readiness.ready, readiness.reason = (
-            True,
-            f"serving published forecasts ({snapshot.created_at:%Y-%m-%dT%H:%M:%SZ})",
-        )
-
-
-def _restore(refresher: Refresher, readiness: Readiness, restored: Snapshot, how: str, where: str) -> None:
-    if not any(restored.series.values()):
-        return
-    refresher.restore(restored)
-    readiness.ready = True
-    readiness.reason = f"serving values {how} at {restored.created_at:%Y-%m-%dT%H:%M:%SZ}; first forecast pending"
-    log.info("restored served values %s at %s %s", how, restored.created_at, where)
 
 
 async def _running(refresher: Refresher, readiness: Readiness) -> AsyncIterator[None]:

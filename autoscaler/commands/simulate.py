@@ -163,9 +163,7 @@ def simulate_command(
             warmup_s=_seconds("--warmup", warmup, allow_zero=True),
             lead_distribution=distribution,
             consolidate_after_s=_seconds("--consolidate-after", consolidate_after, allow_zero=True),
-            cadence=cadence, actuation=actuated, seed=seed,
-            tuning=TuningSettings(every_s=_seconds("--tune-every", tune_every),
-                                  window_s=_seconds("--tune-window", tune_window)),
+            cadence=cadence, actuation=actuated, seed=seed, tuning=_tuning(tune_every, tune_window),
         )  # fmt: skip
         read = pod_workload if pods_path is not None else demand_workload
         workload = read(source, pd.Timedelta(seconds=step_s), windows, gpus_per_node)
@@ -177,6 +175,13 @@ def simulate_command(
     except (InputError, ValueError) as error:
         raise click.UsageError(str(error)) from None
     _output(result, str(source), pods_path is not None, gpu_hour_price, output_format, plot_path)
+
+
+def _tuning(every: str, window: str) -> TuningSettings:
+    tuning = TuningSettings(every_s=_seconds("--tune-every", every), window_s=_seconds("--tune-window", window))
+    if tuning.window_s < tuning.every_s:
+        raise ValueError(f"--tune-window ({window}) must be at least --tune-every ({every})")
+    return tuning
 
 
 def _source(input_path: Path | None, pods_path: Path | None) -> Path:

@@ -81,9 +81,8 @@ def run_policy(
     cluster.chunk_gpus = spare.chunk_gpus
     scheduled_times = _scheduled_times(workload, period, first_step, spare)
     rates = _Rates()
-    totals, capacity_times, capacity_values = _step_through(
-        workload, period, cluster, pool, spare, scheduled_times, rates
-    )
+    totals = _step_through(workload, period, cluster, pool, spare, scheduled_times, rates)
+    capacity_times, capacity_values = rates.capacity()
     pod_waits, window_pod_waits = _scored_pod_waits(workload, period, cluster.started)
     return Outcome(
         ledger=rates.ledger(period),
@@ -91,8 +90,8 @@ def run_policy(
         totals=totals,
         pod_waits=pod_waits,
         window_pod_waits=window_pod_waits,
-        capacity_times=np.asarray(capacity_times),
-        capacity_values=np.asarray(capacity_values, dtype=np.float64),
+        capacity_times=capacity_times,
+        capacity_values=capacity_values,
         placeholders=spare.replicas,
         seconds=time.perf_counter() - started,
     )
@@ -100,21 +99,25 @@ def run_policy(
 
 @dataclass
 class _Rates:
-    """Short, held and used GPUs as step functions: each value holds from its time to the next."""
+    """Short, held and used GPUs and Ready capacity as step functions: each record holds from its
+    time to the next."""
 
     times: list[float] = field(default_factory=list)
-    short: list[float] = field(default_factory=list)
-    held: list[float] = field(default_factory=list)
-    used: list[float] = field(default_factory=list)
+    values: list[tuple[float, float, float, int]] = field(default_factory=list)  # short, held, used, capacity
 
     def ledger(self, period: Period) -> MinuteLedger:
         times = np.asarray(self.times)
-        per_minute = [
-            integrate_per_minute(times, np.asarray(values), period.start, period.end)
-            for values in (self.short, self.held, self.used)
-        ]
+        columns = np.asarray(self.values, dtype=np.float64).reshape(-1, 4)
+        per_minute = [integrate_per_minute(times, columns[:, index], period.start, period.end) for index in range(3)]
         starts = period.start + np.arange(len(per_minute[0])) * 60.0
         return MinuteLedger(starts, *per_minute)
+
+    def capacity(self) -> tuple[np.ndarray, np.ndarray]:
+        """Ready capacity as a step function: the times it changed (the first record's too)."""
+        times = np.asarray(self.times)
+        capacity = np.asarray([values[3] for values in self.values], dtype=np.float64)
+        changed = np.flatnonzero(np.diff(capacity, prepend=np.nan) != 0)
+        return times[changed], capacity[changed]
 
 
 def _starting_cluster(
@@ -148,9 +151,9 @@ def _step_through(
     spare: SpareCapacity,
     scheduled_times: list[float],
     rates: _Rates,
-) -> tuple[Totals, list[float], list[int]]:
-    """Advance the cluster from one change to the next until ``period.end``: the scored totals, and
-    Ready capacity as a step function (times it changed, GPUs from then on).
+) -> Totals:
+    """Advance the cluster from one change to the next until ``period.end``: the scored totals; the
+    rates (short, held, used, Ready capacity) from the start, as step functions.
 
     The hot loop, kept whole: per step it reads only locals and plain lists (not NumPy arrays), and
     calls only builtins and the cluster's and the pool's own methods. Without buffer triggers, any
@@ -163,13 +166,11 @@ def _step_through(
     spare_start, spare_interval = spare.start, spare.interval
     triggers = None if spare.triggers is None else set(spare.triggers.tolist())
     totals = Totals()
-    capacity_times: list[float] = [period.start]
-    capacity_values: list[int] = [pool.capacity]
     position = 0
     now = period.start
     end, scored_from = period.end, period.scored_from
-    rate_times, short_rates, held_rates, used_rates = rates.times, rates.short, rates.held, rates.used
-    last_rates = (-1.0, -1.0, -1.0)
+    rate_times, rate_values = rates.times, rates.values
+    last_rates = (-1.0, -1.0, -1.0, -1)
     while now < end:
         pool.turn_ready(now)
         cluster.advance(now)
@@ -182,32 +183,26 @@ def _step_through(
         pool.provision(now, cluster.wanted_gpus(), triggered)
         if now >= scored_from:
             totals.launches += pool.launches - launched_before
-        if pool.capacity != capacity_values[-1]:
-            capacity_times.append(now)
-            capacity_values.append(pool.capacity)
 
         while position < len(scheduled_times) and scheduled_times[position] <= now:
             position += 1
         upcoming = scheduled_times[position] if position < len(scheduled_times) else math.inf
         following = min(upcoming, cluster.next_event(), pool.next_event(), end)
-        requested = cluster.real_requested
-        short = max(0.0, requested - pool.capacity)
-        held = (pool.ready + pool.launching) * gpus_per_node
-        used = cluster.real_running
-        if (short, held, used) != last_rates:
-            last_rates = (short, held, used)
+        requested, capacity = cluster.real_requested, pool.capacity
+        held = float((pool.ready + pool.launching) * gpus_per_node)
+        current = (max(0.0, requested - capacity), held, cluster.real_running, capacity)
+        if current != last_rates:
+            last_rates = current
             rate_times.append(now)
-            short_rates.append(short)
-            held_rates.append(held)
-            used_rates.append(used)
+            rate_values.append(current)
         if following > scored_from:
             span = following - max(now, scored_from)
             totals.demand += requested * span
-            totals.provisioned += held * span
-            totals.used += used * span
-            totals.short += short * span
+            totals.provisioned += current[1] * span
+            totals.used += current[2] * span
+            totals.short += current[0] * span
         now = following
-    return totals, capacity_times, capacity_values
+    return totals
 
 
 def _scored_pod_waits(workload: Workload, period: Period, started: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

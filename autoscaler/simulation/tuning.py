@@ -36,10 +36,12 @@ STATIC_BUFFER_SHARE = 0.3
 
 
 def static_buffer_grid(largest_demand: float, gpus_per_node: int) -> list[int]:
-    """Buffers an operator would try: every GPU up to 16, then coarser steps (2, 4, then 8 GPUs)."""
+    """Buffers an operator would try: every GPU up to 16, then steps of 2, 4 and 8 GPUs up to 128,
+    then a quarter more each time (rounded to 8), up to the ceiling."""
     ceiling = max(16, math.ceil(STATIC_BUFFER_SHARE * largest_demand) + gpus_per_node)
-    grid = list(range(0, 17)) + list(range(18, 33, 2)) + list(range(36, 65, 4))
-    grid += list(range(72, ceiling + 8, 8))
+    grid = list(range(0, 17)) + list(range(18, 33, 2)) + list(range(36, 65, 4)) + list(range(72, 129, 8))
+    while grid[-1] < ceiling:
+        grid.append(8 * math.ceil(grid[-1] * 1.25 / 8))
     return [gpus for gpus in grid if gpus <= ceiling]
 
 

@@ -24,6 +24,7 @@ from autoscaler.web.buffer_views import buffers_json
 from autoscaler.web.keys import BUFFERS, CLOCK, SNAPSHOTS
 from autoscaler.web.openapi import openapi_document
 from autoscaler.web.responses import invalid_parameter_response, status_response
+from autoscaler.web.scorecard_views import add_scorecard_routes
 from autoscaler.web.views import InspectionError, SeriesView, find_metric, parse_history, views_of
 from forecast.types import Forecast
 
@@ -173,7 +174,8 @@ async def get_openapi(request: web.Request) -> web.Response:
 
 
 def add_inspection_routes(app: web.Application) -> None:
-    """The inspection API and its OpenAPI document."""
+    """The inspection API (the live scorecard's included) and its OpenAPI document."""
+    add_scorecard_routes(app)
     app.router.add_get(FORECASTS_PATH, list_forecasts)
     app.router.add_get(FORECASTS_PATH + "/{metric}", get_forecast)
     app.router.add_get(BUFFERS_PATH, get_buffers)

@@ -15,6 +15,7 @@ from aiohttp import web
 from adapters.pool_matching import UnplacedDemand
 from autoscaler.actuation import BufferActuator
 from autoscaler.provider import MetricsProvider, SnapshotProvider, SnapshotSource
+from autoscaler.scorecard_live import LiveScorecard
 from autoscaler.web.auth import AccessControl, User
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.self_metrics import SelfMetrics
@@ -35,4 +36,6 @@ CLOCK: web.AppKey[Clock] = web.AppKey("clock")
 UNPLACED: web.AppKey[Unplaced] = web.AppKey("unplaced")
 # The CapacityBuffer writer, for the inspection API and the page; absent when none is configured.
 BUFFERS = web.AppKey("capacity_buffers", BufferActuator)
+# Each pool's live scorecard, for its API and the page; absent in the demo.
+SCORECARD = web.AppKey("scorecard", LiveScorecard)
 USER = web.RequestKey("user", User)

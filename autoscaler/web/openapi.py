@@ -148,10 +148,38 @@ def _buffer_schemas() -> dict[str, Any]:
     }
 
 
+def _scorecard_schemas() -> dict[str, Any]:
+    count = {"type": "integer", "minimum": 0}
+    amount = {"type": "number", "minimum": 0}
+    seconds = _nullable({"type": "number", "minimum": 0})
+    waits = _object({"count": count, "p50": seconds, "p95": seconds, "max": seconds})
+    coverage = _object({"covered": count, "judged": count, "coverage": _nullable({"type": "number"})})
+    period = _object(
+        {
+            "minutes_scored": count, "minutes_short": count, "minutes_short_fraction": amount,
+            "short_gpu_minutes": amount, "idle_gpu_hours": {"type": "number"},
+            "gpu_allocation": _nullable({"type": "number"}), "capacity_wait_seconds": waits,
+            "window_start_delay_seconds": waits,
+            "coverage": {"type": "object", "description": "per headroom metric", "additionalProperties": coverage},
+        }
+    )  # fmt: skip
+    periods = _object({"1h": _ref("ScorecardPeriod"), "24h": _ref("ScorecardPeriod"), "7d": _ref("ScorecardPeriod")})
+    return {
+        "ScorecardPeriod": period,
+        "Scorecard": _object(
+            {
+                "at": _TIMESTAMP,
+                "pools": {"type": "array", "items": _object({"pool": {"type": "string"}, "periods": periods})},
+            }
+        ),
+    }
+
+
 def _schemas() -> dict[str, Any]:
     return {
         "Status": _status_schema(),
         **_buffer_schemas(),
+        **_scorecard_schemas(),
         "Backtest": _object(
             {
                 "quantile": {**_NUMBER_OR_NULL, "description": "the policy quantile the pinball loss is taken at"},
@@ -208,6 +236,18 @@ def _buffer_paths(error: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _scorecard_paths() -> dict[str, Any]:
+    return {
+        "/api/v1/scorecard": {
+            "get": {
+                "operationId": "getScorecard",
+                "summary": "Each pool's live outcomes over 1 h, 24 h and 7 d: GPUs short, waits, idle GPUs, coverage",
+                "responses": {"200": _json(_ref("Scorecard"), "the pools this replica scores")},
+            }
+        }
+    }
+
+
 def _paths() -> dict[str, Any]:
     error = _json(_ref("Status"), "")
     label_selector = {
@@ -258,6 +298,7 @@ def _paths() -> dict[str, Any]:
             }
         },
         **_buffer_paths(error),
+        **_scorecard_paths(),
         "/openapi.json": {
             "get": {
                 "operationId": "getOpenAPI",

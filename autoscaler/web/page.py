@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from html import escape
 from importlib import resources
@@ -24,7 +24,8 @@ from adapters.pool_matching import UnplacedDemand
 from autoscaler.provider import MetricInfo, Snapshot
 from autoscaler.web.buffer_views import buffers_section
 from autoscaler.web.charts import ChartCache, band_level, format_labels, number, render_chart
-from autoscaler.web.keys import BUFFERS, CLOCK, SNAPSHOTS, UNPLACED
+from autoscaler.web.keys import BUFFERS, CLOCK, SCORECARD, SNAPSHOTS, UNPLACED
+from autoscaler.web.scorecard_views import scorecard_panel
 from autoscaler.web.views import InspectionError, SeriesView, find_metric, parse_history, views_of
 
 REFRESH_SECONDS = 30
@@ -237,7 +238,7 @@ def _notes(notes: Sequence[str]) -> str:
     return f"{shown}<details><summary>{rest} more notes</summary><ul>{''.join(items[SHOWN_NOTES:])}</ul></details>"
 
 
-def series_section(view: SeriesView, chart: str | None) -> str:
+def series_section(view: SeriesView, chart: str | None, panel: str = "") -> str:
     facts = [
         _fact("Served value", number(view.value), "served"),
         _fact("Model", view.model or "-", "model"),
@@ -262,7 +263,7 @@ def series_section(view: SeriesView, chart: str | None) -> str:
     return (
         f'<section class="series"><h2>{escape(format_labels(view.labels))}</h2>'
         f'<div class="facts">{"".join(facts)}</div>{figure}'
-        f"<h3>Why this value</h3><p>{escape(_in_words(view))}</p>"
+        f"{panel}<h3>Why this value</h3><p>{escape(_in_words(view))}</p>"
         f'<p class="explanation">{escape(view.explanation or "no explanation recorded")}</p>'
         + notes
         + f"<h3>Scheduled windows</h3>{_windows_table(view)}"
@@ -291,7 +292,9 @@ def metric_body(
     views: Sequence[SeriesView],
     charts: Sequence[str | None],
     unplaced: Sequence[UnplacedDemand] = (),
+    scored: Mapping[str, Mapping[str, Mapping[str, object]]] | None = None,
 ) -> str:
+    """``scored``: each pool's scorecard periods (``scorecard_views.scorecard_json``), shown with its series."""
     unit = f" ({escape(info.unit)})" if info.unit else ""
     header = (
         f'<header class="page"><h1>{escape(info.name)}</h1><p>{escape(info.description)}{unit}</p>'
@@ -299,7 +302,9 @@ def metric_body(
     ) + unplaced_note(unplaced)
     if not views:
         return header + "<p>No series yet: the first forecast has not been made.</p>"
-    return header + "".join(series_section(view, chart) for view, chart in zip(views, charts, strict=True))
+    panels = [scorecard_panel((scored or {}).get(view.labels.get("nodepool", ""))) for view in views]
+    sections = (series_section(view, chart, panel) for view, chart, panel in zip(views, charts, panels, strict=True))
+    return header + "".join(sections)
 
 
 async def index_page(request: web.Request) -> web.Response:
@@ -326,7 +331,9 @@ async def metric_page(request: web.Request) -> web.Response:
     except InspectionError as error:
         return page(request, "bad request", _error_body("Bad request", str(error)), status=400)
     charts = await charts_for(request, snapshot, views, history)
-    return page(request, info.name, metric_body(snapshot, info, views, charts, _unplaced(request)))
+    scorecard = request.app.get(SCORECARD)
+    scored = scorecard.figures(request.app[CLOCK]()) if scorecard is not None else None
+    return page(request, info.name, metric_body(snapshot, info, views, charts, _unplaced(request), scored))
 
 
 def add_page_routes(app: web.Application) -> None:

@@ -28,6 +28,8 @@ from autoscaler.app.factory import build_ops_app
 from autoscaler.policy import PlanKind
 from autoscaler.provenance import Provenance
 from autoscaler.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
+from autoscaler.scorecard_live import LiveScorecard
+from autoscaler.web.keys import SCORECARD
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.self_metrics import SelfMetrics
 from forecast.engine import EngineResult, fit_select_predict
@@ -156,7 +158,21 @@ def build_app(snapshot: Snapshot) -> tuple[web.Application, SelfMetrics, Snapsho
         self_metrics=self_metrics,
         clock=lambda: NOW + SCRAPE_DELAY,  # staleness is then exactly SCRAPE_DELAY
     )
+    app[SCORECARD] = scored_pool()
     return app, self_metrics, provider
+
+
+def scored_pool() -> LiveScorecard:
+    """Pool a100 over the 3 minutes before NOW: 2 GPUs short in the first, a wait, a late run, a judgment."""
+    scorecard = LiveScorecard(headroom_metrics=["gpu_headroom"])
+    card = scorecard.card("a100")
+    start = NOW.timestamp() - 180
+    for minute, short in enumerate((2.0, 0.0, 0.0, 0.0)):
+        card.sample(start + 60 * minute, short, 8.0, 6.0)
+    card.record_wait(start + 30, 45.0)
+    card.record_window_delay(start + 60, 420.0)
+    card.record_judgment("gpu_headroom", start, 4.0, 5.0)
+    return scorecard
 
 
 @contextmanager

@@ -8,6 +8,7 @@ from urllib.parse import quote
 
 import pytest
 
+from autoscaler.web.keys import SCORECARD
 from tests.autoscaler.test_api import status as kubernetes_status
 from tests.inspection.conftest import (
     GAP_POSITIONS,
@@ -257,5 +258,33 @@ def test_openapi_document_is_served(ops_server: OpsServer):
     assert code == 200
     assert body["openapi"].startswith("3.")
     assert set(body["paths"]) == {
-        "/api/v1/forecasts", "/api/v1/forecasts/{metric}", "/api/v1/capacity-buffers", "/openapi.json"
+        "/api/v1/forecasts", "/api/v1/forecasts/{metric}", "/api/v1/capacity-buffers", "/api/v1/scorecard",
+        "/openapi.json",
     }  # fmt: skip
+
+
+def test_the_scorecard_gives_each_period_of_each_pool(ops_server: OpsServer):
+    code, body = ops_server.get_json("/api/v1/scorecard")
+    period = {
+        "minutes_scored": 3,
+        "minutes_short": 1,
+        "minutes_short_fraction": round(1 / 3, 6),
+        "short_gpu_minutes": 2.0,
+        "idle_gpu_hours": 0.1,
+        "gpu_allocation": 0.75,
+        "capacity_wait_seconds": {"count": 1, "p50": 45.0, "p95": 45.0, "max": 45.0},
+        "window_start_delay_seconds": {"count": 1, "p50": 420.0, "p95": 420.0, "max": 420.0},
+        "coverage": {"gpu_headroom": {"covered": 0, "judged": 1, "coverage": 0.0}},
+    }
+    assert (code, body) == (
+        200,
+        {
+            "at": "2020-05-29T00:00:42Z",
+            "pools": [{"pool": "a100", "periods": {"1h": period, "24h": period, "7d": period}}],
+        },
+    )
+
+
+def test_the_scorecard_without_pools_is_empty(ops_server: OpsServer):
+    ops_server.app[SCORECARD].cards.clear()
+    assert ops_server.get_json("/api/v1/scorecard") == (200, {"at": "2020-05-29T00:00:42Z", "pools": []})

@@ -48,6 +48,7 @@ def test_every_operation_conforms(ops_server: OpsServer):
         "GET /api/v1/capacity-buffers",
         "GET /api/v1/forecasts",
         "GET /api/v1/forecasts/{metric}",
+        "GET /api/v1/scorecard",
     }
     for operation in operations:
         fuzz(ops_server, operation.as_strategy())

@@ -19,6 +19,7 @@ import pytest
 
 from autoscaler.provider import MetricInfo, ServedSeries, Snapshot
 from autoscaler.web import page as ui
+from autoscaler.web.scorecard_views import scorecard_panel
 from tests.eventually import eventually_sync
 from tests.inspection.conftest import NOW, WINDOW, OpsServer, RealForecast, build_app, serve_in_thread
 
@@ -243,6 +244,25 @@ def test_page_in_headless_chromium(ops_server: OpsServer, tmp_path: Path):
     assert re.search(r'<tr class="selected"><td>' + re.escape(ops_server.forecast.result.model), dom)
     assert png_size(screenshot) == (1280, 900)
     assert screenshot.stat().st_size > 20_000  # a blank page compresses to a few kB
+    # The a100 pool's live scorecard (tests.inspection.conftest.scored_pool), as the browser built it.
+    assert "What happened in this pool (live scorecard)" in dom
+    assert re.sub(r"\s+", " ", SCORECARD_ROW) in re.sub(r"\s+", " ", dom)
+
+
+SCORECARD_ROW = (
+    "<tr><td>1h</td><td>1 of 3</td><td>2.0</td><td>0.8 min / 0.8 min / 0.8 min (1 pod)</td>"
+    "<td>7.0 min (1 run)</td><td>0.1</td><td>75 %</td><td>gpu_headroom: 0/1 (0 %)</td></tr>"
+)
+
+
+def test_each_pool_shows_its_live_scorecard_and_an_unscored_pool_none(ops_server: OpsServer):
+    html = html_of(ops_server, "/ui/gpu_headroom")
+    assert_self_contained(html)
+    assert html.count("What happened in this pool (live scorecard)") == 1  # a100's; h100 is not scored
+    a100 = html[html.index("<h2>nodepool=a100</h2>") :]
+    assert SCORECARD_ROW in a100 and a100.index(SCORECARD_ROW) < a100.index("Why this value")
+    for period in ("7d", "24h"):
+        assert SCORECARD_ROW.replace("<td>1h</td>", f"<td>{period}</td>") in a100
 
 
 def test_headroom_is_drawn_as_the_gap_above_the_gpus_requested_now(ops_server: OpsServer):
@@ -276,3 +296,17 @@ def test_notes_that_differ_only_in_their_times_collapse_into_one_line():
         "removed 64 GPUs of a known job from 2026-11-16T02:00:00+00:00 to 2026-11-16T04:00:00+00:00",
         "window 2026-11-12T02:00:00+00:00 (32 GPUs) not identifiable in history; kept",
     ]
+
+
+def test_the_scorecard_panel_counts_pods_and_runs_and_escapes_metric_names():
+    waits = {"count": 2, "p50": 30.0, "p95": 57.0, "max": 60.0}
+    none = {"count": 0, "p50": None, "p95": None, "max": None}
+    figures = {
+        "minutes_scored": 0, "minutes_short": 0, "minutes_short_fraction": 0.0, "short_gpu_minutes": 0.0,
+        "idle_gpu_hours": 0.0, "gpu_allocation": None, "capacity_wait_seconds": waits,
+        "window_start_delay_seconds": none, "coverage": {"<b>": {"covered": 0, "judged": 0, "coverage": None}},
+    }  # fmt: skip
+    html = scorecard_panel({"1h": figures})
+    assert "<td>0.5 min / 0.9 min / 1.0 min (2 pods)</td><td>- (0 runs)</td>" in html
+    assert "<td>-</td><td>&lt;b&gt;: 0/0</td>" in html
+    assert scorecard_panel(None) == ""

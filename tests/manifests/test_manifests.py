@@ -728,13 +728,17 @@ def test_alerts_cover_what_an_operator_needs():
     expected = {
         "GpuAutoscalerForecastStale": "gpu_autoscaler_series_age_seconds",
         "GpuAutoscalerPullsFailing": "gpu_autoscaler_refresh_failures_total",
-        "GpuAutoscalerUnderProvisioning": "gpu_autoscaler_under_provision_rate",
+        "GpuAutoscalerGpusShort": "gpu_autoscaler_gpus_short",
+        "GpuAutoscalerWindowPodsLate": "gpu_autoscaler_window_start_delay_seconds_bucket",
+        "GpuAutoscalerCoverageBelowQuantile": "gpu_autoscaler_coverage_judged_total",
         "GpuAutoscalerAPIServiceUnavailable": (
             'aggregator_unavailable_apiservice{name="v1beta1.external.metrics.k8s.io"}'
         ),
     }
     for alert, needle in expected.items():
         assert needle in rules[alert]["expr"], alert
+    # Live outcomes replace the backtest's hold-out figure (issue #26).
+    assert "GpuAutoscalerUnderProvisioning" not in rules
     for rule in rules.values():
         assert rule["labels"]["severity"] in ("warning", "critical")
         assert rule["annotations"]["summary"] and rule["annotations"]["description"]

@@ -107,7 +107,9 @@ def test_the_stitched_metric_follows_the_choices() -> None:
 def test_candidates_and_the_static_grid() -> None:
     assert static_buffer_grid(20, 8)[:3] == [0, 1, 2]
     assert static_buffer_grid(20, 8)[-1] == 16
-    assert static_buffer_grid(700, 8)[-1] == 216
+    assert static_buffer_grid(700, 8)[-3:] == [128, 160, 200]  # up to 30 % of the largest demand and a node
+    large = static_buffer_grid(3400, 8)
+    assert large[large.index(128) :] == [128, 160, 200, 256, 320, 400, 504, 632, 792, 992]
     assert candidate_texts("auto-slo", 100, 8)[0] == "auto:0.6"
     assert all(text.startswith("reactive_max:") for text in candidate_texts("reactive_max", 100, 8))
     with pytest.raises(ValueError, match="not tuned"):

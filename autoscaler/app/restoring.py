@@ -1,0 +1,51 @@
+"""Serving values from before the refresher's first forecast: those another replica published, or
+those this one saved before a restart."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from autoscaler import persistence
+from autoscaler.forecast_objects import Published
+from autoscaler.pipeline import Pipeline
+from autoscaler.provider import Snapshot
+from autoscaler.refresher import Refresher
+from autoscaler.web.readiness import Readiness
+
+log = logging.getLogger(__name__)
+
+
+def restore_published(refresher: Refresher, readiness: Readiness, pipeline: Pipeline, published: Published) -> None:
+    """Values, step-down pacing and lead-time samples as the objects hold them (another pod's)."""
+    snapshot = published.snapshot(refresher.metrics, refresher.clock())
+    restore(refresher, readiness, snapshot, "published in GPUForecasts", "read from the Kubernetes API")
+    refresher.restore_pacing(published.pacing)
+    if pipeline.lead_times is not None:
+        samples = pipeline.lead_times.restore(published.lead_time_samples)
+        log.info("restored %d NodeClaim lead-time samples published in GPUForecasts", samples)
+
+
+def serving_published(readiness: Readiness, snapshot: Snapshot) -> None:
+    if any(snapshot.series.values()):
+        readiness.ready, readiness.reason = (
+            True,
+            f"serving published forecasts ({snapshot.created_at:%Y-%m-%dT%H:%M:%SZ})",
+        )
+
+
+def restore(refresher: Refresher, readiness: Readiness, restored: Snapshot, how: str, where: str) -> None:
+    if not any(restored.series.values()):
+        return
+    refresher.restore(restored)
+    readiness.ready = True
+    readiness.reason = f"serving values {how} at {restored.created_at:%Y-%m-%dT%H:%M:%SZ}; first forecast pending"
+    log.info("restored served values %s at %s %s", how, restored.created_at, where)
+
+
+def restore_saved(refresher: Refresher, readiness: Readiness, pipeline: Pipeline, state_dir: Path) -> None:
+    """The values saved in the state directory before a restart, if any."""
+    saved_values = state_dir / persistence.FILE_NAME
+    restored = persistence.load(saved_values, pipeline.metrics)
+    if restored is not None:
+        restore(refresher, readiness, restored, "saved", f"from {saved_values}")

@@ -1,0 +1,65 @@
+"""The live scorecard in the serving process: scored after each refresh, saved, exported on /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+
+from aiohttp import web
+
+from autoscaler.plans import MetricPlan
+from autoscaler.provider import Snapshot
+from autoscaler.scorecard_live import LiveScorecard
+from autoscaler.web.keys import SCORECARD
+from autoscaler.web.scorecard_metrics import ScorecardMetrics
+from autoscaler.web.self_metrics import SelfMetrics
+
+log = logging.getLogger(__name__)
+
+_SCORING: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
+
+
+def score_soon(scorecard: LiveScorecard | None, snapshot: Snapshot) -> None:
+    if scorecard is None:
+        return
+    task = asyncio.get_running_loop().create_task(score(scorecard, snapshot), name="scorecard")
+    _SCORING.add(task)
+    task.add_done_callback(_SCORING.discard)
+
+
+async def score(scorecard: LiveScorecard, snapshot: Snapshot) -> None:
+    """One sample of the live scorecard at the refresh's moment, then saved (off the event loop)."""
+    try:
+        await scorecard.collect(snapshot.created_at, snapshot)
+    except Exception:  # a bug in scoring must not touch serving
+        log.exception("scorecard: collecting failed at %s", snapshot.created_at)
+        return
+    document = scorecard.document()
+    await asyncio.get_running_loop().run_in_executor(None, scorecard.save, document)
+
+
+def attach(
+    scorecard: LiveScorecard | None, plans: Sequence[MetricPlan], ops_app: web.Application, self_metrics: SelfMetrics
+) -> None:
+    """Show the scorecard on the ops port's API and page, and on /metrics."""
+    if scorecard is None:
+        return
+    ops_app[SCORECARD] = scorecard
+    quantiles = {plan.metric: plan.quantile for plan in plans if plan.kind == "headroom"}
+    self_metrics.registry.register(ScorecardMetrics(scorecard.owned_cards, quantiles))
+
+
+def follow_shards(
+    scorecard: LiveScorecard | None, owns_series: Callable[[str, Mapping[str, str]], bool], plans: Sequence[MetricPlan]
+) -> None:
+    """With shards, a pool is scored by the owner of its headroom series only."""
+    if scorecard is not None:
+        scorecard.owns_pool = partial(owns_pool, owns_series, plans)
+
+
+def owns_pool(owns_series: Callable[[str, Mapping[str, str]], bool], plans: Sequence[MetricPlan], pool: str) -> bool:
+    """With shards, a pool is scored by the owner of its (first) headroom series."""
+    headroom = next((plan.metric for plan in plans if plan.kind == "headroom"), None)
+    return headroom is not None and owns_series(headroom, {"nodepool": pool})

@@ -1,0 +1,84 @@
+"""The live scorecard on ``/metrics``: counters and histograms Prometheus can rate over any window.
+
+Read at scrape time from each pool's running totals (``pool_scorecard``), which only grow and carry
+on across restarts, so ``increase(gpu_autoscaler_short_gpu_seconds_total[1h]) / 60`` is the hour's
+short GPU-minutes and ``rate`` of the coverage counters is live coverage (docs/scorecard.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from autoscaler.pool_scorecard import PoolScorecard
+
+Cards = Callable[[], Mapping[str, PoolScorecard]]
+_POOL = ["nodepool"]
+
+
+class ScorecardMetrics(Collector):
+    def __init__(self, cards: Cards, quantiles: Mapping[str, float]) -> None:
+        self._cards = cards
+        self._quantiles = dict(quantiles)  # headroom metric -> the quantile it serves
+
+    def collect(self) -> Iterable[Metric]:
+        cards = self._cards()
+        counters = {
+            "short_gpu_seconds": "GPU-seconds requested by pods waiting for capacity",
+            "minutes_short": "Minutes with any GPU short",
+            "minutes_scored": "Minutes the live scorecard sampled",
+            "idle_gpu_seconds": "GPU-seconds held by the pool's nodes and not requested by workloads",
+            "held_gpu_seconds": "GPU-seconds of allocatable GPUs of the pool's nodes",
+            "used_gpu_seconds": "GPU-seconds requested by non-placeholder pods on the pool's nodes",
+        }
+        short_now = GaugeMetricFamily(
+            "gpu_autoscaler_gpus_short", "GPUs requested by pods waiting for capacity at the last sample", labels=_POOL
+        )
+        for pool, card in sorted(cards.items()):
+            if card.last_sample is not None:
+                short_now.add_metric([pool], card.last_sample[1])
+        yield short_now
+        for name, documentation in counters.items():
+            family = CounterMetricFamily(f"gpu_autoscaler_{name}", documentation, labels=_POOL)
+            for pool, card in sorted(cards.items()):
+                family.add_metric([pool], getattr(card.totals, name))
+            yield family
+        for name, documentation, attribute in (
+            ("capacity_wait_seconds", "Seconds from a GPU pod's creation until it was scheduled", "wait_histogram"),
+            ("window_start_delay_seconds", "Seconds from a CronJob run's scheduled time until all its pods ran",
+             "delay_histogram"),
+        ):  # fmt: skip
+            histogram = HistogramMetricFamily(f"gpu_autoscaler_{name}", documentation, labels=_POOL)
+            for pool, card in sorted(cards.items()):
+                counts = getattr(card, attribute)
+                buckets = [(_bound(bound), count) for bound, count in counts.cumulative()]
+                histogram.add_metric([pool], buckets, counts.total_s)
+            yield histogram
+        covered = CounterMetricFamily(
+            "gpu_autoscaler_coverage_covered",
+            "Served headroom values that covered the rise realized over their lead time",
+            labels=["nodepool", "metric"],
+        )  # fmt: skip
+        judged = CounterMetricFamily(
+            "gpu_autoscaler_coverage_judged", "Served headroom values judged once their lead time passed",
+            labels=["nodepool", "metric"],
+        )  # fmt: skip
+        target = GaugeMetricFamily(
+            "gpu_autoscaler_coverage_quantile", "The quantile a headroom metric serves: the coverage it aims at",
+            labels=["nodepool", "metric"],
+        )  # fmt: skip
+        for pool, card in sorted(cards.items()):
+            for metric, (hits, count) in sorted(card.coverage_totals.items()):
+                covered.add_metric([pool, metric], hits)
+                judged.add_metric([pool, metric], count)
+                if metric in self._quantiles:
+                    target.add_metric([pool, metric], self._quantiles[metric])
+        yield from (covered, judged, target)
+
+
+def _bound(seconds: float) -> str:
+    """A bucket's ``le`` as client_python's own histograms write it (``300.0``, ``+Inf``)."""
+    return "+Inf" if math.isinf(seconds) else repr(float(seconds))

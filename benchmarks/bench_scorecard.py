@@ -1,0 +1,83 @@
+"""What the live scorecard costs with a full week per pool (docs/scorecard.md, "Bounds and cost").
+
+    PYTHONPATH=. .venv/bin/python -m benchmarks.bench_scorecard [--pools 20] [--repeat 5]
+
+Each pool is sampled once a minute for 7 days (10,080 minutes; short, held and used GPUs drawn at
+random, so the file is as large as random floats make it), with 2,000 capacity waits and 2,000
+judgments. Prints, per pool, the best of ``--repeat`` timings of: one sample, the saved document
+built (on the event loop after each refresh), that document written as JSON (off the loop), the
+figures of ``GET /api/v1/scorecard``, the ``/metrics`` collector, and reading the file back at start.
+One process, one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import timeit
+from datetime import UTC, datetime
+
+import numpy as np
+from prometheus_client import CollectorRegistry, generate_latest
+
+from autoscaler.pool_scorecard import PoolScorecard
+from autoscaler.scorecard_live import LiveScorecard
+from autoscaler.web.scorecard_metrics import ScorecardMetrics
+
+T0 = 1_800_000_000.0
+MINUTES = 7 * 24 * 60
+
+
+def filled(live: LiveScorecard, pools: int) -> float:
+    rng = np.random.default_rng(0)
+    for pool in range(pools):
+        card = live.card(f"pool-{pool}")
+        for minute in range(MINUTES + 1):
+            card.sample(T0 + 60 * minute, float(rng.integers(0, 3)), 64.0, float(rng.integers(20, 64)))
+        for event in range(2000):
+            card.record_wait(T0 + 300 * event, float(rng.exponential(60)))
+            card.record_judgment("gpu_headroom", T0 + 300 * event, 4.0, float(rng.normal(2, 2)))
+    return T0 + 60 * MINUTES
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pools", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    live = LiveScorecard(headroom_metrics=["gpu_headroom"])
+    started = time.perf_counter()
+    end = filled(live, args.pools)
+    print(f"{args.pools} pools x {MINUTES} minutes filled in {time.perf_counter() - started:.1f} s")
+    document = live.document()
+    text = json.dumps(document)
+    registry = CollectorRegistry()
+    registry.register(ScorecardMetrics(live.owned_cards, {"gpu_headroom": 0.9}))
+    card = live.cards["pool-0"]
+    now = datetime.fromtimestamp(end, UTC)
+
+    def restore() -> None:
+        for entry in json.loads(text)["pools"].values():
+            PoolScorecard.from_document(entry)
+
+    timings = {
+        "document built (event loop)": live.document,
+        "document written as JSON (off the loop)": lambda: json.dumps(document),
+        "GET /api/v1/scorecard figures": lambda: live.figures(now),
+        "/metrics collector": lambda: generate_latest(registry),
+        "file read back at start": restore,
+    }
+    minutes = iter(range(1, args.repeat + 1))  # each sample a minute after the last, as refreshes come
+    sample_s = min(
+        timeit.repeat(lambda: card.sample(end + 60 * next(minutes), 1.0, 64.0, 30.0), number=1, repeat=args.repeat)
+    )
+    print(f"one sample: {sample_s * 1000:.2f} ms")
+    for name, call in timings.items():
+        best = min(timeit.repeat(call, number=1, repeat=args.repeat))
+        print(f"{name}: {best * 1000 / args.pools:.1f} ms per pool ({best * 1000:.0f} ms for {args.pools})")
+    print(f"file size: {len(text) / args.pools / 1e6:.2f} MB per pool")
+
+
+if __name__ == "__main__":
+    main()
