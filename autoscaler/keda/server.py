@@ -108,7 +108,10 @@ async def serving_grpc(
         follower.initial, fetch, require_client_authentication=settings.grpc_client_ca_file is not None
     )
     # SO_REUSEPORT (gRPC's default) would let a second server share a port in use without an error.
-    server = grpc.aio.server(interceptors=[RequestMetrics(self_metrics)], options=[("grpc.so_reuseport", 0)])
+    mutual = settings.grpc_client_ca_file is not None
+    server = grpc.aio.server(
+        interceptors=[RequestMetrics(self_metrics, require_user=mutual)], options=[("grpc.so_reuseport", 0)]
+    )
     scaler = ExternalScaler(provider, recheck_interval_s=recheck_interval_s)
     add_ExternalScalerServicer_to_server(scaler, server)
     address = _address(settings.bind_address, settings.grpc_port)
