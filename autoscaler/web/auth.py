@@ -24,6 +24,7 @@ from multidict import MultiMapping
 
 from adapters.kube_auth import UserInfo as User
 from autoscaler.web.certificates import common_name, issued_by, organizations
+from autoscaler.web.throttled_log import ThrottledLog
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ class Authenticator:
         # What a certificate proves never changes, and parsing plus a signature check per request
         # costs more than the rest of the request; TLS has already checked validity dates.
         self._certificate_verdicts: LRUCache[bytes, CertificateVerdict] = LRUCache(maxsize=1024)
+        self._proxy_name_refusals = ThrottledLog(log)
 
     def reconfigure(
         self, *, requestheader: RequestHeaderConfig | None, client_authorities: tuple[x509.Certificate, ...]
@@ -123,15 +125,17 @@ class Authenticator:
             verdict = CertificateVerdict(
                 proxy_allowed=from_proxy_ca and name_allowed,
                 proxy_denied_name=name if from_proxy_ca and not name_allowed else None,
-                client_user=User(username=name, groups=organizations(certificate)) if from_client_ca else None,
+                # kube-apiserver's x509 authenticator: a certificate without a user name authenticates nobody.
+                client_user=User(username=name, groups=organizations(certificate)) if from_client_ca and name else None,
             )
             self._certificate_verdicts[der] = verdict
         return verdict
 
     def _from_certificate(self, verdict: CertificateVerdict, headers: MultiMapping[str]) -> User | None:
         if verdict.proxy_denied_name is not None:
-            log.warning(
-                "request-header client certificate CN %r is not in the allowed names", verdict.proxy_denied_name
+            self._proxy_name_refusals.warning(
+                "request-header client certificate CN %r is not in the allowed names: its headers are ignored",
+                verdict.proxy_denied_name,
             )
         if verdict.proxy_allowed and self.requestheader is not None:
             user = self._from_headers(self.requestheader, headers)

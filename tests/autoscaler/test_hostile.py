@@ -10,7 +10,9 @@ import time
 import aiohttp
 import pytest
 
+from autoscaler.web.responses import status
 from tests.autoscaler.conftest import RunningServer
+from tests.pki import Client, without_common_name
 
 PREFIX = "/apis/external.metrics.k8s.io/v1beta1"
 
@@ -182,3 +184,43 @@ def test_throttled_log_says_how_many_lines_it_left_out(caplog):
         "refused x (3 more like it since the last line)",
         "refused x",
     ]
+
+
+async def get_as(
+    server: RunningServer, client: Client | None, headers: dict[str, str] | None = None
+) -> tuple[int, dict]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(
+            server.base_url + f"{PREFIX}/namespaces/default/gpu_headroom",
+            ssl=server.ssl_context(client),
+            headers=headers,
+        ) as response,
+    ):
+        return response.status, await response.json(content_type=None)
+
+
+async def ops_metrics(server: RunningServer) -> str:
+    async with aiohttp.ClientSession() as session, session.get(server.ops_url + "/metrics") as response:
+        return await response.text()
+
+
+async def test_a_certificate_without_a_user_is_401(api_server, tmp_path):
+    # From the client CA, no CN, only O=system:masters: kube-apiserver authenticates nobody with it.
+    client = without_common_name(api_server.pki, tmp_path)
+    assert await get_as(api_server, client) == (401, status(401, "Unauthorized"))
+    assert 'gpu_autoscaler_auth_failures_total{code="401"} 1.0' in await ops_metrics(api_server)
+
+
+async def test_a_proxy_name_not_allowed_is_counted_each_time_and_logged_once(api_server, caplog):
+    with caplog.at_level(logging.INFO, logger="autoscaler.web.auth"):
+        for _ in range(5):
+            answer = await get_as(api_server, api_server.pki.proxy_not_allowed, {"X-Remote-User": "bob"})
+            assert answer == (401, status(401, "Unauthorized"))
+    assert [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "autoscaler.web.auth"] == [
+        (
+            "WARNING",
+            "request-header client certificate CN 'someone-else' is not in the allowed names: its headers are ignored",
+        )
+    ]
+    assert 'gpu_autoscaler_auth_failures_total{code="401"} 5.0' in await ops_metrics(api_server)
