@@ -10,12 +10,10 @@ call's work is bounded whatever a caller sends; a real trigger has a handful of 
 
 from __future__ import annotations
 
-import math
-import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from autoscaler.quantity import parse_decimal
 from autoscaler.selectors import Selector, SelectorError, parse_selector
 
 METRIC = "metric"
@@ -30,9 +28,6 @@ MAX_KEYS = 64
 MAX_BYTES = 24 * 1024
 # A Kubernetes resource name's limit (DNS subdomain): the external metrics API's path segment.
 MAX_METRIC_NAME = 253
-# A decimal number as Go's strconv.ParseFloat reads KEDA's targetValue, without the forms a
-# Kubernetes manifest never means (Python's "1_000", "infinity", hex floats).
-_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 
 def shown(text: str, limit: int = 80) -> str:
@@ -100,22 +95,12 @@ def trigger_fields(metadata: Mapping[str, str]) -> TriggerFields:
     )
 
 
-def strict_float(text: str) -> float | None:
-    """``text`` as a finite, normal (or zero) number written in plain decimal, else ``None``."""
-    if not _DECIMAL.fullmatch(text):
-        return None
-    value = float(text)
-    if not math.isfinite(value) or (value != 0 and abs(value) < sys.float_info.min):
-        return None  # overflowed, or subnormal: a target no HPA could divide by sensibly
-    return value
-
-
 def _number(key: str, text: str | None, *, default: float | None, positive: bool) -> float:
     if text is None or not text.strip():
         if default is None:
             raise MetadataError(key, f"missing {key}: the trigger's metadata must give it (a number such as '1')")
         return default
-    value = strict_float(text.strip())
+    value = parse_decimal(text.strip())
     if value is None or (positive and value <= 0):
         rule = "a number greater than 0" if positive else "a finite number"
         raise MetadataError(key, f"invalid {key}: must be {rule}, got {shown(text)!r}")
