@@ -8,7 +8,7 @@ import gc
 import logging
 import signal
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -19,7 +19,7 @@ from adapters.kube_client import KubeClientSettings, create_api_client
 from adapters.leases import own_identity
 from autoscaler import __version__
 from autoscaler.app.factory import buffer_actuator, build_access, client_ca_pems, create_app, needs_kubernetes_api
-from autoscaler.keda.server import serving_grpc
+from autoscaler.keda.server import GrpcListening, serving_grpc
 from autoscaler.kube_inputs import watch_settings
 from autoscaler.pipeline import open_pipeline
 from autoscaler.preflight import PreflightFailed, run_checks
@@ -80,11 +80,17 @@ def prepare_demo(settings: Settings) -> Settings:
     )
 
 
+def _nothing_to_end() -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class Listening:
     secure_port: int
     http_port: int | None
     grpc_port: int | None = None
+    # Ends KEDA's open gRPC streams with OK (their callers reconnect, to a replica that stays).
+    end_streams: Callable[[], None] = _nothing_to_end
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -121,7 +127,7 @@ async def running(
     http_socket = _bind(host, server.http_port) if server.http_port is not None else None
     stack = contextlib.AsyncExitStack()
     try:
-        grpc_port = await _start_grpc(stack, settings, api_app, tls)
+        grpc = await _start_grpc(stack, settings, api_app, tls)
         await runners[0].setup()
         await TLSAcceptSite(
             runners[0], secure_socket, context=lambda: tls.context, handshake_timeout_s=idle, on_refused=refused.inc
@@ -133,7 +139,8 @@ async def running(
             yield Listening(
                 secure_port=secure_socket.getsockname()[1],
                 http_port=http_socket.getsockname()[1] if http_socket is not None else None,
-                grpc_port=grpc_port,
+                grpc_port=grpc.port if grpc is not None else None,
+                end_streams=grpc.scaler.close if grpc is not None else _nothing_to_end,
             )
     finally:
         log.info("shutting down: draining in-flight requests for up to %.0f s", grace)
@@ -145,16 +152,15 @@ async def running(
 
 async def _start_grpc(
     stack: contextlib.AsyncExitStack, settings: Settings, api_app: web.Application, tls: ServerTLS
-) -> int | None:
-    """Start KEDA's external scaler on ``stack`` if its port is switched on; its port, or ``None``."""
+) -> GrpcListening | None:
+    """Start KEDA's external scaler on ``stack`` if its port is switched on; ``None`` if it is not."""
     if settings.server.grpc_port is None:
         return None
-    listening = await stack.enter_async_context(
+    return await stack.enter_async_context(
         serving_grpc(
             settings.server, provider=api_app[PROVIDER], self_metrics=api_app[SELF_METRICS], serving=tls.serving
         )
     )
-    return listening.port
 
 
 async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
@@ -249,6 +255,9 @@ async def _serve_until_stopped(
             await _check_demo_kubeconfig(settings, listening, tls)
         _announce(settings, listening)
         await stop.wait()
+        # Streams end now, not after the delay: their callers reconnect while this replica still answers
+        # unary calls, and KEDA moves to a replica that stays sooner.
+        listening.end_streams()
         delay = settings.server.shutdown_delay.total_seconds()
         if delay > 0 and not hurry.is_set():
             log.info("shutting down: /readyz fails now; serving %.1f s more (server.shutdown_delay)", delay)
