@@ -17,6 +17,7 @@ from typing import cast
 
 import grpc
 
+from autoscaler.keda.core_log import core_log
 from autoscaler.keda.externalscaler_pb2_grpc import add_ExternalScalerServicer_to_server
 from autoscaler.keda.interceptor import RequestMetrics
 from autoscaler.keda.scaler import RECHECK_INTERVAL_S, ExternalScaler
@@ -120,8 +121,10 @@ async def serving_grpc(
     except RuntimeError as error:  # gRPC's way of saying the address is in use or cannot be bound
         raise OSError(f"server.grpc_port: cannot listen on {address} ({error})") from None
     await server.start()
+    stop_counting = core_log.on_handshake_failure(self_metrics.grpc_handshake_failures.inc)
     try:
         yield GrpcListening(port, scaler)
     finally:
+        stop_counting()
         scaler.close()
         await server.stop(settings.shutdown_grace.total_seconds())

@@ -21,10 +21,11 @@ from typing import Any
 from aiohttp import web
 from yarl import URL
 
-from autoscaler.web.throttled_log import ThrottledLog
+from autoscaler.web.throttled_log import ThrottledLog, ThrottledLogByReason
 
 log = logging.getLogger(__name__)
-_refusals = ThrottledLog(log)
+_refusals = ThrottledLog(log)  # a client certificate refused
+_protocol_refusals = ThrottledLogByReason(log)  # no TLS version or cipher in common, not TLS at all
 # Out of descriptors or memory: asyncio's own accept loop also waits a second before trying again.
 _RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
@@ -115,6 +116,13 @@ class TLSAcceptSite(web.BaseSite):
             _refusals.warning(
                 "client certificate from %s refused in the TLS handshake: %s", _address(peer), error.verify_message
             )
-        except (OSError, TimeoutError) as error:  # ssl.SSLError is an OSError: scanners, plain HTTP, resets
+        except (ssl.SSLEOFError, ssl.SSLZeroReturnError, ConnectionError) as error:
+            # The client went away (a TCP check, a reset): nothing was refused.
+            log.debug("TLS handshake with %s ended by the client: %s", _address(peer), error)
+        except ssl.SSLError as error:  # a TLS version or cipher not offered, plain HTTP, garbage
+            self._on_refused()
+            reason = str(error.reason or error.strerror or error)
+            _protocol_refusals.warning(reason, "TLS handshake with %s refused: %s", _address(peer), reason)
+        except OSError as error:  # TimeoutError too
             log.debug("TLS handshake with %s failed: %s", _address(peer), error)
         # On any failure (cancellation too) the event loop has closed the connection's transport.

@@ -5,10 +5,14 @@ streams at once although a shutdown delay keeps the process serving."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import signal
+import socket
+import ssl
 import time
+import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -100,6 +104,56 @@ async def test_malformed_grpc_requests_are_invalid_argument_counted_and_logged_o
     refused = r"malformed gRPC GetMetrics from ipv4:127\.0\.0\.1:\d+ refused: the request message is not valid protobuf"
     assert len(log_lines(demo, refused)) == 1
     assert not log_lines(demo, "DecodeError|Traceback")
+
+
+def refused_handshake(demo: DemoProcess, port: int, kind: str) -> None:
+    """One TLS handshake the server refuses (bounded: 3 s): a protocol or cipher it does not serve,
+    plain HTTP, or (mutual TLS on the gRPC port) no client certificate."""
+    context = ssl.create_default_context(cafile=str(demo.state / "ca.crt"))
+    context.check_hostname = False
+    if kind == "tls1.1":
+        with warnings.catch_warnings(action="ignore", category=DeprecationWarning):
+            context.set_ciphers("DEFAULT:@SECLEVEL=0")
+            context.minimum_version = context.maximum_version = ssl.TLSVersion.TLSv1_1
+    elif kind == "cbc":
+        context.maximum_version = ssl.TLSVersion.TLSv1_2
+        context.set_ciphers("AES128-SHA")
+    with socket.create_connection(("127.0.0.1", port), timeout=3) as raw:
+        if kind == "plain":
+            raw.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            raw.recv(1024)
+            return
+        with contextlib.suppress(ssl.SSLError, ConnectionError), context.wrap_socket(raw) as wrapped:
+            wrapped.recv(1)
+
+
+HANDSHAKE_KINDS = {
+    "https": {"tls1.1": "UNSUPPORTED_PROTOCOL", "cbc": "NO_SHARED_CIPHER", "plain": "HTTP_REQUEST"},
+    # BoringSSL (in gRPC) names a cipher it does not serve by the curve it would need.
+    "grpc": {
+        "tls1.1": "UNSUPPORTED_PROTOCOL",
+        "cbc": "WRONG_CURVE",
+        "plain": "HTTP_REQUEST",
+        "no client certificate": "PEER_DID_NOT_RETURN_A_CERTIFICATE",
+    },
+}
+REPEATS = 20
+
+
+async def test_refused_handshakes_on_both_ports_are_counted_and_logged_once_per_reason(demo):
+    ports = {"https": demo.secure_port, "grpc": grpc_port(demo)}
+    for port_name, kinds in HANDSHAKE_KINDS.items():
+        for kind in kinds:
+            for _ in range(REPEATS):
+                await asyncio.to_thread(refused_handshake, demo, ports[port_name], kind)
+    await counted_in_metrics(demo, f'gpu_autoscaler_auth_failures_total{{code="tls"}} {3 * REPEATS}.0')
+    await counted_in_metrics(demo, f"gpu_autoscaler_grpc_handshake_failures_total {4 * REPEATS}.0")
+    for reason in HANDSHAKE_KINDS["https"].values():
+        lines = log_lines(demo, rf"tls_accept: TLS handshake with 127\.0\.0\.1:\d+ refused: {reason}$")
+        assert len(lines) == 1, (reason, lines)
+    for reason in HANDSHAKE_KINDS["grpc"].values():
+        assert len(log_lines(demo, rf"WARNING grpc\.core: gRPC port: TLS handshake refused: {reason}$")) == 1, reason
+    assert not log_lines(demo, "Handshake failed|ssl_transport_security")  # gRPC core's own lines: none
 
 
 async def test_sigterm_ends_grpc_streams_at_once_although_the_delay_keeps_serving(demo):

@@ -4,14 +4,17 @@ counted in gpu_autoscaler_grpc_requests_total, and logged at most once per inter
 from __future__ import annotations
 
 import logging
+import os
 
 import grpc
 import pytest
 
 from autoscaler.keda import externalscaler_pb2 as pb
+from autoscaler.keda.core_log import CoreLog
 from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerStub
 from autoscaler.keda.interceptor import MAX_REQUEST_BYTES, UNAUTHENTICATED_MESSAGE
 from autoscaler.keda.scaler import MAX_DETAILS, TRIGGER_CACHE_BYTES, TRIGGER_OVERHEAD_BYTES
+from autoscaler.web.throttled_log import ThrottledLogByReason
 from tests.eventually import eventually
 from tests.keda.conftest import TRIGGER, Scaler, ref
 from tests.pki import without_common_name
@@ -169,3 +172,41 @@ async def test_a_certificate_without_a_user_is_unauthenticated(scaler, tmp_path,
     (record,) = caplog.records
     assert record.getMessage().startswith("gRPC IsActive from ipv4:127.0.0.1:")
     assert record.getMessage().endswith(" refused: no user in its client certificate (empty CN)")
+
+
+HANDSHAKE_LINE = (
+    "I1127 13:46:45.438243   12943 ssl_transport_security.cc:2563] Handshake failed with error SSL_ERROR_SSL: "
+    "error:100000c0:SSL routines:OPENSSL_internal:PEER_DID_NOT_RETURN_A_CERTIFICATE: Invalid certificate "
+    "verification context\n"
+)
+
+
+def test_core_log_lines_are_records_failed_handshakes_counted_and_other_output_passed_on(caplog):
+    core = CoreLog()
+    handshakes: list[None] = []
+    stop_counting = core.on_handshake_failure(lambda: handshakes.append(None))
+    source, sink = os.pipe()
+    passed_on, passthrough = os.pipe()
+    os.write(sink, ("Traceback (most recent call last):\n" + HANDSHAKE_LINE * 3).encode())
+    os.write(sink, b"W1127 13:46:46.000001   12943 chttp2_server.cc:100] something odd\n")
+    os.close(sink)
+    with caplog.at_level(logging.INFO, logger="grpc.core"):
+        core.pump(source, passthrough)  # until the pipe closes
+    os.close(passthrough)
+    with os.fdopen(passed_on, "rb") as rest:
+        assert rest.read() == b"Traceback (most recent call last):\n"
+    assert len(handshakes) == 3
+    assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("grpc.core", "WARNING", "gRPC port: TLS handshake refused: PEER_DID_NOT_RETURN_A_CERTIFICATE"),
+        ("grpc.core", "WARNING", "something odd"),
+    ]
+    stop_counting()
+    assert core.route(HANDSHAKE_LINE) and len(handshakes) == 3
+
+
+def test_throttling_by_reason_keeps_one_line_per_reason_and_bounds_the_reasons(caplog):
+    throttled = ThrottledLogByReason(logging.getLogger("test.by_reason"), max_reasons=2)
+    with caplog.at_level(logging.WARNING):
+        for reason in ["A", "B", "A", "C", "D", "B"]:  # C and D, past the bound, share one throttle
+            throttled.warning(reason, "refused: %s", reason)
+    assert [record.getMessage() for record in caplog.records] == ["refused: A", "refused: B", "refused: C"]
