@@ -5,10 +5,8 @@ metrics (``gpu_autoscaler_grpc_*`` on the service's registry) and an internal er
 Before the service sees a call, two refusals that are counted like any other call and logged at
 most once per interval (``ThrottledLog``):
 
-- a request message over :data:`MAX_REQUEST_BYTES`, or not valid protobuf, is ``INVALID_ARGUMENT``
-  (gRPC itself would answer ``UNKNOWN`` with the exception's text, uncounted, with a traceback per
-  call), and an oversized one is never parsed: parsing a 2 MB map takes a fifth of a second of the
-  event loop;
+- a request message that is not valid protobuf is ``INVALID_ARGUMENT`` (gRPC itself would answer
+  ``UNKNOWN`` with the exception's text, uncounted, with a traceback per call);
 - with mutual TLS, a client certificate that names no user (no CN) is ``UNAUTHENTICATED``, as
   kube-apiserver answers 401 to an empty user name.
 """
@@ -33,8 +31,6 @@ Unary = Callable[[Any, Context], Awaitable[Any]]
 Streaming = Callable[[Any, Context], AsyncIterator[Any]]
 INTERNAL_MESSAGE = "Internal error occurred: the request could not be served"
 UNAUTHENTICATED_MESSAGE = "Unauthorized: the client certificate names no user (its CN is empty)"
-# KEDA's messages are a few hundred bytes; this leaves room for every metadata limit (metadata.MAX_BYTES).
-MAX_REQUEST_BYTES = 64 * 1024
 Deserializer = Callable[[bytes], Any]
 
 
@@ -46,11 +42,9 @@ class MalformedRequest:
 
 
 def checked(deserialize: Deserializer) -> Deserializer:
-    """``deserialize``, but a message too large or not valid protobuf becomes a :class:`MalformedRequest`."""
+    """``deserialize``, but a message that is not valid protobuf becomes a :class:`MalformedRequest`."""
 
     def deserialize_checked(data: bytes) -> Any:
-        if len(data) > MAX_REQUEST_BYTES:
-            return MalformedRequest(f"the request message is {len(data)} bytes; the limit is {MAX_REQUEST_BYTES}")
         try:
             return deserialize(data)
         except DecodeError:

@@ -12,8 +12,9 @@ import pytest
 from autoscaler.keda import externalscaler_pb2 as pb
 from autoscaler.keda.core_log import CoreLog
 from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerStub
-from autoscaler.keda.interceptor import MAX_REQUEST_BYTES, UNAUTHENTICATED_MESSAGE
+from autoscaler.keda.interceptor import UNAUTHENTICATED_MESSAGE
 from autoscaler.keda.scaler import MAX_DETAILS, TRIGGER_CACHE_BYTES, TRIGGER_OVERHEAD_BYTES
+from autoscaler.keda.server import MAX_REQUEST_BYTES
 from autoscaler.web.throttled_log import ThrottledLogByReason
 from tests.eventually import eventually
 from tests.keda.conftest import TRIGGER, Scaler, ref
@@ -42,18 +43,18 @@ async def refusal(call) -> grpc.aio.AioRpcError:
     return raised.value
 
 
-async def test_a_message_over_the_limit_is_invalid_argument_and_counted(stub, scaler):
-    # The probe's case 1: 180,000 keys, 2.5 MB, under gRPC's 4 MiB limit.
+async def test_a_message_over_the_limit_is_refused_by_grpc_before_it_is_read(stub, scaler):
+    # The probe's case 1: 180,000 keys, 2.5 MB, under gRPC's default 4 MiB limit.
     metadata = {**TRIGGER, **{f"k{index:06d}": "v" for index in range(180_000)}}
     request = pb.GetMetricsRequest(scaledObjectRef=ref(**metadata), metricName="gpu_headroom")
-    size = request.ByteSize()
     error = await refusal(stub.GetMetrics(request))
     assert (error.code(), error.details()) == (
-        grpc.StatusCode.INVALID_ARGUMENT,
-        f"malformed request: the request message is {size} bytes; the limit is {MAX_REQUEST_BYTES}",
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"SERVER: Received message larger than max ({request.ByteSize()} vs. {MAX_REQUEST_BYTES})",
     )
-    await counted(scaler, "GetMetrics", "INVALID_ARGUMENT", 1)
     assert scaler.listening.scaler.cached_triggers == (0, 0)
+    # gRPC refuses it from the length prefix, before any handler: the one refusal the service cannot count.
+    assert requests_total(scaler, "GetMetrics", "RESOURCE_EXHAUSTED") is None
 
 
 @pytest.mark.parametrize(
@@ -81,8 +82,8 @@ async def test_a_huge_metric_name_is_never_echoed_into_grpc_message(stub, scaler
     huge = pb.GetMetricsRequest(scaledObjectRef=ref(), metricName="x" * 1_000_000)  # the probe's case 6
     error = await refusal(stub.GetMetrics(huge))
     assert (error.code(), error.details()) == (
-        grpc.StatusCode.INVALID_ARGUMENT,
-        f"malformed request: the request message is {huge.ByteSize()} bytes; the limit is {MAX_REQUEST_BYTES}",
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        f"SERVER: Received message larger than max ({huge.ByteSize()} vs. {MAX_REQUEST_BYTES})",
     )
     long = pb.GetMetricsRequest(scaledObjectRef=ref(), metricName="x" * 20_000)  # under the message limit
     error = await refusal(stub.GetMetrics(long))
@@ -90,7 +91,7 @@ async def test_a_huge_metric_name_is_never_echoed_into_grpc_message(stub, scaler
         grpc.StatusCode.INVALID_ARGUMENT,
         f"invalid metricName: the name '{'x' * 77}...' is 20000 characters long; the limit is 253",
     )
-    await counted(scaler, "GetMetrics", "INVALID_ARGUMENT", 2)
+    await counted(scaler, "GetMetrics", "INVALID_ARGUMENT", 1)
 
 
 async def test_a_long_refusal_message_is_cut_to_fit_a_header(stub):
