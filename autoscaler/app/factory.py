@@ -86,6 +86,7 @@ def needs_kubernetes_api(settings: Settings) -> bool:
         or settings.publication.enabled
         or auth.mode == "kubernetes"
         or (auth.mode == "files" and auth.authorization == "kubernetes")
+        or settings.server.grpc_authorization == "subjectaccessreview"
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import logging
 import signal
@@ -29,7 +30,7 @@ from autoscaler.web import demo_pki, kubernetes_auth
 from autoscaler.web.auth import AccessControl
 from autoscaler.web.certificates import CertificateFileError
 from autoscaler.web.http_server import ParserLimits, StatusAppRunner
-from autoscaler.web.keys import PROVIDER, READINESS, SELF_METRICS
+from autoscaler.web.keys import ACCESS, PROVIDER, READINESS, SELF_METRICS
 from autoscaler.web.tls import ServerTLS, ServingFiles, ensure_self_signed
 from autoscaler.web.tls_accept import TLSAcceptSite
 
@@ -158,7 +159,11 @@ async def _start_grpc(
         return None
     return await stack.enter_async_context(
         serving_grpc(
-            settings.server, provider=api_app[PROVIDER], self_metrics=api_app[SELF_METRICS], serving=tls.serving
+            settings.server,
+            provider=api_app[PROVIDER],
+            self_metrics=api_app[SELF_METRICS],
+            serving=tls.serving,
+            authorizer=api_app[ACCESS].grpc_authorizer,
         )
     )
 
@@ -178,6 +183,11 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
             await _preflight(kube, settings)
         pipeline = await stack.enter_async_context(open_pipeline(settings, kube))
         access = await build_access(settings, kube)
+        if settings.server.grpc_authorization == "subjectaccessreview":
+            if kube is None:  # the demo: no cluster to ask
+                log.warning("server.grpc_authorization subjectaccessreview is off in the demo: no cluster to ask")
+            else:
+                access = dataclasses.replace(access, grpc_authorizer=kubernetes_auth.grpc_authorizer(kube))
         tls = server_tls(settings, access)
         actuator = buffer_actuator(settings, kube, identity)
         api_app, ops_app = create_app(

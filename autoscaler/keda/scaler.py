@@ -9,7 +9,9 @@ Staleness and fallbacks are the provider's, applied per series before the sum, a
 
 Refusals, with the external metrics API's messages: bad metadata or namespace ``INVALID_ARGUMENT``
 (naming the key), a metric not served or no matching series ``NOT_FOUND``, a stale metric whose
-fallback is ``error`` ``UNAVAILABLE``. A message is cut to :data:`MAX_DETAILS` characters: it
+fallback is ``error`` ``UNAVAILABLE``; with an authorizer (``server.grpc_authorization``), a caller
+(its client certificate: CN the user, O the groups) not allowed to get the metric in the trigger's
+namespace ``PERMISSION_DENIED``, asked once per call or stream. A message is cut to :data:`MAX_DETAILS` characters: it
 travels in a response header (``grpc-message``), which clients refuse past 8 KiB.
 """
 
@@ -24,6 +26,7 @@ from typing import Any, NamedTuple, NoReturn
 
 import grpc
 from cachetools import LRUCache
+from cryptography import x509
 
 from autoscaler.keda import externalscaler_pb2 as pb
 from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerServicer
@@ -37,6 +40,8 @@ from autoscaler.keda.metadata import (
     trigger_fields,
 )
 from autoscaler.provider import MetricNotFound, MetricUnavailable, SnapshotProvider
+from autoscaler.web.auth import AccessDenied, Authorizer, User
+from autoscaler.web.certificates import common_name, organizations
 from autoscaler.web.external_metrics import namespace_fault
 
 log = logging.getLogger(__name__)
@@ -80,8 +85,16 @@ def _ceil(value: float) -> int:
 class ExternalScaler(ExternalScalerServicer):
     """The servicer; ``close`` ends the open streams (at shutdown) so callers reconnect elsewhere."""
 
-    def __init__(self, provider: SnapshotProvider, *, recheck_interval_s: float = RECHECK_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        provider: SnapshotProvider,
+        *,
+        recheck_interval_s: float = RECHECK_INTERVAL_S,
+        authorizer: Authorizer | None = None,
+    ) -> None:
         self._provider = provider
+        self._authorizer = authorizer
+        self._callers: LRUCache[bytes, User] = LRUCache(maxsize=1024)
         self._recheck_interval_s = recheck_interval_s
         self._closing = False
         self._wakes: set[asyncio.Event] = set()
@@ -117,6 +130,30 @@ class ExternalScaler(ExternalScalerServicer):
             raise Refusal(grpc.StatusCode.NOT_FOUND, message)
         return trigger
 
+    async def allowed_trigger(self, ref: pb.ScaledObjectRef, context: Context) -> Trigger:
+        """:meth:`trigger`, once the caller may get its metric in its namespace (with an authorizer)."""
+        trigger = self.trigger(ref)
+        if self._authorizer is not None:
+            try:
+                await self._authorizer.authorize(
+                    self._caller(context), namespace=ref.namespace, metric=trigger.metric.lower()
+                )
+            except AccessDenied as denied:
+                code = grpc.StatusCode.UNAUTHENTICATED if denied.status == 401 else grpc.StatusCode.PERMISSION_DENIED
+                raise Refusal(code, str(denied)) from None
+        return trigger
+
+    def _caller(self, context: Context) -> User:
+        """The user the client certificate names (the interceptor has refused certificates naming none)."""
+        pem = b"".join(context.auth_context().get("x509_pem_cert") or [])
+        user = self._callers.get(pem)
+        if user is None:
+            if not pem:
+                raise AccessDenied(401, "Unauthorized")
+            certificate = x509.load_pem_x509_certificate(pem)
+            user = self._callers[pem] = User(username=common_name(certificate), groups=organizations(certificate))
+        return user
+
     @property
     def cached_triggers(self) -> tuple[int, int]:
         """(entries, bytes) in the trigger cache."""
@@ -147,13 +184,13 @@ class ExternalScaler(ExternalScalerServicer):
 
     async def IsActive(self, request: pb.ScaledObjectRef, context: Context) -> pb.IsActiveResponse:
         try:
-            return pb.IsActiveResponse(result=self.active(request, self.trigger(request)))
+            return pb.IsActiveResponse(result=self.active(request, await self.allowed_trigger(request, context)))
         except Refusal as refusal:
             await _refuse(context, refusal)
 
     async def GetMetricSpec(self, request: pb.ScaledObjectRef, context: Context) -> pb.GetMetricSpecResponse:
         try:
-            return self.spec(self.trigger(request))
+            return self.spec(await self.allowed_trigger(request, context))
         except Refusal as refusal:
             await _refuse(context, refusal)
 
@@ -163,7 +200,7 @@ class ExternalScaler(ExternalScalerServicer):
             fault = metric_name_fault(request.metricName)
             if fault is not None:
                 raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, f"invalid metricName: {fault}")
-            trigger = self.trigger(ref)
+            trigger = await self.allowed_trigger(ref, context)
             metric = trigger.metric.lower()
             if request.metricName and request.metricName.lower() != metric:
                 raise Refusal(
@@ -182,7 +219,7 @@ class ExternalScaler(ExternalScalerServicer):
         """The activity now, then again each time it changes; ends with an error status when it has none."""
         last: bool | None = None
         try:
-            trigger = self.trigger(request)
+            trigger = await self.allowed_trigger(request, context)
             async for _ in self._rereads():
                 active = self.active(request, trigger)
                 if active != last:
@@ -200,7 +237,7 @@ class ExternalScaler(ExternalScalerServicer):
         after the first message the stream stays open with nothing new to say until it is closed.
         """
         try:
-            yield self.spec(self.trigger(request))
+            yield self.spec(await self.allowed_trigger(request, context))
         except Refusal as refusal:
             await _refuse(context, refusal)
         async for _ in self._rereads():

@@ -23,6 +23,7 @@ from autoscaler.keda.interceptor import RequestMetrics
 from autoscaler.keda.scaler import RECHECK_INTERVAL_S, ExternalScaler
 from autoscaler.provider import SnapshotProvider
 from autoscaler.server_settings import ServerSettings
+from autoscaler.web.auth import Authorizer
 from autoscaler.web.certificates import CertificateFileError, check_pair, read_certificates
 from autoscaler.web.self_metrics import SelfMetrics
 from autoscaler.web.tls import ServingFiles
@@ -99,6 +100,7 @@ async def serving_grpc(
     self_metrics: SelfMetrics,
     serving: ServingFiles,
     recheck_interval_s: float = RECHECK_INTERVAL_S,
+    authorizer: Authorizer | None = None,
 ) -> AsyncIterator[GrpcListening]:
     """Serve the external scaler on ``settings.grpc_port`` (0: any free port) until the block ends.
 
@@ -118,7 +120,7 @@ async def serving_grpc(
         interceptors=[RequestMetrics(self_metrics, require_user=mutual)],
         options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", MAX_REQUEST_BYTES)],
     )
-    scaler = ExternalScaler(provider, recheck_interval_s=recheck_interval_s)
+    scaler = ExternalScaler(provider, recheck_interval_s=recheck_interval_s, authorizer=authorizer)
     add_ExternalScalerServicer_to_server(scaler, server)
     address = _address(settings.bind_address, settings.grpc_port)
     try:

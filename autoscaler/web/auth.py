@@ -192,6 +192,8 @@ class AccessControl:
 
     authenticator: Authenticator | None
     authorizer: Authorizer | None
+    # KEDA's gRPC port (server.grpc_authorization); None: any client its TLS admits reads every metric.
+    grpc_authorizer: Authorizer | None = None
 
 
 class SubjectAccessReviewAuthorizer:
@@ -199,13 +201,17 @@ class SubjectAccessReviewAuthorizer:
 
     GROUP = "external.metrics.k8s.io"
 
-    def __init__(self, reviewer: AccessReviewer, *, cache_ttl_s: float = 10.0) -> None:
+    def __init__(
+        self, reviewer: AccessReviewer, *, cache_ttl_s: float = 10.0, denied_cache_ttl_s: float | None = None
+    ) -> None:
         self.reviewer = reviewer
-        self._cache: TTLCache[tuple[object, ...], bool] = TTLCache(maxsize=16384, ttl=cache_ttl_s)
+        self._allowed: TTLCache[tuple[object, ...], bool] = TTLCache(maxsize=16384, ttl=cache_ttl_s)
+        denied_ttl_s = cache_ttl_s if denied_cache_ttl_s is None else denied_cache_ttl_s
+        self._denied: TTLCache[tuple[object, ...], bool] = TTLCache(maxsize=16384, ttl=denied_ttl_s)
 
     async def authorize(self, user: User, *, namespace: str, metric: str) -> None:
         key = (user, namespace, metric)
-        allowed = self._cache.get(key)
+        allowed = True if key in self._allowed else False if key in self._denied else None
         if allowed is None:
             try:
                 allowed = await self.reviewer.review_access(
@@ -214,7 +220,7 @@ class SubjectAccessReviewAuthorizer:
             except ReviewUnavailable as error:
                 log.error("SubjectAccessReview failed, refusing the request: %s", error)
                 raise AccessDenied(403, "Forbidden: access could not be reviewed") from None
-            self._cache[key] = allowed
+            (self._allowed if allowed else self._denied)[key] = allowed
         if not allowed:
             raise AccessDenied(
                 403,

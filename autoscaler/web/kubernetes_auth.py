@@ -174,6 +174,19 @@ async def following_authentication(
         yield follower
 
 
+# kube-apiserver's webhook authorizer caches an allow for 5 minutes and a deny for 30 seconds
+# (--authorization-webhook-cache-authorized-ttl, --authorization-webhook-cache-unauthorized-ttl).
+WEBHOOK_ALLOWED_TTL_S = 300.0
+WEBHOOK_DENIED_TTL_S = 30.0
+
+
+def grpc_authorizer(api_client: ApiClient) -> SubjectAccessReviewAuthorizer:
+    """KEDA's gRPC port's SubjectAccessReviews, cached as kube-apiserver's webhook authorizer caches them."""
+    return SubjectAccessReviewAuthorizer(
+        KubeAccessReviewer(api_client), cache_ttl_s=WEBHOOK_ALLOWED_TTL_S, denied_cache_ttl_s=WEBHOOK_DENIED_TTL_S
+    )
+
+
 def kubernetes_authorizer(api_client: ApiClient, auth: AuthSettings) -> SubjectAccessReviewAuthorizer:
     return SubjectAccessReviewAuthorizer(
         KubeAccessReviewer(api_client), cache_ttl_s=auth.authorization_cache_ttl.total_seconds()
