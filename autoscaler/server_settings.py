@@ -80,6 +80,10 @@ class ServerSettings(_Strict):
     # to get the external metric in the trigger's namespace, as the HTTPS API asks; none: any admitted
     # client reads every metric.
     grpc_authorization: Literal["none", "subjectaccessreview"] = "none"
+    # delegated: the plain port's /metrics, inspection API and page need a bearer token allowed (TokenReview,
+    # then a SubjectAccessReview of the path) as controller-runtime's secure metrics serving asks; the
+    # probes stay open. none: anyone who reaches the port reads every served value.
+    http_auth: Literal["none", "delegated"] = "none"
     tls: TLSSettings = TLSSettings()
     # After SIGTERM, /readyz fails at once but both ports keep serving this long, so that endpoints,
     # load balancers and the aggregator stop sending before the listeners close (kube-apiserver's

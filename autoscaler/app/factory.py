@@ -37,6 +37,7 @@ from autoscaler.web.keys import (
     ACCESS,
     BUFFERS,
     CLOCK,
+    HTTP_AUTH,
     METRICS_PROVIDER,
     PROVIDER,
     READINESS,
@@ -45,7 +46,7 @@ from autoscaler.web.keys import (
     UNPLACED,
     Clock,
 )
-from autoscaler.web.middleware import authenticate, errors_and_metrics
+from autoscaler.web.middleware import authenticate, authenticate_plain_port, errors_and_metrics
 from autoscaler.web.page import add_page_routes
 from autoscaler.web.probes import add_metrics_route, add_probe_routes
 from autoscaler.web.readiness import Readiness
@@ -87,6 +88,7 @@ def needs_kubernetes_api(settings: Settings) -> bool:
         or auth.mode == "kubernetes"
         or (auth.mode == "files" and auth.authorization == "kubernetes")
         or settings.server.grpc_authorization == "subjectaccessreview"
+        or settings.server.http_auth == "delegated"
     )
 
 
@@ -216,8 +218,8 @@ def build_api_app(
 def build_ops_app(
     *, provider: SnapshotProvider, readiness: Readiness, self_metrics: SelfMetrics, clock: Clock | None = None
 ) -> web.Application:
-    """The plain-HTTP port: probes, ``/metrics``, the inspection API and the web page."""
-    app = web.Application(middlewares=[errors_and_metrics])
+    """The plain-HTTP port: probes, ``/metrics``, the inspection API and the web page (``HTTP_AUTH`` guards)."""
+    app = web.Application(middlewares=[errors_and_metrics, authenticate_plain_port])
     app[METRICS_PROVIDER] = provider
     app[SNAPSHOTS] = provider
     app[READINESS] = readiness
@@ -254,6 +256,8 @@ def create_app(
     self_metrics.watch_snapshots(lambda: provider.snapshot)
     api_app = build_api_app(provider=provider, access=access, readiness=readiness, self_metrics=self_metrics)
     ops_app = build_ops_app(provider=provider, readiness=readiness, self_metrics=self_metrics)
+    if settings.server.http_auth == "delegated" and kube is not None:
+        ops_app[HTTP_AUTH] = kubernetes_auth.delegated_http_auth(kube, settings.auth)
     api_app[PROVIDER] = provider
 
     def refresh_stats() -> RefreshStats | None:

@@ -183,8 +183,10 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
             await _preflight(kube, settings)
         pipeline = await stack.enter_async_context(open_pipeline(settings, kube))
         access = await build_access(settings, kube)
+        if settings.server.http_auth == "delegated" and kube is None:  # the demo: no cluster to ask
+            log.warning("server.http_auth delegated is off in the demo: no cluster to ask")
         if settings.server.grpc_authorization == "subjectaccessreview":
-            if kube is None:  # the demo: no cluster to ask
+            if kube is None:
                 log.warning("server.grpc_authorization subjectaccessreview is off in the demo: no cluster to ask")
             else:
                 access = dataclasses.replace(access, grpc_authorizer=kubernetes_auth.grpc_authorizer(kube))
@@ -310,7 +312,9 @@ def _announce(settings: Settings, listening: Listening) -> None:
         mutual = " (mutual TLS)" if settings.server.grpc_client_ca_file is not None else ""
         log.info("KEDA external scaler (gRPC over TLS%s) on %s:%d", mutual, shown, listening.grpc_port)
     if listening.http_port:
-        log.info("probes and /metrics on http://%s:%d", shown, listening.http_port)
+        delegated = settings.server.http_auth == "delegated" and not settings.demo.enabled
+        guard = "bearer tokens reviewed by Kubernetes" if delegated else "no authentication: server.http_auth none"
+        log.info("probes and /metrics on http://%s:%d (%s; probes open)", shown, listening.http_port, guard)
     if settings.demo.enabled:
         kubeconfig = settings.state_dir / "kubeconfig"
         log.info(

@@ -58,6 +58,10 @@ class AccessReviewer(Protocol):
     async def review_access(self, user: User, *, verb: str, group: str, resource: str, namespace: str) -> bool: ...
 
 
+class PathAccessReviewer(Protocol):
+    async def review_path_access(self, user: User, *, verb: str, path: str) -> bool: ...
+
+
 @dataclass(frozen=True)
 class RequestHeaderConfig:
     """Who may assert users through headers, and which headers carry them."""
@@ -227,6 +231,45 @@ class SubjectAccessReviewAuthorizer:
                 f'{self.GROUP} "{metric}" is forbidden: User "{user.username}" cannot get resource "{metric}" '
                 f'in API group "{self.GROUP}" in the namespace "{namespace}"',
             )
+
+
+class DelegatedHTTPAuth:
+    """The plain port's ``server.http_auth: delegated``, as controller-runtime's secure metrics serving
+    and kube-rbac-proxy do it: a bearer token checked with a TokenReview names the user, a
+    SubjectAccessReview of the URL path and verb (non-resource attributes) decides. Fails closed."""
+
+    def __init__(self, tokens: TokenReviewer, paths: PathAccessReviewer, *, cache_ttl_s: float = 10.0) -> None:
+        self._tokens = tokens
+        self._paths = paths
+        self._users: TTLCache[str, User | None] = TTLCache(maxsize=4096, ttl=cache_ttl_s)
+        self._verdicts: TTLCache[tuple[User, str, str], bool] = TTLCache(maxsize=16384, ttl=cache_ttl_s)
+
+    async def check(self, authorization: str, *, method: str, path: str) -> User:
+        """The user, if the ``Authorization`` header's token may ``method`` ``path``; else AccessDenied."""
+        scheme, _, token = authorization.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise AccessDenied(401, "Unauthorized")
+        if token not in self._users:
+            try:
+                self._users[token] = await self._tokens.review_token(token)
+            except ReviewUnavailable as error:
+                log.error("TokenReview failed, refusing the plain port's request: %s", error)
+                raise AccessDenied(401, "Unauthorized: the token could not be reviewed") from None
+        user = self._users[token]
+        if user is None:
+            raise AccessDenied(401, "Unauthorized")
+        verb = "get" if method in ("GET", "HEAD") else method.lower()
+        key = (user, verb, path)
+        if key not in self._verdicts:
+            try:
+                self._verdicts[key] = await self._paths.review_path_access(user, verb=verb, path=path)
+            except ReviewUnavailable as error:
+                log.error("SubjectAccessReview failed, refusing the plain port's request: %s", error)
+                raise AccessDenied(403, "Forbidden: access could not be reviewed") from None
+        if not self._verdicts[key]:
+            raise AccessDenied(403, f'Forbidden: User "{user.username}" cannot {verb} path "{path}"')
+        return user
 
 
 __all__ = ["AccessDenied", "Authenticator", "Authorizer", "ReviewUnavailable", "User"]

@@ -78,6 +78,13 @@ def log_lines(demo: DemoProcess, pattern: str) -> list[str]:
     return [line for line in demo.lines if re.search(pattern, line)]
 
 
+def test_the_demo_says_its_plain_port_needs_no_authentication(demo):
+    assert re.search(
+        r"probes and /metrics on http://127\.0\.0\.1:\d+ \(no authentication: server\.http_auth none; probes open\)",
+        demo.start_log,
+    ), demo.start_log
+
+
 async def test_restored_values_from_the_future_or_not_numbers_are_dropped_naming_them(demo):
     path = demo.state / persistence.FILE_NAME
     await demo.wait_for_log(
