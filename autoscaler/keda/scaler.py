@@ -11,8 +11,9 @@ Refusals, with the external metrics API's messages: bad metadata or namespace ``
 (naming the key), a metric not served or no matching series ``NOT_FOUND``, a stale metric whose
 fallback is ``error`` ``UNAVAILABLE``; with an authorizer (``server.grpc_authorization``), a caller
 (its client certificate: CN the user, O the groups) not allowed to get the metric in the trigger's
-namespace ``PERMISSION_DENIED``, asked once per call or stream. A message is cut to :data:`MAX_DETAILS` characters: it
-travels in a response header (``grpc-message``), which clients refuse past 8 KiB.
+namespace ``PERMISSION_DENIED``, asked once per call or stream. A message is cut to
+:data:`MAX_DETAILS` characters: it travels in a response header (``grpc-message``), which clients
+refuse past 8 KiB.
 """
 
 from __future__ import annotations
