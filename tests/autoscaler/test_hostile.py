@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import socket
 import ssl
 import time
 
@@ -224,3 +226,31 @@ async def test_a_proxy_name_not_allowed_is_counted_each_time_and_logged_once(api
         )
     ]
     assert 'gpu_autoscaler_auth_failures_total{code="401"} 5.0' in await ops_metrics(api_server)
+
+
+def send_without_reading(server: RunningServer, limit_s: float) -> tuple[float, str]:
+    """Pipeline requests and never read an answer; (seconds until the server cut us off, how)."""
+    context = server.ssl_context(server.pki.alice)
+    raw = socket.create_connection(("127.0.0.1", server.listening.secure_port), timeout=limit_s)
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    request = f"GET {PREFIX}/namespaces/default/gpu_headroom HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+    started = time.monotonic()
+    with context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+        try:
+            while time.monotonic() - started < limit_s:
+                sock.sendall(request * 50)
+        except (OSError, ssl.SSLError) as error:  # TimeoutError too: then the server never cut us off
+            return time.monotonic() - started, type(error).__name__
+    return time.monotonic() - started, "never"
+
+
+async def test_a_client_that_never_reads_is_cut_off_after_the_idle_timeout(api_server, caplog):
+    with caplog.at_level(logging.WARNING, logger="autoscaler.web.tls_accept"):
+        elapsed, how = await asyncio.to_thread(send_without_reading, api_server, 15.0)
+    assert how in ("ConnectionResetError", "SSLEOFError", "BrokenPipeError"), how
+    assert elapsed < 6  # idle_timeout is 1 s in the fixture: stalled for 1 s, seen within the next 0.5 s
+    (record,) = caplog.records
+    assert re.fullmatch(
+        r"connection from 127\.0\.0\.1:\d+ aborted: \d+ bytes of answers unread for 1 s", record.getMessage()
+    ), record.getMessage()
+    await still_serving(api_server)
