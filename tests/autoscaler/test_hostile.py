@@ -254,3 +254,18 @@ async def test_a_client_that_never_reads_is_cut_off_after_the_idle_timeout(api_s
         r"connection from 127\.0\.0\.1:\d+ aborted: \d+ bytes of answers unread for 1 s", record.getMessage()
     ), record.getMessage()
     await still_serving(api_server)
+
+
+async def test_a_selector_bound_go_would_not_parse_is_a_400(api_server):
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(
+            api_server.base_url + f"{PREFIX}/namespaces/default/gpu_headroom",
+            params={"labelSelector": "pool>1_000"},
+            ssl=api_server.ssl_context(api_server.pki.alice),
+        ) as response,
+    ):
+        assert response.status == 400
+        assert (await response.json())["message"] == (
+            "invalid labelSelector: for '>' the value must be an integer, got '1_000'"
+        )
