@@ -37,7 +37,6 @@ from autoscaler.web.keys import (
     ACCESS,
     BUFFERS,
     CLOCK,
-    HTTP_AUTH,
     METRICS_PROVIDER,
     PROVIDER,
     READINESS,
@@ -87,8 +86,7 @@ def needs_kubernetes_api(settings: Settings) -> bool:
         or settings.publication.enabled
         or auth.mode == "kubernetes"
         or (auth.mode == "files" and auth.authorization == "kubernetes")
-        or settings.server.grpc_authorization == "subjectaccessreview"
-        or settings.server.http_auth == "delegated"
+        or settings.server.grpc_authorization != "none" or settings.server.http_auth != "none"
     )
 
 
@@ -218,7 +216,7 @@ def build_api_app(
 def build_ops_app(
     *, provider: SnapshotProvider, readiness: Readiness, self_metrics: SelfMetrics, clock: Clock | None = None
 ) -> web.Application:
-    """The plain-HTTP port: probes, ``/metrics``, the inspection API and the web page (``HTTP_AUTH`` guards)."""
+    """The plain-HTTP port: probes, ``/metrics``, the inspection API and the web page (``HTTP_AUTH`` guards it)."""
     app = web.Application(middlewares=[errors_and_metrics, authenticate_plain_port])
     app[METRICS_PROVIDER] = provider
     app[SNAPSHOTS] = provider
@@ -256,8 +254,6 @@ def create_app(
     self_metrics.watch_snapshots(lambda: provider.snapshot)
     api_app = build_api_app(provider=provider, access=access, readiness=readiness, self_metrics=self_metrics)
     ops_app = build_ops_app(provider=provider, readiness=readiness, self_metrics=self_metrics)
-    if settings.server.http_auth == "delegated" and kube is not None:
-        ops_app[HTTP_AUTH] = kubernetes_auth.delegated_http_auth(kube, settings.auth)
     api_app[PROVIDER] = provider
 
     def refresh_stats() -> RefreshStats | None:

@@ -30,7 +30,7 @@ from autoscaler.web import demo_pki, kubernetes_auth
 from autoscaler.web.auth import AccessControl
 from autoscaler.web.certificates import CertificateFileError
 from autoscaler.web.http_server import ParserLimits, StatusAppRunner
-from autoscaler.web.keys import ACCESS, PROVIDER, READINESS, SELF_METRICS
+from autoscaler.web.keys import ACCESS, HTTP_AUTH, PROVIDER, READINESS, SELF_METRICS
 from autoscaler.web.tls import ServerTLS, ServingFiles, ensure_self_signed
 from autoscaler.web.tls_accept import TLSAcceptSite
 
@@ -195,6 +195,7 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
         api_app, ops_app = create_app(
             settings, pipeline=pipeline, access=access, actuator=actuator, kube=kube, identity=identity
         )
+        guard_plain_port(settings, ops_app, kube)
         if kube is not None and settings.auth.mode == "kubernetes" and access.authenticator is not None:
             follower = await stack.enter_async_context(
                 kubernetes_auth.following_authentication(
@@ -207,6 +208,12 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
             )
             api_app[READINESS].notes["authentication"] = follower.note
         await _serve_until_stopped(settings, api_app, ops_app, tls, stop)
+
+
+def guard_plain_port(settings: Settings, ops_app: web.Application, kube: ApiClient | None) -> None:
+    """``server.http_auth: delegated``: the plain port asks Kubernetes about each bearer token (not in the demo)."""
+    if settings.server.http_auth == "delegated" and kube is not None:
+        ops_app[HTTP_AUTH] = kubernetes_auth.delegated_http_auth(kube, settings.auth)
 
 
 async def _preflight(kube: ApiClient, settings: Settings) -> None:

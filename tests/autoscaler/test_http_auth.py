@@ -14,7 +14,7 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 
 from autoscaler.app.factory import build_access, client_ca_pems, create_app
-from autoscaler.app.serving import running
+from autoscaler.app.serving import guard_plain_port, running
 from autoscaler.pipeline import Pipeline
 from autoscaler.plans import RefreshSettings
 from autoscaler.provider import SnapshotProvider
@@ -64,6 +64,7 @@ async def plain_port(pki: PKI, tmp_path: Path, fake_kube: FakeKube, kube_api: Ap
     api_app, ops_app = create_app(
         settings, pipeline=pipeline, access=access, provider=provider, readiness=Readiness(ready=True), kube=kube_api
     )
+    guard_plain_port(settings, ops_app, kube_api)  # as serve does
     tls = ServerTLS(ServingFiles(pki.serving_cert, pki.serving_key), client_ca_pems(access))
     async with running(settings, api_app=api_app, ops_app=ops_app, tls=tls) as listening:
         yield f"http://127.0.0.1:{listening.http_port}"
