@@ -20,6 +20,7 @@ from kubernetes_asyncio.client import (
     AuthenticationV1Api,
     AuthorizationV1Api,
     CoreV1Api,
+    V1NonResourceAttributes,
     V1ResourceAttributes,
     V1SubjectAccessReview,
     V1SubjectAccessReviewSpec,
@@ -132,6 +133,29 @@ async def review_access(
             resource_attributes=V1ResourceAttributes(
                 verb=verb, group=group, resource=resource, namespace=namespace, name=name or None
             ),
+        ),
+    )
+    answer = await read_json(
+        AuthorizationV1Api(api_client).create_subject_access_review(body, _preload_content=False),
+        "create subjectaccessreview",
+    )
+    status = answer.get("status") or {}
+    return status.get("allowed") is True and status.get("denied") is not True
+
+
+async def review_path_access(api_client: ApiClient, user: UserInfo, verb: str, path: str) -> bool:
+    """Whether ``user`` may ``verb`` the URL ``path`` (a SubjectAccessReview of non-resource attributes,
+    as kube-rbac-proxy and controller-runtime's secure metrics serving ask). Raises ``KubeError`` when
+    there is no answer."""
+    body = V1SubjectAccessReview(
+        api_version="authorization.k8s.io/v1",
+        kind="SubjectAccessReview",
+        spec=V1SubjectAccessReviewSpec(
+            user=user.username,
+            groups=list(user.groups),
+            uid=user.uid or None,
+            extra={key: list(values) for key, values in user.extra.items()} or None,
+            non_resource_attributes=V1NonResourceAttributes(path=path, verb=verb),
         ),
     )
     answer = await read_json(

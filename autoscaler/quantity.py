@@ -1,9 +1,28 @@
-"""Formatting served values as Kubernetes quantity strings ("12", "1500m")."""
+"""Formatting served values as Kubernetes quantity strings ("12", "1500m"), and reading numbers from
+outside strictly: plain decimals only, finite and normal (Python's ``float`` would take "1_000",
+"infinity" and subnormals such as 1e-320, none of which a manifest or a saved value means)."""
 
 from __future__ import annotations
 
 import math
+import re
+import sys
 from decimal import ROUND_CEILING, Decimal
+
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def is_normal_number(value: float) -> bool:
+    """Finite, and zero or a normal float: a subnormal (below 2.2e-308) is a typo or an attack."""
+    return math.isfinite(value) and (value == 0 or abs(value) >= sys.float_info.min)
+
+
+def parse_decimal(text: str) -> float | None:
+    """``text`` (plain decimal, as Go's strconv.ParseFloat reads KEDA's metadata) as a normal number, else ``None``."""
+    if not _DECIMAL.fullmatch(text):
+        return None
+    value = float(text)
+    return value if is_normal_number(value) else None
 
 
 def format_quantity(value: float) -> str:

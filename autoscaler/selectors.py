@@ -18,6 +18,18 @@ _NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 _DNS_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
 _NAME_RE = re.compile(rf"^{_NAME}$")
 _PREFIX_RE = re.compile(rf"^{_DNS_LABEL}(\.{_DNS_LABEL})*$")
+# Go's strconv.ParseInt(s, 10, 64), which labels.Parse and the matcher use: ASCII digits, no "1_000".
+_INT64 = re.compile(r"[+-]?[0-9]+")
+_INT64_RANGE = range(-(2**63), 2**63)
+
+
+def parse_int64(text: str) -> int | None:
+    """``text`` as Go's ``strconv.ParseInt(text, 10, 64)`` reads it, else ``None`` (Python's ``int`` would
+    take "1_000", " 5" and other scripts' digits)."""
+    if len(text) > 20 or not _INT64.fullmatch(text):
+        return None
+    value = int(text)
+    return value if value in _INT64_RANGE else None
 
 
 class SelectorError(ValueError):
@@ -54,11 +66,9 @@ class Requirement:
         # > and < compare integers; a label that is not an integer never matches (as in Kubernetes).
         if not present:
             return False
-        try:
-            actual = int(labels[self.key])
-        except ValueError:
+        actual, bound = parse_int64(labels[self.key]), parse_int64(self.values[0])
+        if actual is None or bound is None:
             return False
-        bound = int(self.values[0])
         return actual > bound if self.operator is Operator.GREATER_THAN else actual < bound
 
 
@@ -185,10 +195,8 @@ class _Parser:
             return Requirement(key, Operator.NOT_EQUALS if text == "!=" else Operator.EQUALS, (value,))
         if kind == "op" and text in (">", "<"):
             value = self.single_value(allow_empty=False)
-            try:
-                int(value)
-            except ValueError:
-                raise SelectorError(f"for '{text}' the value must be an integer, got {value!r}") from None
+            if parse_int64(value) is None:
+                raise SelectorError(f"for '{text}' the value must be an integer, got {value!r}")
             return Requirement(key, Operator.GREATER_THAN if text == ">" else Operator.LESS_THAN, (value,))
         raise SelectorError(f"unknown operator {text!r} at position {position} in {self.text!r}")
 

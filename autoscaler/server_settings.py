@@ -76,6 +76,14 @@ class ServerSettings(_Strict):
     # CA bundle that KEDA's client certificate (trigger key tlsClientCert) must chain to: when set the
     # gRPC port requires mutual TLS; when unset it asks for no client certificate. The demo sets its CA.
     grpc_client_ca_file: Path | None = None
+    # subjectaccessreview: each gRPC call's client certificate (CN the user, O the groups) must be allowed
+    # to get the external metric in the trigger's namespace, as the HTTPS API asks; none: any admitted
+    # client reads every metric.
+    grpc_authorization: Literal["none", "subjectaccessreview"] = "none"
+    # delegated: the plain port's /metrics, inspection API and page need a bearer token allowed (TokenReview,
+    # then a SubjectAccessReview of the path) as controller-runtime's secure metrics serving asks; the
+    # probes stay open. none: anyone who reaches the port reads every served value.
+    http_auth: Literal["none", "delegated"] = "none"
     tls: TLSSettings = TLSSettings()
     # After SIGTERM, /readyz fails at once but both ports keep serving this long, so that endpoints,
     # load balancers and the aggregator stop sending before the listeners close (kube-apiserver's
@@ -91,6 +99,14 @@ class ServerSettings(_Strict):
     max_request_line_bytes: int = Field(default=65_536, ge=1_024, le=1_048_576)
     max_header_field_bytes: int = Field(default=16_384, ge=1_024, le=1_048_576)
     max_headers: int = Field(default=256, ge=16, le=10_000)
+
+    @model_validator(mode="after")
+    def _grpc_identity(self) -> ServerSettings:
+        if self.grpc_authorization == "subjectaccessreview" and self.grpc_client_ca_file is None:
+            raise ValueError(
+                "grpc_authorization subjectaccessreview needs grpc_client_ca_file: the caller is its client certificate"
+            )
+        return self
 
     @model_validator(mode="after")
     def _ports_differ(self) -> ServerSettings:

@@ -6,6 +6,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
 from autoscaler.web.certificates import KeyPair, generate_ca, issue_certificate
 
 
@@ -65,3 +70,25 @@ def make_pki(directory: Path) -> PKI:
         ),
         serving_ca_pair=cluster,
     )
+
+
+def without_common_name(pki: PKI, directory: Path) -> Client:
+    """A client certificate from the client CA with no CN, only ``O=system:masters`` (the probe's)."""
+    authority = pki.serving_ca_pair
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.now(UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "system:masters")]))
+        .issuer_name(authority.certificate.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(authority.key, hashes.SHA256())
+    )
+    client = Client(directory / "no-cn.crt", directory / "no-cn.key")
+    KeyPair(certificate, key).write(client.cert, client.key)
+    return client

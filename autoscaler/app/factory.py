@@ -49,7 +49,7 @@ from autoscaler.web.keys import (
     UNPLACED,
     Clock,
 )
-from autoscaler.web.middleware import authenticate, errors_and_metrics
+from autoscaler.web.middleware import authenticate, authenticate_plain_port, errors_and_metrics
 from autoscaler.web.page import add_page_routes
 from autoscaler.web.probes import add_metrics_route, add_probe_routes
 from autoscaler.web.readiness import Readiness
@@ -90,6 +90,8 @@ def needs_kubernetes_api(settings: Settings) -> bool:
         or settings.publication.enabled
         or auth.mode == "kubernetes"
         or (auth.mode == "files" and auth.authorization == "kubernetes")
+        or settings.server.grpc_authorization != "none"
+        or settings.server.http_auth != "none"
     )
 
 
@@ -220,8 +222,8 @@ def build_api_app(
 def build_ops_app(
     *, provider: SnapshotProvider, readiness: Readiness, self_metrics: SelfMetrics, clock: Clock | None = None
 ) -> web.Application:
-    """The plain-HTTP port: probes, ``/metrics``, the inspection API and the web page."""
-    app = web.Application(middlewares=[errors_and_metrics])
+    """The plain-HTTP port: probes, ``/metrics``, the inspection API and the web page (``HTTP_AUTH`` guards it)."""
+    app = web.Application(middlewares=[errors_and_metrics, authenticate_plain_port])
     app[METRICS_PROVIDER] = provider
     app[SNAPSHOTS] = provider
     app[READINESS] = readiness

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import logging
 import signal
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -19,7 +20,7 @@ from adapters.kube_client import KubeClientSettings, create_api_client
 from adapters.leases import own_identity
 from autoscaler import __version__
 from autoscaler.app.factory import buffer_actuator, build_access, client_ca_pems, create_app, needs_kubernetes_api
-from autoscaler.keda.server import serving_grpc
+from autoscaler.keda.server import GrpcListening, serving_grpc
 from autoscaler.kube_inputs import watch_settings
 from autoscaler.pipeline import open_pipeline
 from autoscaler.preflight import PreflightFailed, run_checks
@@ -29,7 +30,7 @@ from autoscaler.web import demo_pki, kubernetes_auth
 from autoscaler.web.auth import AccessControl
 from autoscaler.web.certificates import CertificateFileError
 from autoscaler.web.http_server import ParserLimits, StatusAppRunner
-from autoscaler.web.keys import PROVIDER, READINESS, SELF_METRICS
+from autoscaler.web.keys import ACCESS, HTTP_AUTH, PROVIDER, READINESS, SELF_METRICS
 from autoscaler.web.tls import ServerTLS, ServingFiles, ensure_self_signed
 from autoscaler.web.tls_accept import TLSAcceptSite
 
@@ -80,11 +81,17 @@ def prepare_demo(settings: Settings) -> Settings:
     )
 
 
+def _nothing_to_end() -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class Listening:
     secure_port: int
     http_port: int | None
     grpc_port: int | None = None
+    # Ends KEDA's open gRPC streams with OK (their callers reconnect, to a replica that stays).
+    end_streams: Callable[[], None] = _nothing_to_end
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -121,7 +128,7 @@ async def running(
     http_socket = _bind(host, server.http_port) if server.http_port is not None else None
     stack = contextlib.AsyncExitStack()
     try:
-        grpc_port = await _start_grpc(stack, settings, api_app, tls)
+        grpc = await _start_grpc(stack, settings, api_app, tls)
         await runners[0].setup()
         await TLSAcceptSite(
             runners[0], secure_socket, context=lambda: tls.context, handshake_timeout_s=idle, on_refused=refused.inc
@@ -133,7 +140,8 @@ async def running(
             yield Listening(
                 secure_port=secure_socket.getsockname()[1],
                 http_port=http_socket.getsockname()[1] if http_socket is not None else None,
-                grpc_port=grpc_port,
+                grpc_port=grpc.port if grpc is not None else None,
+                end_streams=grpc.scaler.close if grpc is not None else _nothing_to_end,
             )
     finally:
         log.info("shutting down: draining in-flight requests for up to %.0f s", grace)
@@ -145,16 +153,19 @@ async def running(
 
 async def _start_grpc(
     stack: contextlib.AsyncExitStack, settings: Settings, api_app: web.Application, tls: ServerTLS
-) -> int | None:
-    """Start KEDA's external scaler on ``stack`` if its port is switched on; its port, or ``None``."""
+) -> GrpcListening | None:
+    """Start KEDA's external scaler on ``stack`` if its port is switched on; ``None`` if it is not."""
     if settings.server.grpc_port is None:
         return None
-    listening = await stack.enter_async_context(
+    return await stack.enter_async_context(
         serving_grpc(
-            settings.server, provider=api_app[PROVIDER], self_metrics=api_app[SELF_METRICS], serving=tls.serving
+            settings.server,
+            provider=api_app[PROVIDER],
+            self_metrics=api_app[SELF_METRICS],
+            serving=tls.serving,
+            authorizer=api_app[ACCESS].grpc_authorizer,
         )
     )
-    return listening.port
 
 
 async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
@@ -172,11 +183,19 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
             await _preflight(kube, settings)
         pipeline = await stack.enter_async_context(open_pipeline(settings, kube))
         access = await build_access(settings, kube)
+        if settings.server.http_auth == "delegated" and kube is None:  # the demo: no cluster to ask
+            log.warning("server.http_auth delegated is off in the demo: no cluster to ask")
+        if settings.server.grpc_authorization == "subjectaccessreview":
+            if kube is None:
+                log.warning("server.grpc_authorization subjectaccessreview is off in the demo: no cluster to ask")
+            else:
+                access = dataclasses.replace(access, grpc_authorizer=kubernetes_auth.grpc_authorizer(kube))
         tls = server_tls(settings, access)
         actuator = buffer_actuator(settings, kube, identity)
         api_app, ops_app = create_app(
             settings, pipeline=pipeline, access=access, actuator=actuator, kube=kube, identity=identity
         )
+        guard_plain_port(settings, ops_app, kube)
         if kube is not None and settings.auth.mode == "kubernetes" and access.authenticator is not None:
             follower = await stack.enter_async_context(
                 kubernetes_auth.following_authentication(
@@ -189,6 +208,12 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
             )
             api_app[READINESS].notes["authentication"] = follower.note
         await _serve_until_stopped(settings, api_app, ops_app, tls, stop)
+
+
+def guard_plain_port(settings: Settings, ops_app: web.Application, kube: ApiClient | None) -> None:
+    """``server.http_auth: delegated``: the plain port asks Kubernetes about each bearer token (not in the demo)."""
+    if settings.server.http_auth == "delegated" and kube is not None:
+        ops_app[HTTP_AUTH] = kubernetes_auth.delegated_http_auth(kube, settings.auth)
 
 
 async def _preflight(kube: ApiClient, settings: Settings) -> None:
@@ -249,6 +274,9 @@ async def _serve_until_stopped(
             await _check_demo_kubeconfig(settings, listening, tls)
         _announce(settings, listening)
         await stop.wait()
+        # Streams end now, not after the delay: their callers reconnect while this replica still answers
+        # unary calls, and KEDA moves to a replica that stays sooner.
+        listening.end_streams()
         delay = settings.server.shutdown_delay.total_seconds()
         if delay > 0 and not hurry.is_set():
             log.info("shutting down: /readyz fails now; serving %.1f s more (server.shutdown_delay)", delay)
@@ -291,7 +319,9 @@ def _announce(settings: Settings, listening: Listening) -> None:
         mutual = " (mutual TLS)" if settings.server.grpc_client_ca_file is not None else ""
         log.info("KEDA external scaler (gRPC over TLS%s) on %s:%d", mutual, shown, listening.grpc_port)
     if listening.http_port:
-        log.info("probes and /metrics on http://%s:%d", shown, listening.http_port)
+        delegated = settings.server.http_auth == "delegated" and not settings.demo.enabled
+        guard = "bearer tokens reviewed by Kubernetes" if delegated else "no authentication: server.http_auth none"
+        log.info("probes and /metrics on http://%s:%d (%s; probes open)", shown, listening.http_port, guard)
     if settings.demo.enabled:
         kubeconfig = settings.state_dir / "kubeconfig"
         log.info(

@@ -147,6 +147,10 @@ def serve(
         settings = settings.model_copy(update={"server": settings.server.model_copy(update={"grpc_port": None})})
     if settings.demo.enabled and not settings.server.is_loopback:
         raise click.UsageError("the demo binds to a loopback address only (it trusts its own local CA)")
+    if settings.server.grpc_port is not None or settings.demo.enabled:  # the demo serves gRPC unless told
+        from autoscaler.keda.core_log import route_core_log
+
+        route_core_log()  # before logging is configured: its handler keeps the original stderr
     configure_logging(settings.log_level, settings.log_format)
     import uvloop
 

@@ -1,6 +1,15 @@
 """What every gRPC call passes through, as every HTTP request passes ``web.middleware``: request
 metrics (``gpu_autoscaler_grpc_*`` on the service's registry) and an internal error answered
-``INTERNAL`` with a message that leaks nothing, the exception logged."""
+``INTERNAL`` with a message that leaks nothing, the exception logged.
+
+Before the service sees a call, two refusals that are counted like any other call and logged at
+most once per interval (``ThrottledLog``):
+
+- a request message that is not valid protobuf is ``INVALID_ARGUMENT`` (gRPC itself would answer
+  ``UNKNOWN`` with the exception's text, uncounted, with a traceback per call);
+- with mutual TLS, a client certificate that names no user (no CN) is ``UNAUTHENTICATED``, as
+  kube-apiserver answers 401 to an empty user name.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +19,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NoReturn, cast
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from autoscaler.web.self_metrics import SelfMetrics
+from autoscaler.web.throttled_log import ThrottledLog
 
 log = logging.getLogger(__name__)
 
@@ -19,6 +30,32 @@ Context = grpc.aio.ServicerContext[Any, Any]
 Unary = Callable[[Any, Context], Awaitable[Any]]
 Streaming = Callable[[Any, Context], AsyncIterator[Any]]
 INTERNAL_MESSAGE = "Internal error occurred: the request could not be served"
+UNAUTHENTICATED_MESSAGE = "Unauthorized: the client certificate names no user (its CN is empty)"
+Deserializer = Callable[[bytes], Any]
+
+
+class MalformedRequest:
+    """What the checked deserializer hands on instead of a message it refused; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def checked(deserialize: Deserializer) -> Deserializer:
+    """``deserialize``, but a message that is not valid protobuf becomes a :class:`MalformedRequest`."""
+
+    def deserialize_checked(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except DecodeError:
+            return MalformedRequest("the request message is not valid protobuf")
+
+    return deserialize_checked
+
+
+def _names_a_user(context: Context) -> bool:
+    names = context.auth_context().get("x509_common_name") or []
+    return any(name.strip() for name in names)
 
 
 def _code(context: Context, error: BaseException | None) -> str:
@@ -38,10 +75,25 @@ async def _internal_error(context: Context, method: str) -> NoReturn:
 
 
 class RequestMetrics(grpc.aio.ServerInterceptor):
-    """Counts every call by method and final status, times unary calls, gauges open streams."""
+    """Counts every call by method and final status, times unary calls, gauges open streams; refuses
+    malformed requests and, with ``require_user`` (mutual TLS), certificates that name no user."""
 
-    def __init__(self, metrics: SelfMetrics) -> None:
+    def __init__(self, metrics: SelfMetrics, *, require_user: bool = False) -> None:
         self._metrics = metrics
+        self._require_user = require_user
+        self._malformed_log = ThrottledLog(log)
+        self._unauthenticated_log = ThrottledLog(log)
+
+    async def _admit(self, method: str, request: Any, context: Context) -> None:
+        """Abort the call (counted by the caller) if it is malformed or names no user."""
+        if self._require_user and not _names_a_user(context):
+            self._unauthenticated_log.warning(
+                "gRPC %s from %s refused: no user in its client certificate (empty CN)", method, context.peer()
+            )
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, UNAUTHENTICATED_MESSAGE)
+        if isinstance(request, MalformedRequest):
+            self._malformed_log.warning("malformed gRPC %s from %s refused: %s", method, context.peer(), request.reason)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed request: {request.reason}")
 
     async def intercept_service(
         self,
@@ -56,13 +108,13 @@ class RequestMetrics(grpc.aio.ServerInterceptor):
         if handler is not None and handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 self._unary(method, cast(Unary, handler.unary_unary)),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=checked(handler.request_deserializer or bytes),
                 response_serializer=handler.response_serializer,
             )
         if handler is not None and handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
                 self._streaming(method, cast(Streaming, handler.unary_stream)),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=checked(handler.request_deserializer or bytes),
                 response_serializer=handler.response_serializer,
             )
         return handler
@@ -72,6 +124,7 @@ class RequestMetrics(grpc.aio.ServerInterceptor):
             started = time.perf_counter()
             failure: BaseException | None = None
             try:
+                await self._admit(method, request, context)
                 return await behaviour(request, context)
             except grpc.aio.AbortError as error:  # a refusal the servicer chose
                 failure = error
@@ -93,6 +146,7 @@ class RequestMetrics(grpc.aio.ServerInterceptor):
             failure: BaseException | None = None
             self._metrics.grpc_streams.labels(method).inc()
             try:
+                await self._admit(method, request, context)
                 async for response in behaviour(request, context):
                     yield response
             except grpc.aio.AbortError as error:

@@ -9,7 +9,11 @@ Staleness and fallbacks are the provider's, applied per series before the sum, a
 
 Refusals, with the external metrics API's messages: bad metadata or namespace ``INVALID_ARGUMENT``
 (naming the key), a metric not served or no matching series ``NOT_FOUND``, a stale metric whose
-fallback is ``error`` ``UNAVAILABLE``.
+fallback is ``error`` ``UNAVAILABLE``; with an authorizer (``server.grpc_authorization``), a caller
+(its client certificate: CN the user, O the groups) not allowed to get the metric in the trigger's
+namespace ``PERMISSION_DENIED``, asked once per call or stream. A message is cut to
+:data:`MAX_DETAILS` characters: it travels in a response header (``grpc-message``), which clients
+refuse past 8 KiB.
 """
 
 from __future__ import annotations
@@ -19,15 +23,26 @@ import contextlib
 import logging
 import math
 from collections.abc import AsyncIterator
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 import grpc
 from cachetools import LRUCache
+from cryptography import x509
 
 from autoscaler.keda import externalscaler_pb2 as pb
 from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerServicer
-from autoscaler.keda.metadata import MetadataError, Trigger, parse_trigger
+from autoscaler.keda.metadata import (
+    MetadataError,
+    Trigger,
+    TriggerFields,
+    metric_name_fault,
+    parse_fields,
+    shown,
+    trigger_fields,
+)
 from autoscaler.provider import MetricNotFound, MetricUnavailable, SnapshotProvider
+from autoscaler.web.auth import AccessDenied, Authorizer, User
+from autoscaler.web.certificates import common_name, organizations
 from autoscaler.web.external_metrics import namespace_fault
 
 log = logging.getLogger(__name__)
@@ -35,6 +50,11 @@ log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
 # Streams re-read at least this often besides every snapshot swap: a value turns stale with time alone.
 RECHECK_INTERVAL_S = 5.0
+MAX_DETAILS = 1024
+# The trigger cache's bound, in characters of the fields it is keyed by (plus an overhead per entry
+# for the parsed trigger): thousands of real triggers, at most a few MiB whatever callers send.
+TRIGGER_CACHE_BYTES = 1024 * 1024
+TRIGGER_OVERHEAD_BYTES = 512
 
 
 class Refusal(Exception):
@@ -47,8 +67,15 @@ class Refusal(Exception):
 
 
 async def _refuse(context: Context, refusal: Refusal) -> NoReturn:
-    await context.abort(refusal.code, refusal.details)
+    await context.abort(refusal.code, shown(refusal.details, MAX_DETAILS))
     raise AssertionError("unreachable: abort raises")  # pragma: no cover
+
+
+class _CachedTrigger(NamedTuple):
+    """A parsed trigger and its weight (LRUCache weighs values, and the key is what grows)."""
+
+    trigger: Trigger
+    size: int
 
 
 def _ceil(value: float) -> int:
@@ -59,12 +86,22 @@ def _ceil(value: float) -> int:
 class ExternalScaler(ExternalScalerServicer):
     """The servicer; ``close`` ends the open streams (at shutdown) so callers reconnect elsewhere."""
 
-    def __init__(self, provider: SnapshotProvider, *, recheck_interval_s: float = RECHECK_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        provider: SnapshotProvider,
+        *,
+        recheck_interval_s: float = RECHECK_INTERVAL_S,
+        authorizer: Authorizer | None = None,
+    ) -> None:
         self._provider = provider
+        self._authorizer = authorizer
+        self._callers: LRUCache[bytes, User] = LRUCache(maxsize=1024)
         self._recheck_interval_s = recheck_interval_s
         self._closing = False
         self._wakes: set[asyncio.Event] = set()
-        self._triggers: LRUCache[tuple[str, tuple[tuple[str, str], ...]], Trigger] = LRUCache(maxsize=1024)
+        self._triggers: LRUCache[TriggerFields, _CachedTrigger] = LRUCache(
+            maxsize=TRIGGER_CACHE_BYTES, getsizeof=lambda cached: cached.size
+        )
 
     def close(self) -> None:
         self._closing = True
@@ -73,23 +110,55 @@ class ExternalScaler(ExternalScalerServicer):
 
     def trigger(self, ref: pb.ScaledObjectRef) -> Trigger:
         """The trigger a ScaledObjectRef describes, if its namespace, metadata and metric are valid."""
-        # KEDA sends the same few triggers again and again: parse each once (a selector costs more
-        # than the rest of a call). Refusals are not kept, so a stranger cannot fill the cache.
-        key = (ref.namespace, tuple(sorted(ref.scalerMetadata.items())))
-        trigger = self._triggers.get(key)
-        if trigger is None:
-            fault = namespace_fault(ref.namespace)
-            if fault is not None:
-                raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, f"invalid scaledObjectRef.namespace: {fault}")
-            try:
-                trigger = parse_trigger(ref.scalerMetadata)
-            except MetadataError as error:
-                raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, str(error)) from None
-            self._triggers[key] = trigger
+        fault = namespace_fault(ref.namespace)
+        if fault is not None:
+            raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, f"invalid scaledObjectRef.namespace: {fault}")
+        try:
+            fields = trigger_fields(ref.scalerMetadata)  # bounded: refuses oversized maps first
+            # KEDA sends the same few triggers again and again: parse each once (a selector costs more
+            # than the rest of a call). Only triggers of a served metric are kept, so refusals never are.
+            cached = self._triggers.get(fields)
+            if cached is not None:
+                trigger = cached.trigger
+            else:
+                trigger = parse_fields(fields)
+                if trigger.metric.lower() in self._provider.snapshot.metrics:
+                    self._triggers[fields] = _CachedTrigger(trigger, TRIGGER_OVERHEAD_BYTES + fields.size)
+        except MetadataError as error:
+            raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, str(error)) from None
         if trigger.metric.lower() not in self._provider.snapshot.metrics:
             message = f"external metric {trigger.metric!r} is not served by gpu-autoscaler"
             raise Refusal(grpc.StatusCode.NOT_FOUND, message)
         return trigger
+
+    async def allowed_trigger(self, ref: pb.ScaledObjectRef, context: Context) -> Trigger:
+        """:meth:`trigger`, once the caller may get its metric in its namespace (with an authorizer)."""
+        trigger = self.trigger(ref)
+        if self._authorizer is not None:
+            try:
+                await self._authorizer.authorize(
+                    self._caller(context), namespace=ref.namespace, metric=trigger.metric.lower()
+                )
+            except AccessDenied as denied:
+                code = grpc.StatusCode.UNAUTHENTICATED if denied.status == 401 else grpc.StatusCode.PERMISSION_DENIED
+                raise Refusal(code, str(denied)) from None
+        return trigger
+
+    def _caller(self, context: Context) -> User:
+        """The user the client certificate names (the interceptor has refused certificates naming none)."""
+        pem = b"".join(context.auth_context().get("x509_pem_cert") or [])
+        user = self._callers.get(pem)
+        if user is None:
+            if not pem:
+                raise AccessDenied(401, "Unauthorized")
+            certificate = x509.load_pem_x509_certificate(pem)
+            user = self._callers[pem] = User(username=common_name(certificate), groups=organizations(certificate))
+        return user
+
+    @property
+    def cached_triggers(self) -> tuple[int, int]:
+        """(entries, bytes) in the trigger cache."""
+        return len(self._triggers), int(self._triggers.currsize)
 
     def value(self, ref: pb.ScaledObjectRef, trigger: Trigger) -> float:
         """The sum of the matching series, as served now (staleness fallbacks applied)."""
@@ -116,20 +185,23 @@ class ExternalScaler(ExternalScalerServicer):
 
     async def IsActive(self, request: pb.ScaledObjectRef, context: Context) -> pb.IsActiveResponse:
         try:
-            return pb.IsActiveResponse(result=self.active(request, self.trigger(request)))
+            return pb.IsActiveResponse(result=self.active(request, await self.allowed_trigger(request, context)))
         except Refusal as refusal:
             await _refuse(context, refusal)
 
     async def GetMetricSpec(self, request: pb.ScaledObjectRef, context: Context) -> pb.GetMetricSpecResponse:
         try:
-            return self.spec(self.trigger(request))
+            return self.spec(await self.allowed_trigger(request, context))
         except Refusal as refusal:
             await _refuse(context, refusal)
 
     async def GetMetrics(self, request: pb.GetMetricsRequest, context: Context) -> pb.GetMetricsResponse:
         ref = request.scaledObjectRef
         try:
-            trigger = self.trigger(ref)
+            fault = metric_name_fault(request.metricName)
+            if fault is not None:
+                raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, f"invalid metricName: {fault}")
+            trigger = await self.allowed_trigger(ref, context)
             metric = trigger.metric.lower()
             if request.metricName and request.metricName.lower() != metric:
                 raise Refusal(
@@ -148,7 +220,7 @@ class ExternalScaler(ExternalScalerServicer):
         """The activity now, then again each time it changes; ends with an error status when it has none."""
         last: bool | None = None
         try:
-            trigger = self.trigger(request)
+            trigger = await self.allowed_trigger(request, context)
             async for _ in self._rereads():
                 active = self.active(request, trigger)
                 if active != last:
@@ -166,7 +238,7 @@ class ExternalScaler(ExternalScalerServicer):
         after the first message the stream stays open with nothing new to say until it is closed.
         """
         try:
-            yield self.spec(self.trigger(request))
+            yield self.spec(await self.allowed_trigger(request, context))
         except Refusal as refusal:
             await _refuse(context, refusal)
         async for _ in self._rereads():

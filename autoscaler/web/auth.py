@@ -24,6 +24,7 @@ from multidict import MultiMapping
 
 from adapters.kube_auth import UserInfo as User
 from autoscaler.web.certificates import common_name, issued_by, organizations
+from autoscaler.web.throttled_log import ThrottledLog
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,10 @@ class AccessReviewer(Protocol):
     async def review_access(self, user: User, *, verb: str, group: str, resource: str, namespace: str) -> bool: ...
 
 
+class PathAccessReviewer(Protocol):
+    async def review_path_access(self, user: User, *, verb: str, path: str) -> bool: ...
+
+
 @dataclass(frozen=True)
 class RequestHeaderConfig:
     """Who may assert users through headers, and which headers carry them."""
@@ -84,6 +89,7 @@ class Authenticator:
         # What a certificate proves never changes, and parsing plus a signature check per request
         # costs more than the rest of the request; TLS has already checked validity dates.
         self._certificate_verdicts: LRUCache[bytes, CertificateVerdict] = LRUCache(maxsize=1024)
+        self._proxy_name_refusals = ThrottledLog(log)
 
     def reconfigure(
         self, *, requestheader: RequestHeaderConfig | None, client_authorities: tuple[x509.Certificate, ...]
@@ -123,15 +129,17 @@ class Authenticator:
             verdict = CertificateVerdict(
                 proxy_allowed=from_proxy_ca and name_allowed,
                 proxy_denied_name=name if from_proxy_ca and not name_allowed else None,
-                client_user=User(username=name, groups=organizations(certificate)) if from_client_ca else None,
+                # kube-apiserver's x509 authenticator: a certificate without a user name authenticates nobody.
+                client_user=User(username=name, groups=organizations(certificate)) if from_client_ca and name else None,
             )
             self._certificate_verdicts[der] = verdict
         return verdict
 
     def _from_certificate(self, verdict: CertificateVerdict, headers: MultiMapping[str]) -> User | None:
         if verdict.proxy_denied_name is not None:
-            log.warning(
-                "request-header client certificate CN %r is not in the allowed names", verdict.proxy_denied_name
+            self._proxy_name_refusals.warning(
+                "request-header client certificate CN %r is not in the allowed names: its headers are ignored",
+                verdict.proxy_denied_name,
             )
         if verdict.proxy_allowed and self.requestheader is not None:
             user = self._from_headers(self.requestheader, headers)
@@ -188,6 +196,8 @@ class AccessControl:
 
     authenticator: Authenticator | None
     authorizer: Authorizer | None
+    # KEDA's gRPC port (server.grpc_authorization); None: any client its TLS admits reads every metric.
+    grpc_authorizer: Authorizer | None = None
 
 
 class SubjectAccessReviewAuthorizer:
@@ -195,13 +205,17 @@ class SubjectAccessReviewAuthorizer:
 
     GROUP = "external.metrics.k8s.io"
 
-    def __init__(self, reviewer: AccessReviewer, *, cache_ttl_s: float = 10.0) -> None:
+    def __init__(
+        self, reviewer: AccessReviewer, *, cache_ttl_s: float = 10.0, denied_cache_ttl_s: float | None = None
+    ) -> None:
         self.reviewer = reviewer
-        self._cache: TTLCache[tuple[object, ...], bool] = TTLCache(maxsize=16384, ttl=cache_ttl_s)
+        self._allowed: TTLCache[tuple[object, ...], bool] = TTLCache(maxsize=16384, ttl=cache_ttl_s)
+        denied_ttl_s = cache_ttl_s if denied_cache_ttl_s is None else denied_cache_ttl_s
+        self._denied: TTLCache[tuple[object, ...], bool] = TTLCache(maxsize=16384, ttl=denied_ttl_s)
 
     async def authorize(self, user: User, *, namespace: str, metric: str) -> None:
         key = (user, namespace, metric)
-        allowed = self._cache.get(key)
+        allowed = True if key in self._allowed else False if key in self._denied else None
         if allowed is None:
             try:
                 allowed = await self.reviewer.review_access(
@@ -210,13 +224,52 @@ class SubjectAccessReviewAuthorizer:
             except ReviewUnavailable as error:
                 log.error("SubjectAccessReview failed, refusing the request: %s", error)
                 raise AccessDenied(403, "Forbidden: access could not be reviewed") from None
-            self._cache[key] = allowed
+            (self._allowed if allowed else self._denied)[key] = allowed
         if not allowed:
             raise AccessDenied(
                 403,
                 f'{self.GROUP} "{metric}" is forbidden: User "{user.username}" cannot get resource "{metric}" '
                 f'in API group "{self.GROUP}" in the namespace "{namespace}"',
             )
+
+
+class DelegatedHTTPAuth:
+    """The plain port's ``server.http_auth: delegated``, as controller-runtime's secure metrics serving
+    and kube-rbac-proxy do it: a bearer token checked with a TokenReview names the user, a
+    SubjectAccessReview of the URL path and verb (non-resource attributes) decides. Fails closed."""
+
+    def __init__(self, tokens: TokenReviewer, paths: PathAccessReviewer, *, cache_ttl_s: float = 10.0) -> None:
+        self._tokens = tokens
+        self._paths = paths
+        self._users: TTLCache[str, User | None] = TTLCache(maxsize=4096, ttl=cache_ttl_s)
+        self._verdicts: TTLCache[tuple[User, str, str], bool] = TTLCache(maxsize=16384, ttl=cache_ttl_s)
+
+    async def check(self, authorization: str, *, method: str, path: str) -> User:
+        """The user, if the ``Authorization`` header's token may ``method`` ``path``; else AccessDenied."""
+        scheme, _, token = authorization.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise AccessDenied(401, "Unauthorized")
+        if token not in self._users:
+            try:
+                self._users[token] = await self._tokens.review_token(token)
+            except ReviewUnavailable as error:
+                log.error("TokenReview failed, refusing the plain port's request: %s", error)
+                raise AccessDenied(401, "Unauthorized: the token could not be reviewed") from None
+        user = self._users[token]
+        if user is None:
+            raise AccessDenied(401, "Unauthorized")
+        verb = "get" if method in ("GET", "HEAD") else method.lower()
+        key = (user, verb, path)
+        if key not in self._verdicts:
+            try:
+                self._verdicts[key] = await self._paths.review_path_access(user, verb=verb, path=path)
+            except ReviewUnavailable as error:
+                log.error("SubjectAccessReview failed, refusing the plain port's request: %s", error)
+                raise AccessDenied(403, "Forbidden: access could not be reviewed") from None
+        if not self._verdicts[key]:
+            raise AccessDenied(403, f'Forbidden: User "{user.username}" cannot {verb} path "{path}"')
+        return user
 
 
 __all__ = ["AccessDenied", "Authenticator", "Authorizer", "ReviewUnavailable", "User"]

@@ -16,7 +16,7 @@ from adapters.pool_matching import UnplacedDemand
 from autoscaler.actuation import BufferActuator
 from autoscaler.provider import MetricsProvider, SnapshotProvider, SnapshotSource
 from autoscaler.scorecard_live import LiveScorecard
-from autoscaler.web.auth import AccessControl, User
+from autoscaler.web.auth import AccessControl, DelegatedHTTPAuth, User
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.self_metrics import SelfMetrics
 
@@ -28,6 +28,8 @@ SNAPSHOTS = web.AppKey("snapshots", SnapshotSource)
 # The provider itself, on the API app: KEDA's gRPC scaler (started beside it) reads it and follows its swaps.
 PROVIDER = web.AppKey("provider", SnapshotProvider)
 ACCESS = web.AppKey("access", AccessControl)
+# The plain port's server.http_auth delegated; absent: the plain port answers anyone.
+HTTP_AUTH = web.AppKey("http_auth", DelegatedHTTPAuth)
 READINESS = web.AppKey("readiness", Readiness)
 SELF_METRICS = web.AppKey("self_metrics", SelfMetrics)
 # Staleness in the inspection API and the page is measured against this clock; tests replace it.

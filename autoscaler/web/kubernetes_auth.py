@@ -18,6 +18,7 @@ from adapters.kube_watch import WatchCache, WatchedResource, WatchEvent, WatchGr
 from autoscaler.settings import AuthSettings
 from autoscaler.web.auth import (
     Authenticator,
+    DelegatedHTTPAuth,
     RequestHeaderConfig,
     ReviewUnavailable,
     SubjectAccessReviewAuthorizer,
@@ -48,6 +49,26 @@ class KubeAccessReviewer:
             return await kube_auth.review_access(self.api_client, user, verb, group, resource, namespace)
         except KubeError as error:
             raise ReviewUnavailable(str(error)) from None
+
+
+class KubePathAccessReviewer:
+    def __init__(self, api_client: ApiClient) -> None:
+        self.api_client = api_client
+
+    async def review_path_access(self, user: User, *, verb: str, path: str) -> bool:
+        try:
+            return await kube_auth.review_path_access(self.api_client, user, verb, path)
+        except KubeError as error:
+            raise ReviewUnavailable(str(error)) from None
+
+
+def delegated_http_auth(api_client: ApiClient, auth: AuthSettings) -> DelegatedHTTPAuth:
+    """``server.http_auth: delegated`` for the plain port, with the HTTPS port's cache TTL."""
+    return DelegatedHTTPAuth(
+        KubeTokenReviewer(api_client),
+        KubePathAccessReviewer(api_client),
+        cache_ttl_s=auth.authorization_cache_ttl.total_seconds(),
+    )
 
 
 def _authorities(pem: str | None, what: str) -> tuple[x509.Certificate, ...]:
@@ -172,6 +193,19 @@ async def following_authentication(
     async with WatchGroup(watch_settings) as group:
         follower.cache = group.start(resource, follower.on_change)
         yield follower
+
+
+# kube-apiserver's webhook authorizer caches an allow for 5 minutes and a deny for 30 seconds
+# (--authorization-webhook-cache-authorized-ttl, --authorization-webhook-cache-unauthorized-ttl).
+WEBHOOK_ALLOWED_TTL_S = 300.0
+WEBHOOK_DENIED_TTL_S = 30.0
+
+
+def grpc_authorizer(api_client: ApiClient) -> SubjectAccessReviewAuthorizer:
+    """KEDA's gRPC port's SubjectAccessReviews, cached as kube-apiserver's webhook authorizer caches them."""
+    return SubjectAccessReviewAuthorizer(
+        KubeAccessReviewer(api_client), cache_ttl_s=WEBHOOK_ALLOWED_TTL_S, denied_cache_ttl_s=WEBHOOK_DENIED_TTL_S
+    )
 
 
 def kubernetes_authorizer(api_client: ApiClient, auth: AuthSettings) -> SubjectAccessReviewAuthorizer:

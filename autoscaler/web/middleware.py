@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import hdrs, web
 
 from autoscaler.web.auth import AccessDenied
-from autoscaler.web.keys import ACCESS, SELF_METRICS, USER
+from autoscaler.web.keys import ACCESS, HTTP_AUTH, SELF_METRICS, USER
 from autoscaler.web.probes import PROBE_PATHS
 from autoscaler.web.responses import status_response
 
@@ -71,6 +71,21 @@ async def authenticate(request: web.Request, handler: Handler) -> web.StreamResp
         return await handler(request)
     try:
         request[USER] = await access.authenticator.authenticate(_peer_certificate(request), request.headers)
+    except AccessDenied as denied:
+        request.app[SELF_METRICS].auth_failures.labels(str(denied.status)).inc()
+        return status_response(denied.status, str(denied))
+    return await handler(request)
+
+
+@web.middleware
+async def authenticate_plain_port(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """``server.http_auth: delegated`` on the plain port; the probes stay open (the kubelet asks them)."""
+    http_auth = request.app.get(HTTP_AUTH)
+    if http_auth is None or request.path in PROBE_PATHS:
+        return await handler(request)
+    try:
+        authorization = request.headers.get(hdrs.AUTHORIZATION, "")
+        request[USER] = await http_auth.check(authorization, method=request.method, path=request.path)
     except AccessDenied as denied:
         request.app[SELF_METRICS].auth_failures.labels(str(denied.status)).inc()
         return status_response(denied.status, str(denied))

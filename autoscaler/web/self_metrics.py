@@ -288,6 +288,11 @@ class SelfMetrics:
             ["method"],
             registry=self.registry,
         )
+        self.grpc_handshake_failures = Counter(
+            "gpu_autoscaler_grpc_handshake_failures",
+            "TLS handshakes the gRPC port refused (read from gRPC core's log; the reason is in the service's log)",
+            registry=self.registry,
+        )
         self.auth_failures = Counter(
             "gpu_autoscaler_auth_failures",
             "Requests refused by authentication (401) or authorisation (403)",

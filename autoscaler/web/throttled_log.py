@@ -33,3 +33,26 @@ class ThrottledLog:
             args = (*args, self._left_out)
         self._logger.warning(message, *args)
         self._next_at, self._left_out = now + self._interval_s, 0
+
+
+class ThrottledLogByReason:
+    """One :class:`ThrottledLog` per reason, so a flood of one refusal does not hide another.
+
+    Reasons come from outside (TLS alerts, say): past ``max_reasons`` they share one throttle.
+    """
+
+    def __init__(self, logger: logging.Logger, interval_s: float = 10.0, max_reasons: int = 32) -> None:
+        self._logger = logger
+        self._interval_s = interval_s
+        self._max_reasons = max_reasons
+        self._by_reason: dict[str, ThrottledLog] = {}
+        self._others = ThrottledLog(logger, interval_s)
+
+    def warning(self, reason: str, message: str, *args: object) -> None:
+        throttle = self._by_reason.get(reason)
+        if throttle is None:
+            if len(self._by_reason) >= self._max_reasons:
+                throttle = self._others
+            else:
+                throttle = self._by_reason[reason] = ThrottledLog(self._logger, self._interval_s)
+        throttle.warning(message, *args)

@@ -6,27 +6,86 @@ Authentication section) is dropped with at most a debug line and no peer address
 aggregator certificate would look like silence. Here each accepted socket is handed to
 ``loop.connect_accepted_socket``, which returns once the handshake is done or raises its error, so
 a refusal is counted and logged with the peer and the reason.
+
+A connection whose client stops reading is aborted once nothing it was sent has left for
+``idle_timeout`` (:class:`WriteStallGuard`): aiohttp's idle timeout does not run while a handler
+waits to write, so a client that sends requests and never reads their answers held its socket and
+task for as long as it liked (an hour is as cheap as a second for it).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import socket
 import ssl
+import struct
+import time
 from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
 from yarl import URL
 
-from autoscaler.web.throttled_log import ThrottledLog
+from autoscaler.web.throttled_log import ThrottledLog, ThrottledLogByReason
 
 log = logging.getLogger(__name__)
-_refusals = ThrottledLog(log)
+_refusals = ThrottledLog(log)  # a client certificate refused
+_protocol_refusals = ThrottledLogByReason(log)  # no TLS version or cipher in common, not TLS at all
+_stalls = ThrottledLog(log)  # clients that stopped reading
 # Out of descriptors or memory: asyncio's own accept loop also waits a second before trying again.
 _RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+class WriteStallGuard:
+    """Aborts connections whose write buffer has not shrunk for ``timeout_s`` (their peer reads nothing).
+
+    A buffer that shrinks, however slowly, is a slow reader and is left alone; an empty one is idle,
+    which aiohttp's keep-alive timeout handles. The abort resets the connection (SO_LINGER 0), so the
+    kernel does not keep the unread answers queued in FIN-WAIT-1 either.
+    """
+
+    def __init__(self, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.timeout_s = timeout_s
+        self._clock = clock
+        # transport -> (write buffer size at the last check, when it last shrank or was empty)
+        self._watched: dict[asyncio.Transport, tuple[int, float]] = {}
+        self.aborted = 0
+
+    def watch(self, transport: asyncio.Transport) -> None:
+        self._watched[transport] = (0, self._clock())
+
+    def sweep(self) -> None:
+        now = self._clock()
+        for transport, (last_size, since) in list(self._watched.items()):
+            if transport.is_closing():
+                del self._watched[transport]
+                continue
+            size = transport.get_write_buffer_size()
+            if size == 0 or size < last_size:
+                self._watched[transport] = (size, now)
+            elif now - since < self.timeout_s:
+                self._watched[transport] = (size, since)
+            else:
+                del self._watched[transport]
+                self._abort(transport, size)
+
+    def _abort(self, transport: asyncio.Transport, size: int) -> None:
+        self.aborted += 1
+        peer = _address(transport.get_extra_info("peername"))
+        _stalls.warning("connection from %s aborted: %d bytes of answers unread for %.0f s", peer, size, self.timeout_s)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(min(1.0, self.timeout_s / 2))
+            self.sweep()
 
 
 def _address(peer: Any) -> str:
@@ -59,6 +118,7 @@ class TLSAcceptSite(web.BaseSite):
         self._handshake_timeout_s = handshake_timeout_s
         self._on_refused = on_refused
         self._tasks: set[asyncio.Task[None]] = set()
+        self.stalls = WriteStallGuard(handshake_timeout_s)
         host, port = sock.getsockname()[:2]
         self._name = str(URL.build(scheme="https", host=host, port=port))
 
@@ -70,6 +130,7 @@ class TLSAcceptSite(web.BaseSite):
         await super().start()
         self._sock.listen(self._backlog)
         self._spawn(self._accept(), "tls-accept")
+        self._spawn(self.stalls.run(), "tls-write-stalls")
 
     async def stop(self) -> None:
         """Stop accepting and drop handshakes in progress; established connections drain with the runner."""
@@ -107,14 +168,22 @@ class TLSAcceptSite(web.BaseSite):
         loop = asyncio.get_running_loop()
         context = self._context if isinstance(self._context, ssl.SSLContext) else self._context()
         try:
-            await loop.connect_accepted_socket(
+            transport, _ = await loop.connect_accepted_socket(
                 server, connection, ssl=context, ssl_handshake_timeout=self._handshake_timeout_s
             )
+            self.stalls.watch(transport)
         except ssl.SSLCertVerificationError as error:
             self._on_refused()
             _refusals.warning(
                 "client certificate from %s refused in the TLS handshake: %s", _address(peer), error.verify_message
             )
-        except (OSError, TimeoutError) as error:  # ssl.SSLError is an OSError: scanners, plain HTTP, resets
+        except (ssl.SSLEOFError, ssl.SSLZeroReturnError, ConnectionError) as error:
+            # The client went away (a TCP check, a reset): nothing was refused.
+            log.debug("TLS handshake with %s ended by the client: %s", _address(peer), error)
+        except ssl.SSLError as error:  # a TLS version or cipher not offered, plain HTTP, garbage
+            self._on_refused()
+            reason = str(error.reason or error.strerror or error)
+            _protocol_refusals.warning(reason, "TLS handshake with %s refused: %s", _address(peer), reason)
+        except OSError as error:  # TimeoutError too
             log.debug("TLS handshake with %s failed: %s", _address(peer), error)
         # On any failure (cancellation too) the event loop has closed the connection's transport.

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import socket
 import ssl
 import time
 
 import aiohttp
 import pytest
 
+from autoscaler.web.responses import status
 from tests.autoscaler.conftest import RunningServer
+from tests.pki import Client, without_common_name
 
 PREFIX = "/apis/external.metrics.k8s.io/v1beta1"
 
@@ -182,3 +186,86 @@ def test_throttled_log_says_how_many_lines_it_left_out(caplog):
         "refused x (3 more like it since the last line)",
         "refused x",
     ]
+
+
+async def get_as(
+    server: RunningServer, client: Client | None, headers: dict[str, str] | None = None
+) -> tuple[int, dict]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(
+            server.base_url + f"{PREFIX}/namespaces/default/gpu_headroom",
+            ssl=server.ssl_context(client),
+            headers=headers,
+        ) as response,
+    ):
+        return response.status, await response.json(content_type=None)
+
+
+async def ops_metrics(server: RunningServer) -> str:
+    async with aiohttp.ClientSession() as session, session.get(server.ops_url + "/metrics") as response:
+        return await response.text()
+
+
+async def test_a_certificate_without_a_user_is_401(api_server, tmp_path):
+    # From the client CA, no CN, only O=system:masters: kube-apiserver authenticates nobody with it.
+    client = without_common_name(api_server.pki, tmp_path)
+    assert await get_as(api_server, client) == (401, status(401, "Unauthorized"))
+    assert 'gpu_autoscaler_auth_failures_total{code="401"} 1.0' in await ops_metrics(api_server)
+
+
+async def test_a_proxy_name_not_allowed_is_counted_each_time_and_logged_once(api_server, caplog):
+    with caplog.at_level(logging.INFO, logger="autoscaler.web.auth"):
+        for _ in range(5):
+            answer = await get_as(api_server, api_server.pki.proxy_not_allowed, {"X-Remote-User": "bob"})
+            assert answer == (401, status(401, "Unauthorized"))
+    assert [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "autoscaler.web.auth"] == [
+        (
+            "WARNING",
+            "request-header client certificate CN 'someone-else' is not in the allowed names: its headers are ignored",
+        )
+    ]
+    assert 'gpu_autoscaler_auth_failures_total{code="401"} 5.0' in await ops_metrics(api_server)
+
+
+def send_without_reading(server: RunningServer, limit_s: float) -> tuple[float, str]:
+    """Pipeline requests and never read an answer; (seconds until the server cut us off, how)."""
+    context = server.ssl_context(server.pki.alice)
+    raw = socket.create_connection(("127.0.0.1", server.listening.secure_port), timeout=limit_s)
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    request = f"GET {PREFIX}/namespaces/default/gpu_headroom HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+    started = time.monotonic()
+    with context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+        try:
+            while time.monotonic() - started < limit_s:
+                sock.sendall(request * 50)
+        except (OSError, ssl.SSLError) as error:  # TimeoutError too: then the server never cut us off
+            return time.monotonic() - started, type(error).__name__
+    return time.monotonic() - started, "never"
+
+
+async def test_a_client_that_never_reads_is_cut_off_after_the_idle_timeout(api_server, caplog):
+    with caplog.at_level(logging.WARNING, logger="autoscaler.web.tls_accept"):
+        elapsed, how = await asyncio.to_thread(send_without_reading, api_server, 15.0)
+    assert how in ("ConnectionResetError", "SSLEOFError", "BrokenPipeError"), how
+    assert elapsed < 6  # idle_timeout is 1 s in the fixture: stalled for 1 s, seen within the next 0.5 s
+    (record,) = caplog.records
+    assert re.fullmatch(
+        r"connection from 127\.0\.0\.1:\d+ aborted: \d+ bytes of answers unread for 1 s", record.getMessage()
+    ), record.getMessage()
+    await still_serving(api_server)
+
+
+async def test_a_selector_bound_go_would_not_parse_is_a_400(api_server):
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(
+            api_server.base_url + f"{PREFIX}/namespaces/default/gpu_headroom",
+            params={"labelSelector": "pool>1_000"},
+            ssl=api_server.ssl_context(api_server.pki.alice),
+        ) as response,
+    ):
+        assert response.status == 400
+        assert (await response.json())["message"] == (
+            "invalid labelSelector: for '>' the value must be an integer, got '1_000'"
+        )

@@ -225,8 +225,8 @@ def test_one_unusable_saved_value_costs_that_entry_only(tmp_path, caplog):
         "gpu_headroom{'nodepool': 'nan'}: nan is not a finite number",
         "gpu_headroom{'nodepool': 'neg'}: -5 is negative",
         "gpu_headroom{'nodepool': 'huge'}: 1e+308 is above 1e+09, more than any cluster has",
-        "ValueError: ServedSeries.timestamp must be timezone-aware",
-        "ValueError: could not convert string to float: 'lots'",
+        "ValueError: timestamp 2026-11-20T09:00:00 has no time zone",
+        "TypeError: value 'lots' is not a JSON number",
         "KeyError: 'value'",
     ]
 
@@ -262,3 +262,47 @@ async def test_damaged_saved_values_are_not_served_after_a_restart(tmp_path):
             assert rate["value"] == 3.5
     finally:
         assert demo.stop() == 0
+
+
+def saved_document(*entries: dict, created_at: str = "2026-11-20T09:00:00+00:00") -> str:
+    series = [{"metric": "gpu_headroom", "labels": {"pool": "a100"}, "timestamp": created_at, **e} for e in entries]
+    return json.dumps({"version": 1, "created_at": created_at, "series": series})
+
+
+@pytest.mark.parametrize(
+    ("entry", "reason"),
+    [
+        ({"value": "12"}, "TypeError: value '12' is not a JSON number"),
+        ({"value": True}, "TypeError: value True is not a JSON number"),
+        ({"value": 1e-320}, "ValueError: value 1e-320 is subnormal, not a number that was ever served"),
+        (
+            {"value": 3, "timestamp": "2099-01-01T00:00:00+00:00"},
+            "ValueError: timestamp 2099-01-01T00:00:00+00:00 is 2275743570 s in the future (a clock ahead when it "
+            "was saved?); at most 60 s of skew is accepted",
+        ),
+        (
+            {"value": 3, "timestamp": "2026-11-20T09:00:00"},
+            "ValueError: timestamp 2026-11-20T09:00:00 has no time zone",
+        ),
+    ],
+    ids=["string", "bool", "subnormal", "future", "naive"],
+)
+def test_a_saved_value_from_the_future_or_not_a_number_is_dropped_naming_it(tmp_path, caplog, entry, reason):
+    path = tmp_path / persistence.FILE_NAME
+    path.write_text(saved_document({"value": 2}, entry))
+    now = datetime(2026, 11, 20, 9, 0, 30, tzinfo=UTC)
+    restored = persistence.load(path, METRICS, now=now)
+    assert restored is not None and [s.value for s in restored.series["gpu_headroom"]] == [2.0]
+    assert [record.getMessage() for record in caplog.records] == [f"dropping saved value 1 of {path}: {reason}"]
+
+
+def test_saved_values_within_the_clock_skew_are_kept_and_a_file_from_the_future_is_ignored(tmp_path, caplog):
+    path = tmp_path / persistence.FILE_NAME
+    path.write_text(saved_document({"value": 2}, created_at="2026-11-20T09:01:00+00:00"))
+    restored = persistence.load(path, METRICS, now=datetime(2026, 11, 20, 9, 0, tzinfo=UTC))  # 60 s ahead: kept
+    assert restored is not None and restored.series["gpu_headroom"][0].value == 2.0
+    assert persistence.load(path, METRICS, now=datetime(2026, 11, 20, 8, 59, 59, tzinfo=UTC)) is None
+    assert [record.getMessage() for record in caplog.records] == [
+        f"ignoring saved values {path}: timestamp 2026-11-20T09:01:00+00:00 is 61 s in the future (a clock ahead "
+        "when it was saved?); at most 60 s of skew is accepted"
+    ]

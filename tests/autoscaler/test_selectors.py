@@ -92,12 +92,24 @@ def test_huge_selector_is_refused_before_parsing():
         ("a>3", {"a": "4"}, True),
         ("a>3", {"a": "3"}, False),
         ("a<3", {"a": "x"}, False),
+        # Integers as Go's strconv.ParseInt reads them: no "1_000", no other scripts' digits, int64 only.
+        ("a>3", {"a": "1_000"}, False),
+        ("a>3", {"a": "\u0664"}, False),  # ARABIC-INDIC DIGIT FOUR
+        ("a>-1", {"a": "9223372036854775808"}, False),
+        ("a<3", {"a": "+2"}, True),
         ("a=b,c=d", {"a": "b", "c": "d"}, True),
         ("a=b,c=d", {"a": "b"}, False),
     ],
 )
 def test_matching_semantics(text, labels, matches):
     assert parse_selector(text).matches(labels) is matches
+
+
+@pytest.mark.parametrize("bound", ["1_000", "\u0661\u0662", "9223372036854775808", "0x10", "1e3"])
+def test_a_bound_go_would_not_parse_is_refused(bound):
+    with pytest.raises(SelectorError) as raised:
+        parse_selector(f"a>{bound}")
+    assert str(raised.value) == f"for '>' the value must be an integer, got {bound!r}"
 
 
 label_names = st.from_regex(r"[a-z0-9]([-a-z0-9_.]{0,10}[a-z0-9])?", fullmatch=True)
