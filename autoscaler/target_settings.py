@@ -24,6 +24,8 @@ class TargetSettings(BaseModel):
     short_gpu_minutes_per_day: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     tune_every: Duration = timedelta(days=1)
     tune_window: Duration = timedelta(days=7)
+    # Online calibration: the level asked of the past moves by this x (target - attained) each period.
+    calibration_gain: float = Field(default=0.0, ge=0, le=2, allow_inf_nan=False)
     # The node size the replay provisions in (the pool's GPUs per node).
     gpus_per_node: int = Field(default=8, ge=1, le=64)
 
@@ -47,4 +49,8 @@ class TargetSettings(BaseModel):
         return make_target("short_gpu_minutes_per_day", float(self.short_gpu_minutes_per_day or 0.0))
 
     def tuning(self) -> TuningSettings:
-        return TuningSettings(every_s=self.tune_every.total_seconds(), window_s=self.tune_window.total_seconds())
+        return TuningSettings(
+            every_s=self.tune_every.total_seconds(),
+            window_s=self.tune_window.total_seconds(),
+            gain=self.calibration_gain,
+        )

@@ -113,6 +113,13 @@ def _seconds(flag: str, text: str, *, allow_zero: bool = False) -> float:
 @click.option(
     "--tune-window", default="7d", show_default=True, help="tuned policies judge their candidates over this past"
 )
+@click.option(
+    "--tune-gain",
+    type=click.FloatRange(0, 2),
+    default=0.0,
+    show_default=True,
+    help="auto-slo's online calibration: the level asked moves by GAIN x (target - attained) each period",
+)
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="processes")
 @click.option("--seed", default=0, show_default=True, type=int)
 def simulate_command(
@@ -141,6 +148,7 @@ def simulate_command(
     buffer_chunk_gpus: int | None,
     tune_every: str,
     tune_window: str,
+    tune_gain: float,
     workers: int,
     seed: int,
 ) -> None:
@@ -149,21 +157,17 @@ def simulate_command(
         source = _source(input_path, pods_path)
         _check_nodes_price_and_plot(gpus_per_node, gpu_hour_price, plot_path)
         step_s, lead_s = _seconds("--step", step), _seconds("--lead-time", lead_time)
-        specs = _policies(policies, sweep_static, sweep_rolling_max)
-        windows: tuple[WindowSchedule, ...] = tuple(parse_schedule(text) for text in schedules)
+        specs, windows = _policies(policies, sweep_static, sweep_rolling_max), _windows(schedules)
         distribution = parse_lead_time_distribution(lead_time_distribution or f"fixed:{lead_time}")
         actuated = _actuation(actuation, scale_down_stabilization, buffer_chunk_gpus, gpus_per_node)
         margin_s = _seconds("--lead-time-margin", lead_time_margin, allow_zero=True)
         cadence = _cadence(forecast_step, reselect_every, refit_every, lookback, lead_s=lead_s + margin_s, seed=seed)
         _check_forecast_step(cadence, step_s, step_text=step, forecast_step_text=forecast_step)
         config = SimulationConfig(
-            gpus_per_node=gpus_per_node,
-            lead_time_s=lead_s,
-            lead_margin_s=cadence.lead_s - lead_s,
-            warmup_s=_seconds("--warmup", warmup, allow_zero=True),
-            lead_distribution=distribution,
+            gpus_per_node=gpus_per_node, lead_time_s=lead_s, lead_margin_s=cadence.lead_s - lead_s,
+            warmup_s=_seconds("--warmup", warmup, allow_zero=True), lead_distribution=distribution,
             consolidate_after_s=_seconds("--consolidate-after", consolidate_after, allow_zero=True),
-            cadence=cadence, actuation=actuated, seed=seed, tuning=_tuning(tune_every, tune_window),
+            cadence=cadence, actuation=actuated, seed=seed, tuning=_tuning(tune_every, tune_window, tune_gain),
         )  # fmt: skip
         read = pod_workload if pods_path is not None else demand_workload
         workload = read(source, pd.Timedelta(seconds=step_s), windows, gpus_per_node)
@@ -177,8 +181,13 @@ def simulate_command(
     _output(result, str(source), pods_path is not None, gpu_hour_price, output_format, plot_path)
 
 
-def _tuning(every: str, window: str) -> TuningSettings:
-    tuning = TuningSettings(every_s=_seconds("--tune-every", every), window_s=_seconds("--tune-window", window))
+def _windows(schedules: tuple[str, ...]) -> tuple[WindowSchedule, ...]:
+    return tuple(parse_schedule(text) for text in schedules)
+
+
+def _tuning(every: str, window: str, gain: float) -> TuningSettings:
+    every_s, window_s = _seconds("--tune-every", every), _seconds("--tune-window", window)
+    tuning = TuningSettings(every_s=every_s, window_s=window_s, gain=gain)
     if tuning.window_s < tuning.every_s:
         raise ValueError(f"--tune-window ({window}) must be at least --tune-every ({every})")
     return tuning

@@ -73,7 +73,7 @@ def _headroom_by_level(demand: np.ndarray) -> list[list[float]]:
 
 def test_a_tuner_chooses_the_cheapest_level_that_met_the_target_and_calibrates() -> None:
     target = parse_fraction_target("1%")
-    tuner = LevelTuner(target, TuningSettings(), gpus_per_node=8, step_s=STEP_S)
+    tuner = LevelTuner(target, TuningSettings(gain=1.0), gpus_per_node=8, step_s=STEP_S)
     demand = _surge_day(2)
     rows = _headroom_by_level(demand)
     assert tuner.level == FIRST_LEVEL
@@ -203,7 +203,7 @@ def test_check_config_refuses_a_bad_target_naming_the_field(tmp_path) -> None:
     )
     target = good.metrics["m"].target
     assert target is not None and target.service_target() == parse_fraction_target("0.3%")
-    assert target.tuning() == TuningSettings()
+    assert target.tuning() == TuningSettings()  # calibration off unless calibration_gain is set
 
 
 async def test_the_refresher_serves_a_target_at_the_level_its_replay_chose() -> None:

@@ -70,7 +70,7 @@ def test_calibration_asks_more_after_a_miss_and_less_after_hits() -> None:
         "edge": _ledger(5, [14, 14, 43, 0, 0], held_per_minute=10),
         "safe": _ledger(5, [0, 0, 0, 0, 0], held_per_minute=20),
     }
-    settings = TuningSettings(window_s=DAY_S)
+    settings = TuningSettings(window_s=DAY_S, gain=1.0)
     choices = walk_forward(candidates, target, 2 * DAY_S, 5 * DAY_S, settings, calibrate=True, history_from_s=0.0)
     asked = [choice.asked for choice in choices]
     # Day 3's window (day 2) has edge missing; day 4's (day 3) has it met again, within the raised level.
@@ -82,6 +82,11 @@ def test_calibration_asks_more_after_a_miss_and_less_after_hits() -> None:
     assert asked[2] == pytest.approx(0.011)
     uncalibrated = walk_forward(candidates, target, 2 * DAY_S, 5 * DAY_S, settings, calibrate=False, history_from_s=0.0)
     assert [choice.asked for choice in uncalibrated] == [0.01] * 3
+    # The default gain is 0: calibrating by default asks the target itself every period.
+    default = walk_forward(
+        candidates, target, 2 * DAY_S, 5 * DAY_S, TuningSettings(window_s=DAY_S), calibrate=True, history_from_s=0.0
+    )
+    assert [choice.asked for choice in default] == [0.01] * 3
 
 
 def test_walk_forward_refuses_what_it_cannot_judge() -> None:
