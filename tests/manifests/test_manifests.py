@@ -896,3 +896,63 @@ def test_checkov_finds_nothing_unexplained(tmp_path):
             reason = check["check_result"].get("suppress_comment")
             assert reason not in (None, "", "No comment provided"), f"{check['check_id']} {check['resource']}"
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+# --- the ops port and the gRPC port ask who is calling (issue #30) ------------------------------------
+
+
+def _container(kustomization: str) -> dict[str, Any]:
+    return one(kustomization, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_the_ops_port_needs_a_token_and_listens_on_the_pod_ip(config_file):
+    for kustomization in SERVICES:
+        container = _container(kustomization)
+        env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+        settings = load_settings(config_file(kustomization), environ=env)
+        assert settings.server.http_auth == "delegated", kustomization
+        bind = next(e for e in container["env"] if e["name"] == "GPU_AUTOSCALER_SERVER__BIND_ADDRESS")
+        assert bind["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}, kustomization
+        # The kubelet's probes reach the pod IP, and only paths that stay open without a token.
+        probes = [container[name]["httpGet"] for name in ("startupProbe", "livenessProbe", "readinessProbe")]
+        assert {probe["path"] for probe in probes} <= {"/healthz", "/livez", "/readyz"}, kustomization
+
+
+def test_prometheus_presents_a_token_that_may_read_the_metrics():
+    monitor = one("monitoring", "ServiceMonitor")
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["authorization"]["type"] == "Bearer"
+    credentials = endpoint["authorization"]["credentials"]
+    secret = one("monitoring", "Secret", credentials["name"])
+    # The token controller fills the Secret's token for its ServiceAccount, in the monitor's namespace.
+    assert (secret["type"], credentials["key"]) == ("kubernetes.io/service-account-token", "token")
+    assert secret["metadata"]["namespace"] == monitor["metadata"]["namespace"]
+    account = one(
+        "monitoring", "ServiceAccount", secret["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+    )
+    role = one("monitoring", "ClusterRole", "gpu-autoscaler:metrics-reader")
+    assert role["rules"] == [{"nonResourceURLs": [endpoint["path"]], "verbs": ["get"]}]
+    binding = one("monitoring", "ClusterRoleBinding", "gpu-autoscaler:metrics-reader")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": account["metadata"]["namespace"]}
+    ]
+
+
+def test_kedas_calls_are_authorised_for_the_user_its_certificate_names(config_file):
+    container = _container("overlays/keda")
+    env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+    settings = load_settings(config_file("overlays/keda"), environ=env)
+    assert settings.server.grpc_authorization == "subjectaccessreview"
+    assert settings.server.grpc_client_ca_file is not None  # the identity comes from a client certificate
+    certificate = one("overlays/keda", "Certificate", "gpu-autoscaler-keda-client")
+    binding = one("overlays/keda", "ClusterRoleBinding", "gpu-autoscaler:keda-external-metrics-reader")
+    assert binding["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": certificate["spec"]["commonName"]}
+    ]
+    role = one("overlays/keda", "ClusterRole", binding["roleRef"]["name"])
+    assert {"apiGroups": ["external.metrics.k8s.io"], "resources": ["*"], "verbs": ["get", "list"]} in role["rules"]
