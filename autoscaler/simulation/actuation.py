@@ -1,8 +1,8 @@
 """How the served headroom becomes spare capacity the node autoscaler provisions for: the actuation.
 
 ``placeholder-hpa`` (the default): an HPA scales a Deployment of 1-GPU placeholder pods on the
-served metric (``AverageValue`` target 1, so one placeholder per GPU), every 15 s, with its 10 %
-tolerance, scale-down stabilisation and rate limits (:mod:`autoscaler.simulation.hpa`). Placeholders
+served metric (``AverageValue`` target 1, so one placeholder per GPU), every 15 s, with its
+tolerances, scale-down stabilisation and rate limits (:mod:`autoscaler.simulation.hpa`). Placeholders
 are real pods: real pods preempt them, and a preempted placeholder is Pending again, which triggers
 the provisioner at once.
 

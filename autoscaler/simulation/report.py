@@ -182,7 +182,7 @@ def actuation_figures(actuation: Actuation) -> dict[str, Any]:
     return {
         "kind": actuation.kind,
         "placeholder_gpus": PLACEHOLDER_GPUS,
-        "hpa_tolerance": hpa.tolerance,
+        "hpa_tolerance": {"scale_up": hpa.tolerance.scale_up, "scale_down": hpa.tolerance.scale_down},
         "scale_down_stabilization_seconds": hpa.scale_down.stabilization_window_seconds,
     }
 
