@@ -100,6 +100,13 @@ def _seconds(flag: str, text: str, *, allow_zero: bool = False) -> float:
     f"[default: {PLACEHOLDER_GPUS}, a placeholder's size]",
 )
 @click.option(
+    "--buffer-limit-gpus",
+    type=click.IntRange(min=0),
+    default=None,
+    help="the CapacityBuffer's spec.limits on its GPU resource, with --actuation capacity-buffer: the "
+    "autoscaler provisions at most the whole chunks that fit [default: no limits]",
+)
+@click.option(
     "--sweep-static",
     is_flag=True,
     help="also run static_buffer:0,1,2,... until past the costliest auto policy's GPU-hours, and compare "
@@ -147,6 +154,7 @@ def simulate_command(
     sweep_rolling_max: bool,
     actuation: ActuationKind,
     buffer_chunk_gpus: int | None,
+    buffer_limit_gpus: int | None,
     tune_every: str,
     tune_window: str,
     workers: int,
@@ -160,7 +168,9 @@ def simulate_command(
         specs = _policies(policies, sweep_static, sweep_rolling_max)
         windows: tuple[WindowSchedule, ...] = tuple(parse_schedule(text) for text in schedules)
         distribution = parse_lead_time_distribution(lead_time_distribution or f"fixed:{lead_time}")
-        actuated = _actuation(actuation, scale_down_stabilization, hpa_tolerance, buffer_chunk_gpus, gpus_per_node)
+        actuated = _actuation(
+            actuation, scale_down_stabilization, hpa_tolerance, (buffer_chunk_gpus, buffer_limit_gpus), gpus_per_node
+        )
         margin_s = _seconds("--lead-time-margin", lead_time_margin, allow_zero=True)
         cadence = _cadence(forecast_step, reselect_every, refit_every, lookback, lead_s=lead_s + margin_s, seed=seed)
         _check_forecast_step(cadence, step_s, step_text=step, forecast_step_text=forecast_step)
@@ -204,12 +214,21 @@ def _check_nodes_price_and_plot(gpus_per_node: int, gpu_hour_price: float | None
 
 
 def _actuation(
-    kind: ActuationKind, stabilization: str, tolerance: str, chunk_gpus: int | None, gpus_per_node: int
+    kind: ActuationKind,
+    stabilization: str,
+    tolerance: str,
+    buffer: tuple[int | None, int | None],
+    gpus_per_node: int,
 ) -> Actuation:
     """The actuation; a flag that belongs to the other one is a usage error, not silently ignored."""
+    chunk_gpus, limit_gpus = buffer
     if kind == "placeholder-hpa":
         if chunk_gpus is not None:
             raise ValueError("--buffer-chunk-gpus sizes CapacityBuffer replicas: it needs --actuation capacity-buffer")
+        if limit_gpus is not None:
+            raise ValueError(
+                "--buffer-limit-gpus is a CapacityBuffer's spec.limits: it needs --actuation capacity-buffer"
+            )
         window_s = _seconds("--scale-down-stabilization", stabilization, allow_zero=True)
         scale_down = ScalingRules(int(window_s), DEFAULT_SCALE_DOWN.policies)
         return Actuation(kind, hpa=HPASpec(tolerance=parse_tolerance(tolerance), scale_down=scale_down))
@@ -226,7 +245,7 @@ def _actuation(
     chunk = PLACEHOLDER_GPUS if chunk_gpus is None else chunk_gpus
     if not 1 <= chunk <= gpus_per_node:
         raise ValueError(f"--buffer-chunk-gpus must be from 1 to --gpus-per-node ({gpus_per_node}), got {chunk}")
-    return Actuation(kind, chunk_gpus=chunk)
+    return Actuation(kind, chunk_gpus=chunk, limit_gpus=limit_gpus)
 
 
 def _policies(text: str, sweep_static: bool, sweep_rolling_max: bool) -> tuple[PolicySpec, ...]:

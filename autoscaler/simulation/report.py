@@ -175,6 +175,7 @@ def actuation_figures(actuation: Actuation) -> dict[str, Any]:
         return {
             "kind": actuation.kind,
             "buffer_chunk_gpus": actuation.chunk_gpus,
+            "buffer_limit_gpus": actuation.limit_gpus,
             "resync_seconds": BUFFER_RESYNC_S,
             "resync_offset_seconds": BUFFER_RESYNC_OFFSET_S,
         }
