@@ -146,7 +146,6 @@ class BufferState:
         return next((c for c in self.conditions if c.type == LIMITED_BY_QUOTAS), None)
 
 
-
 def reported_status(obj: Mapping[str, Any]) -> tuple[int | None, tuple[Condition, ...]]:
     """``status.replicas`` and the conditions of a CapacityBuffer object."""
     status = obj.get("status") or {}

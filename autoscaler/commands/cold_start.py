@@ -51,6 +51,14 @@ def _figures(result: WakeOutcome) -> dict[str, Any]:
 @click.option("--cold-start", default="3m", show_default=True, help="pod start plus model load, until Ready")
 @click.option("--replica-rate", default=20.0, show_default=True, type=float, help="requests/s one replica serves")
 @click.option("--quantile", default=0.9, show_default=True, type=click.FloatRange(0, 1, min_open=True, max_open=True))
+@click.option(
+    "--activation",
+    default=0.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="requests/s the forecast must exceed to wake the Deployment (a KEDA ScaledObject's activationValue; "
+    "0: the HPA's rule, any positive forecast)",
+)
 @click.option("--lead-time-margin", default="90s", show_default=True, help="added to --cold-start (the service's)")
 @click.option("--warmup", default="7d", show_default=True, help="initial part that only trains the forecaster")
 @click.option("--reselect-every", default="6h", show_default=True, help="full model selection cadence")
@@ -61,6 +69,7 @@ def cold_start_command(
     cold_start: str,
     replica_rate: float,
     quantile: float,
+    activation: float,
     lead_time_margin: str,
     warmup: str,
     reselect_every: str,
@@ -75,6 +84,7 @@ def cold_start_command(
             cold_start_s=_seconds("--cold-start", cold_start),
             replica_rate=replica_rate,
             quantile=quantile,
+            activation=activation,
             lead_margin_s=_seconds("--lead-time-margin", lead_time_margin, allow_zero=True),
             reselect_every_s=_seconds("--reselect-every", reselect_every),
             lookback_s=_seconds("--lookback", lookback),
@@ -89,6 +99,7 @@ def cold_start_command(
         "cold_start_seconds": config.cold_start_s,
         "replica_rate": config.replica_rate,
         "quantile": config.quantile,
+        "activation": config.activation,
         "lead_time_seconds": config.lead_s,
         "warmup_seconds": config.warmup_s,
         "wakers": {name: _figures(result) for name, result in results.items()},

@@ -17,6 +17,11 @@ What wakes it:
   p-quantile over a lead time of the cold start plus the service's margin), served each minute;
 - ``forecast+observed``: both metrics on one HPA (it takes the larger proposal).
 
+``activation`` (requests/s) stands for a KEDA ScaledObject's ``activationValue``: the forecast counts
+only while above it, so the Deployment wakes when it exceeds it and sleeps once it has been at or
+below it for the 300 s window (KEDA's ``cooldownPeriod``); 0 is the HPA's rule, any positive
+forecast wakes. The observed rate is never gated.
+
 Requests are known per minute and taken as spread evenly over it, so a minute with no Ready replica
 for 15 of its 60 s counts a quarter of its requests.
 """
@@ -55,6 +60,7 @@ class ColdStartConfig:
     lookback_s: float = 14 * 86400.0
     warmup_s: float = 7 * 86400.0
     hpa: HPASpec = field(default_factory=lambda: HPASpec(min_replicas=0))
+    activation: float = 0.0  # requests/s the forecast must exceed to count (KEDA's activationValue)
     seed: int = 0
 
     @property
@@ -187,6 +193,7 @@ def simulate_wakers(
     if first_minute >= len(counts):
         raise ValueError("the warm-up covers the whole request series: nothing is left to score")
     served = served_forecast(per_minute, config) if forecast is None else forecast
+    served = np.where(served > config.activation, served, np.where(np.isnan(served), np.nan, 0.0))
     observed = np.asarray([milli_value(v) for v in observed_rate(counts).tolist()], dtype=np.int64)
     # Before the first scored minute the forecast is not served: the HPA reads the observed rate.
     predicted = _per_slot(served)

@@ -93,6 +93,20 @@ def test_a_forecast_that_misses_leaves_the_requests_unserved_unless_observed_too
     assert results["forecast+observed"].wakes == 1
 
 
+def test_an_activation_value_lets_a_low_forecast_sleep():
+    """The forecast 0.02/s all along (the HPA's rule keeps one replica up throughout) and 0.5/s around
+    the burst: with activation 0.05 only the latter wakes it, as in the burst test above."""
+    counts = [0.0] * 20 + [30.0] + [0.0] * 19
+    forecast = np.full(len(counts), 0.02)
+    forecast[15:22] = 0.5
+    always = simulate_wakers(_minutes(counts), ColdStartConfig(warmup_s=0.0), forecast=forecast)["forecast"]
+    assert always.replica_hours == pytest.approx(40 * 4 * 15 / 3600)  # from the first sync to the end
+    config = ColdStartConfig(warmup_s=0.0, activation=0.05)
+    gated = simulate_wakers(_minutes(counts), config, forecast=forecast)["forecast"]
+    assert gated.requests_while_none_ready == 0 and gated.wakes == 1
+    assert gated.replica_hours == pytest.approx((107 - 60) * 15 / 3600)
+
+
 def test_warmup_minutes_are_not_scored_and_may_not_cover_everything():
     counts = [5.0] * 10 + [0.0] * 10
     config = ColdStartConfig(warmup_s=600.0)
