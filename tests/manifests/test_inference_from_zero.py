@@ -74,7 +74,7 @@ def test_the_scaled_object_wakes_on_an_activation_value_the_service_reads(config
     assert trigger["authenticationRef"] == {"kind": "ClusterTriggerAuthentication", "name": "gpu-autoscaler"}
     # The service's own reading of the trigger's metadata (what GetMetricSpec and IsActive use).
     parsed = parse_trigger(trigger["metadata"])
-    assert (parsed.metric, parsed.target, parsed.activation) == ("request_rate_forecast", 20.0, 0.05)
+    assert (parsed.metric, parsed.target, parsed.activation) == ("request_rate_forecast", 20.0, 0.01)
     assert parsed.selector.matches({"service": "inference"}) and not parsed.selector.matches({"service": "other"})
     assert "request_rate_forecast" in load_settings(config_file("overlays/keda"), environ={}).metrics
 
