@@ -44,7 +44,7 @@ def test_the_hpa_sleeps_at_zero_and_scales_on_the_forecast(config_file):
     assert "request_rate_forecast" in load_settings(config_file("overlays/external-metrics-api"), environ={}).metrics
 
 
-def test_kubernetes_137_takes_min_replicas_zero_and_refuses_a_negative_one():
+def test_kubernetes_137_takes_min_replicas_zero_and_refuses_a_misspelt_field():
     hpa = one(HPA, "HorizontalPodAutoscaler", "inference")
     kubernetes_validate.validate(hpa, KUBERNETES_VERSION, strict=True)
     typo = copy.deepcopy(hpa)
@@ -79,7 +79,7 @@ def test_the_scaled_object_wakes_on_an_activation_value_the_service_reads(config
     assert "request_rate_forecast" in load_settings(config_file("overlays/keda"), environ={}).metrics
 
 
-def test_kedas_crd_refuses_a_negative_minimum():
+def test_kedas_crd_takes_the_scaled_object_and_refuses_a_misspelt_field():
     scaled = one(KEDA, "ScaledObject", "inference")
     kube_schemas.validate("keda.sh", "ScaledObject", scaled)
     misspelt = copy.deepcopy(scaled)
