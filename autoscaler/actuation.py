@@ -25,7 +25,7 @@ from adapters.kube_client import KubeError
 from adapters.kube_watch import WatchCache, WatchEvent, WatchGroup, WatchSettings
 from adapters.leases import LeaseElector, LeaseTiming, own_identity
 from autoscaler.actuator_settings import CapacityBufferSettings
-from autoscaler.buffer_sizing import BufferState, Mode, desired, reported_status
+from autoscaler.buffer_sizing import BufferState, Mode, Sizing, desired, reported_status, upstream_sizing
 from autoscaler.provider import Snapshot
 
 log = logging.getLogger(__name__)
@@ -159,6 +159,7 @@ class BufferActuator:
                 continue
             obj = objects.get(f"{namespace}/{state.pool.name}")
             state.reported, state.conditions = reported_status(obj) if isinstance(obj, Mapping) else (None, ())
+            state.sizing = read_back_sizing(state, obj) if isinstance(obj, Mapping) else None
             if isinstance(event, WatchEvent) and event.type == "DELETED" and obj is None:
                 state.written = None  # deleted by someone: read (and re-create) at the next write
 
@@ -273,6 +274,17 @@ def _sizing_labels(snapshot: Snapshot, state: BufferState) -> Mapping[str, str] 
         if all(series.labels.get(key) == value for key, value in pool.series_labels.items())
     ]
     return matching[0] if len(matching) == 1 else None
+
+
+def read_back_sizing(state: BufferState, obj: Mapping[str, object]) -> Sizing:
+    """The autoscaler's sizing of the buffer as read, for the chunk this pool's template requests
+    (a template changed by hand since is not read: the writer never changes an existing one)."""
+    spec = obj.get("spec")
+    pool = state.pool
+    try:
+        return upstream_sizing(spec if isinstance(spec, Mapping) else {}, {pool.gpu_resource: pool.gpus_per_chunk})
+    except ValueError as error:  # a malformed quantity in spec.limits
+        return Sizing(None, str(error))
 
 
 def chunk_template(state: BufferState) -> dict[str, object]:

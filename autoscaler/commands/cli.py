@@ -185,6 +185,7 @@ def _load_settings(config_file: Path | None, overrides: dict[str, Any]) -> Setti
 def _register_commands() -> None:
     # Each command lives in its own module; registering here keeps `--help` listing all of them.
     from autoscaler.commands.backtest import backtest
+    from autoscaler.commands.cold_start import cold_start_command
     from autoscaler.commands.forecast import forecast_command
     from autoscaler.commands.preflight import preflight_command
     from autoscaler.commands.simulate import simulate_command
@@ -193,6 +194,7 @@ def _register_commands() -> None:
     main.add_command(forecast_command)
     main.add_command(preflight_command)
     main.add_command(simulate_command)
+    main.add_command(cold_start_command)
 
 
 _register_commands()

@@ -15,7 +15,7 @@ from autoscaler.commands.progress import progress_bar
 from autoscaler.settings import ForecastSettings
 from autoscaler.simulation.actuation import ACTUATIONS, PLACEHOLDER_GPUS, Actuation, ActuationKind
 from autoscaler.simulation.forecasting import ForecastCadence
-from autoscaler.simulation.hpa import DEFAULT_SCALE_DOWN, HPASpec, ScalingRules
+from autoscaler.simulation.hpa import DEFAULT_SCALE_DOWN, DEFAULT_TOLERANCE, HPASpec, ScalingRules, parse_tolerance
 from autoscaler.simulation.inputs import InputError, WindowSchedule, demand_workload, parse_schedule, pod_workload
 from autoscaler.simulation.lead_times import parse_lead_time_distribution
 from autoscaler.simulation.policies import PolicySpec, parse_policies
@@ -78,6 +78,13 @@ def _seconds(flag: str, text: str, *, allow_zero: bool = False) -> float:
     "--scale-down-stabilization", default="300s", show_default=True, help="the placeholder HPA's scale-down window"
 )
 @click.option(
+    "--hpa-tolerance",
+    default=f"{DEFAULT_TOLERANCE:g}",
+    show_default=True,
+    help="the placeholder HPA's behavior.scaleUp/scaleDown.tolerance: T for both, or up=T,down=T "
+    "(the shipped manifests: up=0,down=0.05; an unset one is 0.1)",
+)
+@click.option(
     "--actuation",
     type=click.Choice(ACTUATIONS),
     default="placeholder-hpa",
@@ -91,6 +98,13 @@ def _seconds(flag: str, text: str, *, allow_zero: bool = False) -> float:
     default=None,
     help=f"GPUs of one CapacityBuffer replica (its PodTemplate), with --actuation capacity-buffer "
     f"[default: {PLACEHOLDER_GPUS}, a placeholder's size]",
+)
+@click.option(
+    "--buffer-limit-gpus",
+    type=click.IntRange(min=0),
+    default=None,
+    help="the CapacityBuffer's spec.limits on its GPU resource, with --actuation capacity-buffer: the "
+    "autoscaler provisions at most the whole chunks that fit [default: no limits]",
 )
 @click.option(
     "--sweep-static",
@@ -142,10 +156,12 @@ def simulate_command(
     refit_every: str | None,
     lookback: str,
     scale_down_stabilization: str,
+    hpa_tolerance: str,
     sweep_static: bool,
     sweep_rolling_max: bool,
     actuation: ActuationKind,
     buffer_chunk_gpus: int | None,
+    buffer_limit_gpus: int | None,
     tune_every: str,
     tune_window: str,
     tune_gain: float,
@@ -159,7 +175,9 @@ def simulate_command(
         step_s, lead_s = _seconds("--step", step), _seconds("--lead-time", lead_time)
         specs, windows = _policies(policies, sweep_static, sweep_rolling_max), _windows(schedules)
         distribution = parse_lead_time_distribution(lead_time_distribution or f"fixed:{lead_time}")
-        actuated = _actuation(actuation, scale_down_stabilization, buffer_chunk_gpus, gpus_per_node)
+        actuated = _actuation(
+            actuation, scale_down_stabilization, hpa_tolerance, (buffer_chunk_gpus, buffer_limit_gpus), gpus_per_node
+        )
         margin_s = _seconds("--lead-time-margin", lead_time_margin, allow_zero=True)
         cadence = _cadence(forecast_step, reselect_every, refit_every, lookback, lead_s=lead_s + margin_s, seed=seed)
         _check_forecast_step(cadence, step_s, step_text=step, forecast_step_text=forecast_step)
@@ -209,23 +227,39 @@ def _check_nodes_price_and_plot(gpus_per_node: int, gpu_hour_price: float | None
         raise ValueError(f"--gpu-hour-price must be a number >= 0, got {gpu_hour_price}")
 
 
-def _actuation(kind: ActuationKind, stabilization: str, chunk_gpus: int | None, gpus_per_node: int) -> Actuation:
+def _actuation(
+    kind: ActuationKind,
+    stabilization: str,
+    tolerance: str,
+    buffer: tuple[int | None, int | None],
+    gpus_per_node: int,
+) -> Actuation:
     """The actuation; a flag that belongs to the other one is a usage error, not silently ignored."""
+    chunk_gpus, limit_gpus = buffer
     if kind == "placeholder-hpa":
         if chunk_gpus is not None:
             raise ValueError("--buffer-chunk-gpus sizes CapacityBuffer replicas: it needs --actuation capacity-buffer")
+        if limit_gpus is not None:
+            raise ValueError(
+                "--buffer-limit-gpus is a CapacityBuffer's spec.limits: it needs --actuation capacity-buffer"
+            )
         window_s = _seconds("--scale-down-stabilization", stabilization, allow_zero=True)
-        return Actuation(kind, hpa=HPASpec(scale_down=ScalingRules(int(window_s), DEFAULT_SCALE_DOWN.policies)))
-    source = click.get_current_context().get_parameter_source("scale_down_stabilization")
-    if source is not ParameterSource.DEFAULT:
-        raise ValueError(
-            "--scale-down-stabilization is the placeholder HPA's: --actuation capacity-buffer has no HPA "
-            "(the buffer's replicas follow the served headroom directly)"
-        )
+        scale_down = ScalingRules(int(window_s), DEFAULT_SCALE_DOWN.policies)
+        return Actuation(kind, hpa=HPASpec(tolerance=parse_tolerance(tolerance), scale_down=scale_down))
+    context = click.get_current_context()
+    for parameter, flag in (
+        ("scale_down_stabilization", "--scale-down-stabilization"),
+        ("hpa_tolerance", "--hpa-tolerance"),
+    ):
+        if context.get_parameter_source(parameter) is not ParameterSource.DEFAULT:
+            raise ValueError(
+                f"{flag} is the placeholder HPA's: --actuation capacity-buffer has no HPA "
+                "(the buffer's replicas follow the served headroom directly)"
+            )
     chunk = PLACEHOLDER_GPUS if chunk_gpus is None else chunk_gpus
     if not 1 <= chunk <= gpus_per_node:
         raise ValueError(f"--buffer-chunk-gpus must be from 1 to --gpus-per-node ({gpus_per_node}), got {chunk}")
-    return Actuation(kind, chunk_gpus=chunk)
+    return Actuation(kind, chunk_gpus=chunk, limit_gpus=limit_gpus)
 
 
 def _policies(text: str, sweep_static: bool, sweep_rolling_max: bool) -> tuple[PolicySpec, ...]:

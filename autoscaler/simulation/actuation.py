@@ -1,8 +1,8 @@
 """How the served headroom becomes spare capacity the node autoscaler provisions for: the actuation.
 
 ``placeholder-hpa`` (the default): an HPA scales a Deployment of 1-GPU placeholder pods on the
-served metric (``AverageValue`` target 1, so one placeholder per GPU), every 15 s, with its 10 %
-tolerance, scale-down stabilisation and rate limits (:mod:`autoscaler.simulation.hpa`). Placeholders
+served metric (``AverageValue`` target 1, so one placeholder per GPU), every 15 s, with its
+tolerances, scale-down stabilisation and rate limits (:mod:`autoscaler.simulation.hpa`). Placeholders
 are real pods: real pods preempt them, and a preempted placeholder is Pending again, which triggers
 the provisioner at once.
 
@@ -10,8 +10,12 @@ the provisioner at once.
 ``spec.replicas = ceil(headroom / GPUs per chunk)`` at every step of the served metric (the service's
 refresh), with no HPA in between: no tolerance, no stabilisation window, no rate limit. The served
 values are already what ``policy.decide`` serves (its minimum, maximum, pacing and caps, none of
-which the simulator configures), so the replicas follow them exactly. What the node autoscaler does
-with the buffer is modelled on Karpenter's implementation (the ``CapacityBuffer`` feature gate):
+which the simulator configures), so the replicas follow them exactly. The buffer's virtual pods are
+as many as the autoscaler's sizing rule gives (``autoscaler.buffer_sizing.upstream_sizing``, July
+2026): ``spec.replicas``, capped by the chunks that fit in ``spec.limits`` when ``--buffer-limit-gpus``
+sets one (the buffer names a PodTemplate, so no ``percentage``; namespace quotas are not modelled).
+What the node autoscaler does with the buffer is modelled on Karpenter's implementation (the
+``CapacityBuffer`` feature gate):
 
 - Each replica is a *virtual* pod of one chunk, added to the Pending pods of every provisioning pass
   (``GetPendingPods``) and placed in its scheduling simulation, first on free capacity of existing
@@ -47,7 +51,7 @@ from typing import Literal
 
 import numpy as np
 
-from autoscaler.buffer_sizing import replicas_for
+from autoscaler.buffer_sizing import chunks_within, replicas_for
 from autoscaler.simulation.hpa import SYNC_PERIOD_S, HPASpec, milli_value, placeholder_replicas
 
 ActuationKind = Literal["placeholder-hpa", "capacity-buffer"]
@@ -67,6 +71,8 @@ class Actuation:
     kind: ActuationKind = "placeholder-hpa"
     hpa: HPASpec = field(default_factory=HPASpec)
     chunk_gpus: int = PLACEHOLDER_GPUS
+    # The buffer's spec.limits on its GPU resource (None: no limits).
+    limit_gpus: int | None = None
 
     @property
     def buffer(self) -> bool:
@@ -96,16 +102,19 @@ class SpareCapacity:
         return self.start + self.interval * changed
 
 
-def buffer_replicas(headroom: np.ndarray, chunk_gpus: int) -> np.ndarray:
-    """The live writer's ``replicas_for`` (``ceil(headroom / chunk_gpus)``) per step; a value that
-    cannot be served (NaN, negative, infinite) writes nothing, so the last written count stays (0
-    before the first)."""
+def buffer_replicas(headroom: np.ndarray, chunk_gpus: int, limit_gpus: int | None = None) -> np.ndarray:
+    """The virtual pods per step: the live writer's ``replicas_for`` (``ceil(headroom / chunk_gpus)``),
+    capped as the autoscaler caps ``spec.replicas`` by ``spec.limits`` (whole chunks within
+    ``limit_gpus``). A value that cannot be served (NaN, negative, infinite) writes nothing, so the last
+    written count stays (0 before the first)."""
     replicas = np.zeros(len(headroom), dtype=np.int64)
     current = 0
     for position, value in enumerate(headroom.tolist()):
         if math.isfinite(value) and value >= 0:
             current = replicas_for(value, chunk_gpus)
         replicas[position] = current
+    if limit_gpus is not None:
+        np.minimum(replicas, chunks_within(limit_gpus, chunk_gpus), out=replicas)
     return replicas
 
 
@@ -114,7 +123,7 @@ def spare_capacity(actuation: Actuation, metric: np.ndarray, step_s: float, star
     the served metric ``metric[step]``."""
     first_step = int(start // step_s)
     if actuation.buffer:
-        replicas = buffer_replicas(metric[first_step:], actuation.chunk_gpus)
+        replicas = buffer_replicas(metric[first_step:], actuation.chunk_gpus, actuation.limit_gpus)
         requeues = math.ceil((end - start - BUFFER_RESYNC_OFFSET_S) / BUFFER_RESYNC_S)
         ticks = start + BUFFER_RESYNC_OFFSET_S + BUFFER_RESYNC_S * np.arange(max(requeues, 0))
         writes = start + step_s * np.flatnonzero(np.diff(replicas, prepend=-1) != 0)

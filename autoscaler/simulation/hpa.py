@@ -1,10 +1,11 @@
 """The HorizontalPodAutoscaler controller's arithmetic, as kube-controller-manager implements it.
 
-Follows ``pkg/controller/podautoscaler`` (autoscaling/v2): per-metric replica proposals with the
-0.1 tolerance, the maximum over metrics, the stabilisation window (the maximum of the recommendations
-recorded over the last 300 s for scale-down; the minimum over the scale-up window, 0 s by default),
-then the rate limits of ``behavior`` (scale-up: max(100 %, 4 pods) per 15 s; scale-down: 100 % per
-15 s). External metric values arrive as milli-units, rounded up (``MilliValue``).
+Follows ``pkg/controller/podautoscaler`` (autoscaling/v2): per-metric replica proposals within the
+tolerances (``behavior.scaleUp/scaleDown.tolerance``, KEP-4951; 0.1 each when unset), the maximum
+over metrics, the stabilisation window (the maximum of the recommendations recorded over the last
+300 s for scale-down; the minimum over the scale-up window, 0 s by default), then the rate limits of
+``behavior`` (scale-up: max(100 %, 4 pods) per 15 s; scale-down: 100 % per 15 s). External metric
+values arrive as milli-units, rounded up (``MilliValue``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,44 @@ DEFAULT_SCALE_DOWN = ScalingRules(300, (ScalingPolicy("Percent", 100, 15),))
 
 
 @dataclass(frozen=True)
+class Tolerance:
+    """``behavior.scaleUp.tolerance`` and ``behavior.scaleDown.tolerance`` (KEP-4951: beta in 1.35, GA
+    in 1.37); an unset one is the controller's ``--horizontal-pod-autoscaler-tolerance``, 0.1."""
+
+    scale_up: float = DEFAULT_TOLERANCE
+    scale_down: float = DEFAULT_TOLERANCE
+
+    def __post_init__(self) -> None:
+        for name, value in (("scale-up", self.scale_up), ("scale-down", self.scale_down)):
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"the {name} tolerance must be a number >= 0, got {value}")
+
+    def within(self, usage_ratio: float) -> bool:
+        """The controller's ``Tolerances.isWithin``: keep the count while
+        ``1 - scaleDown <= ratio <= 1 + scaleUp``. A ratio of exactly 1 + 0.1 is within (the older
+        ``|1 - ratio| > 0.1`` scaled there, float64 putting it just above); NaN is never within."""
+        return (1.0 - self.scale_down) <= usage_ratio <= (1.0 + self.scale_up)
+
+
+def parse_tolerance(text: str) -> Tolerance:
+    """``T`` (both directions) or ``up=T,down=T`` (either may be left out: it stays 0.1)."""
+    try:
+        if "=" not in text:
+            value = float(text)
+            return Tolerance(value, value)
+        given: dict[str, float] = {}
+        for part in text.split(","):
+            key, _, value_text = part.partition("=")
+            key = key.strip()
+            if key not in ("up", "down") or key in given:
+                raise ValueError(f"{part.strip()!r} is not up=T or down=T (each at most once)")
+            given[key] = float(value_text)
+        return Tolerance(given.get("up", DEFAULT_TOLERANCE), given.get("down", DEFAULT_TOLERANCE))
+    except ValueError as error:
+        raise ValueError(f"--hpa-tolerance {text!r}: {error} (give T, or up=T,down=T)") from None
+
+
+@dataclass(frozen=True)
 class HPASpec:
     """What the simulated placeholder HPA is configured with.
 
@@ -57,7 +96,7 @@ class HPASpec:
 
     min_replicas: int = 0
     max_replicas: int = 1_000_000
-    tolerance: float = DEFAULT_TOLERANCE
+    tolerance: Tolerance = field(default_factory=Tolerance)
     scale_up: ScalingRules = DEFAULT_SCALE_UP
     scale_down: ScalingRules = DEFAULT_SCALE_DOWN
 
@@ -67,21 +106,21 @@ def milli_value(value: float) -> int:
     return int((Decimal(repr(float(value))) * 1000).to_integral_value(rounding=ROUND_CEILING))
 
 
-def average_value_replicas(usage_milli: int, target_milli: int, status_replicas: int, tolerance: float) -> int:
+def average_value_replicas(usage_milli: int, target_milli: int, status_replicas: int, tolerance: Tolerance) -> int:
     """Replicas for an External metric with an ``AverageValue`` target (GetExternalPerPodMetricReplicas).
 
-    The current count is kept while ``usage / (target * replicas)`` is within the tolerance of 1.
+    The current count is kept while ``usage / (target * replicas)`` is within the tolerances.
     """
     if status_replicas == 0:
-        # usage / 0 is +Inf (scale) or NaN when usage is 0 (NaN never exceeds the tolerance: keep 0).
-        return 0 if usage_milli == 0 else math.ceil(usage_milli / target_milli)
-    ratio = usage_milli / (target_milli * status_replicas)
-    if abs(1.0 - ratio) > tolerance:
+        # usage / 0 is +Inf or, when usage is 0, NaN: neither is within, so ceil(usage / target).
         return math.ceil(usage_milli / target_milli)
-    return status_replicas
+    ratio = usage_milli / (target_milli * status_replicas)
+    if tolerance.within(ratio):
+        return status_replicas
+    return math.ceil(usage_milli / target_milli)
 
 
-def value_replicas(usage_milli: int, target_milli: int, current: int, ready_pods: int, tolerance: float) -> int:
+def value_replicas(usage_milli: int, target_milli: int, current: int, ready_pods: int, tolerance: Tolerance) -> int:
     """Replicas for an External metric with a ``Value`` target (GetExternalMetricReplicas).
 
     Scales the *ready* pod count by the usage ratio, which is why placeholders (Pending, never ready
@@ -90,7 +129,7 @@ def value_replicas(usage_milli: int, target_milli: int, current: int, ready_pods
     ratio = usage_milli / target_milli
     if current == 0:
         return math.ceil(ratio)
-    if abs(1.0 - ratio) <= tolerance:
+    if tolerance.within(ratio):
         return current
     return math.ceil(ratio * ready_pods)
 

@@ -144,7 +144,7 @@ class Planning:
     lead_s: float  # the lead time the policies plan for
     oracle_lead_s: float  # the provisioning delay the oracle must cover
     batch_max_s: float
-    tolerance: float
+    tolerance: float  # the HPA's scale-up tolerance (0 for a CapacityBuffer)
 
 
 def _rolling_max(values: np.ndarray, steps: int) -> np.ndarray:
@@ -170,7 +170,7 @@ def scheduled_gpus(workload: Workload, lead_s: float) -> np.ndarray:
 
 def oracle_headroom(workload: Workload, planning: Planning) -> np.ndarray:
     """Perfect knowledge of demand: the most requested over the time placeholders need to become
-    Ready nodes, minus the least requested now, scaled past the HPA's tolerance band so that the
+    Ready nodes, minus the least requested now, scaled past the HPA's scale-up tolerance so that the
     placeholder count never settles below it."""
     step_s = workload.step_s
     base_delay = planning.oracle_lead_s + planning.batch_max_s + SYNC_PERIOD_S

@@ -175,6 +175,7 @@ def actuation_figures(actuation: Actuation) -> dict[str, Any]:
         return {
             "kind": actuation.kind,
             "buffer_chunk_gpus": actuation.chunk_gpus,
+            "buffer_limit_gpus": actuation.limit_gpus,
             "resync_seconds": BUFFER_RESYNC_S,
             "resync_offset_seconds": BUFFER_RESYNC_OFFSET_S,
         }
@@ -182,7 +183,7 @@ def actuation_figures(actuation: Actuation) -> dict[str, Any]:
     return {
         "kind": actuation.kind,
         "placeholder_gpus": PLACEHOLDER_GPUS,
-        "hpa_tolerance": hpa.tolerance,
+        "hpa_tolerance": {"scale_up": hpa.tolerance.scale_up, "scale_down": hpa.tolerance.scale_down},
         "scale_down_stabilization_seconds": hpa.scale_down.stabilization_window_seconds,
     }
 

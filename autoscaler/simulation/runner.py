@@ -119,8 +119,9 @@ def _planning(workload: Workload, period: Period, config: SimulationConfig) -> P
         lead_s=config.lead_time_s + config.lead_margin_s,
         oracle_lead_s=config.lead_distribution.quantile(ORACLE_LEAD_QUANTILE),
         batch_max_s=BATCH_MAX_S,
-        # The oracle scales its headroom past the HPA's tolerance band; a buffer has none.
-        tolerance=0.0 if config.actuation.buffer else config.actuation.hpa.tolerance,
+        # The oracle scales its headroom past the HPA's scale-up tolerance (the count settles as low
+        # as usage / (1 + it)); a buffer has none.
+        tolerance=0.0 if config.actuation.buffer else config.actuation.hpa.tolerance.scale_up,
     )
 
 

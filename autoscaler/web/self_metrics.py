@@ -231,7 +231,8 @@ class UnplacedCollector(Collector):
 
 class BufferCollector(Collector):
     """Each pool's CapacityBuffer replicas: desired (what the served value asks for; a dry run's would-be
-    write) and reported (the autoscaler's ``status.replicas``), read at scrape time."""
+    write), reported (the autoscaler's ``status.replicas``) and expected (its sizing rule on the spec
+    as read), and whether quotas limit it (``LimitedByQuotas``), read at scrape time."""
 
     def __init__(self, states: Callable[[], Sequence[BufferState]]) -> None:
         self._states = states
@@ -240,11 +241,25 @@ class BufferCollector(Collector):
         family = GaugeMetricFamily(
             "gpu_autoscaler_buffer_replicas", "CapacityBuffer replicas per pool", labels=["pool", "state"]
         )
+        limited = GaugeMetricFamily(
+            "gpu_autoscaler_buffer_limited_by_quotas",
+            "1 while the autoscaler reports LimitedByQuotas=True for the pool's CapacityBuffer, 0 when False",
+            labels=["pool"],
+        )
         for state in self._states():
-            for kind, value in (("desired", state.desired.replicas), ("reported", state.reported)):
+            expected = state.sizing.replicas if state.sizing else None
+            for kind, value in (
+                ("desired", state.desired.replicas),
+                ("reported", state.reported),
+                ("expected", expected),
+            ):
                 if value is not None:
                     family.add_metric([state.pool.pool, kind], value)
+            condition = state.limited_by_quotas
+            if condition is not None:
+                limited.add_metric([state.pool.pool], 1.0 if condition.status == "True" else 0.0)
         yield family
+        yield limited
 
 
 # Request latency buckets of both APIs (HTTPS and gRPC), so their histograms compare bucket by bucket.

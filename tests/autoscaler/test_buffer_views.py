@@ -29,6 +29,10 @@ CONDITIONS = [
      "lastTransitionTime": "2026-11-23T22:00:00Z"},
     {"type": "Provisioning", "status": "False", "reason": "Provisioning", "message": "1 of 2 chunks pending",
      "lastTransitionTime": "2026-11-23T22:00:00Z"},
+    # Cluster Autoscaler's condition and message (capacitybuffer/common.MarkBufferAsLimitedByQuota).
+    {"type": "LimitedByQuotas", "status": "True", "reason": "ResourceQuotasAllocated",
+     "message": "Buffer replicas limited from 2 to 1 due to quotas: gpu-quota",
+     "lastTransitionTime": "2026-11-23T22:00:00Z", "observedGeneration": 2},
 ]  # fmt: skip
 
 
@@ -49,7 +53,9 @@ async def test_inspection_page_metrics_and_readiness_show_desired_and_reported(f
         await eventually(lambda: actuator.mode == "writing", message="the writer holds the Lease")
         await show(actuator, headroom(12.0, at=NOW))
         buffer = fake_kube.get(PLURAL, "a100-buffer", "gpu")
-        fake_kube.modify(PLURAL, {**buffer, "status": {"replicas": 1, "conditions": CONDITIONS}})
+        # Someone caps the buffer at 16 GPUs (two 8-GPU chunks fit) and a quota holds it at 1.
+        spec = {**buffer["spec"], "limits": {"nvidia.com/gpu": "16"}}
+        fake_kube.modify(PLURAL, {**buffer, "spec": spec, "status": {"replicas": 1, "conditions": CONDITIONS}})
         await eventually(lambda: actuator.states["a100"].reported == 1, message="status read back")
         async with TestClient(TestServer(ops_app)) as client:
             response = await client.get("/api/v1/capacity-buffers")
@@ -80,6 +86,13 @@ async def test_inspection_page_metrics_and_readiness_show_desired_and_reported(f
                         "writtenAt": "2026-11-23T22:00:00Z",
                         "writes": 1,
                         "reported": 1,
+                        "expected": 2,
+                        "expectedReason": "spec.replicas 2",
+                        "limitedByQuotas": {
+                            "status": "True",
+                            "reason": "ResourceQuotasAllocated",
+                            "message": "Buffer replicas limited from 2 to 1 due to quotas: gpu-quota",
+                        },
                         "conditions": [{k: c[k] for k in ("type", "status", "reason", "message")} for c in CONDITIONS],
                         "lastError": None,
                     }
@@ -88,10 +101,35 @@ async def test_inspection_page_metrics_and_readiness_show_desired_and_reported(f
             metrics = await (await client.get("/metrics")).text()
             assert 'gpu_autoscaler_buffer_replicas{pool="a100",state="desired"} 2.0' in metrics
             assert 'gpu_autoscaler_buffer_replicas{pool="a100",state="reported"} 1.0' in metrics
+            assert 'gpu_autoscaler_buffer_replicas{pool="a100",state="expected"} 2.0' in metrics
+            assert 'gpu_autoscaler_buffer_limited_by_quotas{pool="a100"} 1.0' in metrics
             page = await (await client.get("/")).text()
             assert "<h2>CapacityBuffers</h2><p>writing</p>" in page
-            assert '<td>gpu/a100-buffer</td><td class="num">2</td><td class="num">2</td><td class="num">1</td>' in page
+            assert (
+                '<td>gpu/a100-buffer</td><td class="num">2</td><td class="num">2</td><td class="num">1</td>'
+                '<td class="num">2</td><td><span class="warn">yes: Buffer replicas limited from 2 to 1 due to '
+                "quotas: gpu-quota</span></td>"
+            ) in page
             assert "ReadyForProvisioning=True (AttributesSetSuccessfully), Provisioning=False (Provisioning)" in page
+            assert "expected: spec.replicas 2" in page
+
+            # Limits below spec.replicas: the autoscaler caps it (floor(8 / 8) = 1 chunk); the quota lifts.
+            buffer = fake_kube.get(PLURAL, "a100-buffer", "gpu")
+            lifted = [
+                {**c, "status": "False", "message": ""} if c["type"] == "LimitedByQuotas" else c for c in CONDITIONS
+            ]
+            spec = {**buffer["spec"], "limits": {"nvidia.com/gpu": "8"}}
+            fake_kube.modify(PLURAL, {**buffer, "spec": spec, "status": {"replicas": 1, "conditions": lifted}})
+            state = actuator.states["a100"]
+            await eventually(lambda: state.sizing is not None and state.sizing.replicas == 1, message="limits read")
+            entry = (await (await client.get("/api/v1/capacity-buffers")).json())["buffers"][0]
+            assert (entry["desired"], entry["written"], entry["expected"]) == (2, 2, 1)
+            assert entry["expectedReason"] == "spec.replicas 2, capped by spec.limits nvidia.com/gpu=8"
+            assert entry["limitedByQuotas"] == {"status": "False", "reason": "ResourceQuotasAllocated", "message": ""}
+            metrics = await (await client.get("/metrics")).text()
+            assert 'gpu_autoscaler_buffer_replicas{pool="a100",state="expected"} 1.0' in metrics
+            assert 'gpu_autoscaler_buffer_limited_by_quotas{pool="a100"} 0.0' in metrics
+            assert "<td>no</td>" in await (await client.get("/")).text()
             verbose = await (await client.get("/readyz?verbose")).text()
             assert (
                 "[+]capacity buffers: writing autoscaling.x-k8s.io/v1beta1 "
@@ -117,6 +155,7 @@ async def test_a_dry_run_exports_what_it_would_write(fake_kube, kube_api):
             metrics = await (await client.get("/metrics")).text()
             assert 'gpu_autoscaler_buffer_replicas{pool="a100",state="desired"} 4.0' in metrics
             assert 'state="reported"' not in metrics  # no buffer, nothing reported
+            assert 'state="expected"' not in metrics and "gpu_autoscaler_buffer_limited_by_quotas{" not in metrics
             assert "<p>dry run: nothing is written</p>" in await (await client.get("/")).text()
             verbose = await (await client.get("/readyz?verbose")).text()
             assert (

@@ -54,6 +54,9 @@ KUSTOMIZATIONS = (
     "monitoring",
     "examples",
     "examples-before-1.35",
+    "examples/inference-from-zero/base",
+    "examples/inference-from-zero/hpa",
+    "examples/inference-from-zero/keda",
 )
 # Every render of the service; only EXTERNAL_METRICS_API registers it with an APIService.
 SERVICES = ("base", "overlays/cert-manager", "overlays/insecure", "overlays/keda", EXTERNAL_METRICS_API)

@@ -75,6 +75,17 @@ def test_buffer_replicas_are_the_headroom_in_whole_chunks():
     assert buffer_replicas(headroom, 1).tolist() == [0, 1, 4, 5, 5, 9, 9, 9, 0]
 
 
+def test_buffer_limits_cap_the_virtual_pods_as_the_autoscaler_sizes_them():
+    """spec.limits of 18 GPUs on 4-GPU chunks: floor(18 / 4) = 4 chunks at most, whatever is written."""
+    headroom = np.array([0.0, 5.0, 16.0, 17.0, 40.0, math.nan])
+    assert buffer_replicas(headroom, 4).tolist() == [0, 2, 4, 5, 10, 10]
+    assert buffer_replicas(headroom, 4, limit_gpus=18).tolist() == [0, 2, 4, 4, 4, 4]
+    assert buffer_replicas(headroom, 4, limit_gpus=3).tolist() == [0] * 6
+    metric = np.r_[np.zeros(60), np.full(120, 40.0)]
+    capped = spare_capacity(Actuation("capacity-buffer", chunk_gpus=4, limit_gpus=18), metric, STEP_S, 0.0, 3 * HOUR)
+    assert capped.gpus.max() == 16
+
+
 def test_buffer_follows_every_step_where_the_hpa_keeps_its_tolerance_staircase():
     """Headroom 16, then 17, then 15.2 GPUs for an hour each: the buffer writes 16, 17, 16 replicas;
     the HPA keeps 16 placeholders throughout (17/16 and 15.2/16 are within its 10 % tolerance)."""

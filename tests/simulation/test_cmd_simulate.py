@@ -85,7 +85,7 @@ def test_json_names_the_actuation(demand_csv):
     assert placeholders["actuation"] == {
         "kind": "placeholder-hpa",
         "placeholder_gpus": 1,
-        "hpa_tolerance": 0.1,
+        "hpa_tolerance": {"scale_up": 0.1, "scale_down": 0.1},
         "scale_down_stabilization_seconds": 300,
     }
     assert placeholders["policies"] == explicit_report["policies"]  # the default is the placeholder HPA
@@ -95,10 +95,44 @@ def test_json_names_the_actuation(demand_csv):
     assert buffer["actuation"] == {
         "kind": "capacity-buffer",
         "buffer_chunk_gpus": 2,
+        "buffer_limit_gpus": None,
         "resync_seconds": 30.0,
         "resync_offset_seconds": 15.0,
     }
     assert set(buffer["policies"]["static_buffer:8"]) == BASE_KEYS
+
+
+def test_hpa_tolerance_is_named_in_the_json_and_changes_the_run(demand_csv):
+    args = ("--input", str(demand_csv), "--warmup", "1d", "--policies", "reactive,static_buffer:8,oracle")
+    runs = {text: _invoke(*args, "--hpa-tolerance", text) for text in ("0.1", "0", "up=0,down=0.05", "down=0.05")}
+    assert all(code == 0 for code, _, _ in runs.values())
+    reports = {text: json.loads(out) for text, (_, out, _) in runs.items()}
+    assert [reports[text]["actuation"]["hpa_tolerance"] for text in runs] == [
+        {"scale_up": 0.1, "scale_down": 0.1},
+        {"scale_up": 0.0, "scale_down": 0.0},
+        {"scale_up": 0.0, "scale_down": 0.05},
+        {"scale_up": 0.1, "scale_down": 0.05},  # an unset direction stays at the controller's 0.1
+    ]
+    assert reports["0.1"]["policies"] == json.loads(_invoke(*args)[1])["policies"]  # 0.1 is the default
+    # The oracle's headroom is scaled past the scale-up tolerance only; it stays never short.
+    for report in reports.values():
+        assert report["policies"]["oracle"]["short_gpu_minutes"] == 0
+    assert (
+        reports["0"]["policies"]["oracle"]["provisioned_gpu_hours"]
+        < reports["0.1"]["policies"]["oracle"]["provisioned_gpu_hours"]
+    )
+
+
+def test_buffer_limits_are_named_and_cap_the_buffer(demand_csv):
+    args = ("--input", str(demand_csv), "--warmup", "1d", "--policies", "static_buffer:16")
+    unlimited = json.loads(_invoke(*args, "--actuation", "capacity-buffer")[1])
+    code, out, _ = _invoke(*args, "--actuation", "capacity-buffer", "--buffer-limit-gpus", "8")
+    assert code == 0
+    limited = json.loads(out)
+    assert limited["actuation"]["buffer_limit_gpus"] == 8
+    before, after = unlimited["policies"]["static_buffer:16"], limited["policies"]["static_buffer:16"]
+    assert after["provisioned_gpu_hours"] < before["provisioned_gpu_hours"]
+    assert after["short_gpu_minutes"] >= before["short_gpu_minutes"]
 
 
 def test_sweep_static_runs_through_the_capacity_buffer(demand_csv):
@@ -175,6 +209,13 @@ def test_table_and_pictures(demand_csv, tmp_path):
         (["--buffer-chunk-gpus", "4"], "--buffer-chunk-gpus sizes CapacityBuffer replicas: it needs --actuation"),
         (["--actuation", "placeholder-hpa", "--buffer-chunk-gpus", "1"], "it needs --actuation capacity-buffer"),
         (["--actuation", "capacity-buffer", "--scale-down-stabilization", "300s"], "has no HPA"),
+        (["--actuation", "capacity-buffer", "--hpa-tolerance", "0.1"], "--hpa-tolerance is the placeholder HPA's"),
+        (["--buffer-limit-gpus", "16"], "--buffer-limit-gpus is a CapacityBuffer's spec.limits: it needs"),
+        (["--actuation", "capacity-buffer", "--buffer-limit-gpus", "-1"], "'--buffer-limit-gpus'"),
+        (["--hpa-tolerance", "-0.1"], "the scale-up tolerance must be a number >= 0, got -0.1"),
+        (["--hpa-tolerance", "up=0,sideways=1"], "'sideways=1' is not up=T or down=T"),
+        (["--hpa-tolerance", "up=0,up=1"], "'up=1' is not up=T or down=T (each at most once)"),
+        (["--hpa-tolerance", "none"], "--hpa-tolerance 'none'"),
         (["--actuation", "capacity-buffer", "--buffer-chunk-gpus", "9"], "from 1 to --gpus-per-node (8), got 9"),
         (["--actuation", "capacity-buffer", "--buffer-chunk-gpus", "0"], "from 1 to --gpus-per-node (8), got 0"),
     ],

@@ -7,15 +7,20 @@ import pytest
 
 from autoscaler.quantity import format_quantity, parse_quantity
 from autoscaler.simulation.hpa import (
+    DEFAULT_TOLERANCE,
     HPAController,
     HPASpec,
     ScalingPolicy,
     ScalingRules,
+    Tolerance,
     average_value_replicas,
     milli_value,
+    parse_tolerance,
     placeholder_replicas,
     value_replicas,
 )
+
+DEFAULT = Tolerance()
 
 
 def test_milli_value_rounds_up_like_the_served_quantity():
@@ -29,7 +34,8 @@ def test_milli_value_rounds_up_like_the_served_quantity():
     ("usage", "current", "expected"),
     [
         (10_500, 10, 10),  # ratio 1.05: inside the 0.1 tolerance, keep
-        (11_000, 10, 11),  # ratio 1.10: in float64 |1 - 1.1| is just above 0.1, as in Go: scale
+        (11_000, 10, 10),  # ratio 1.10: 1.1 <= 1 + 0.1 in float64, as isWithin reads it: keep
+        (11_001, 10, 12),  # ratio 1.1001: ceil(11.001)
         (11_500, 10, 12),  # ratio 1.15: ceil(11.5)
         (9_000, 10, 10),  # ratio 0.90: |1 - 0.9| is just below 0.1: keep
         (8_900, 10, 9),  # ratio 0.89: ceil(8.9)
@@ -39,14 +45,61 @@ def test_milli_value_rounds_up_like_the_served_quantity():
     ],
 )
 def test_average_value_tolerance(usage, current, expected):
-    assert average_value_replicas(usage, 1000, current, 0.1) == expected
+    assert average_value_replicas(usage, 1000, current, DEFAULT) == expected
+
+
+@pytest.mark.parametrize(
+    ("usage", "current", "tolerance", "expected"),
+    [
+        (10_001, 10, Tolerance(0, 0), 11),  # scaleUp 0: any rise scales, ceil(10.001)
+        (10_000, 10, Tolerance(0, 0), 10),  # ratio exactly 1: within even at 0
+        (9_999, 10, Tolerance(0, 0), 10),  # scaleDown 0: ceil(9.999) = 10, the same count
+        (9_000, 10, Tolerance(0, 0), 9),
+        (9_600, 10, Tolerance(0, 0.05), 10),  # 0.96 >= 0.95: keep
+        (9_400, 10, Tolerance(0, 0.05), 10),  # 0.94 < 0.95: scale to ceil(9.4) = 10
+        (9_000, 10, Tolerance(0, 0.05), 9),
+        (10_500, 10, Tolerance(0, 0.05), 11),  # 1.05 > 1 + 0: scale up, where 0.1 kept 10
+        (17_000, 16, Tolerance(0, 0.05), 17),  # the README's staircase: 17 served on 16 placeholders
+        (15_200, 16, Tolerance(0, 0.05), 16),  # 0.95 is within down=0.05 (1 - 0.05 == 0.95 in float64)
+        (15_100, 16, Tolerance(0, 0.05), 16),  # 0.94375: ceil(15.1) = 16, the same count
+        (14_900, 16, Tolerance(0, 0.05), 15),
+    ],
+)
+def test_average_value_with_separate_scale_up_and_scale_down_tolerances(usage, current, tolerance, expected):
+    assert average_value_replicas(usage, 1000, current, tolerance) == expected
+
+
+def test_parse_tolerance():
+    assert parse_tolerance("0") == Tolerance(0.0, 0.0)
+    assert parse_tolerance("0.2") == Tolerance(0.2, 0.2)
+    assert parse_tolerance("up=0,down=0.05") == Tolerance(0.0, 0.05)
+    assert parse_tolerance(" down=0.05 ") == Tolerance(DEFAULT_TOLERANCE, 0.05)
+    assert parse_tolerance("up=0") == Tolerance(0.0, DEFAULT_TOLERANCE)
+    for bad in ("", "-1", "up=-0.1", "up=0,up=0", "left=0", "nan", "inf", "up=x"):
+        with pytest.raises(ValueError, match="--hpa-tolerance"):
+            parse_tolerance(bad)
+
+
+def test_tolerance_zero_follows_every_change_the_default_keeps_a_staircase():
+    """16, 17, then 15.2 GPUs of headroom (20, 20 and 25 syncs), read from 16 placeholders: at 0.1 the
+    count stays 16; at up=0,down=0.05 it follows 17 at once and comes back to 16 (15.2 / 17 = 0.89 is
+    below 0.95) only when the 300 s window no longer holds a 17."""
+    usage = np.r_[np.full(20, 16_000), np.full(20, 17_000), np.full(25, 15_200)].astype(np.int64)
+    times = np.arange(65) * 15.0
+    staircase = placeholder_replicas(times, usage, HPASpec(), initial=16)
+    assert set(staircase.tolist()) == {16}
+    follows = placeholder_replicas(times, usage, HPASpec(tolerance=Tolerance(0, 0.05)), initial=16)
+    # The last 17 is recommended at 585 s (sync 39); at 885 s it is at the window's start, which
+    # counts only recommendations after it.
+    assert follows.tolist() == [16] * 20 + [17] * 39 + [16] * 6
 
 
 def test_value_target_scales_ready_pods():
     # Value target 10, metric 30: ratio 3; 4 replicas of which 2 ready -> ceil(3 * 2) = 6.
-    assert value_replicas(30_000, 10_000, 4, 2, 0.1) == 6
-    assert value_replicas(10_500, 10_000, 4, 2, 0.1) == 4  # within tolerance
-    assert value_replicas(25_000, 10_000, 0, 0, 0.1) == 3  # from zero: ceil(ratio)
+    assert value_replicas(30_000, 10_000, 4, 2, DEFAULT) == 6
+    assert value_replicas(10_500, 10_000, 4, 2, DEFAULT) == 4  # within tolerance
+    assert value_replicas(10_500, 10_000, 4, 2, Tolerance(0, 0.1)) == 3  # up=0: ceil(1.05 * 2 ready)
+    assert value_replicas(25_000, 10_000, 0, 0, DEFAULT) == 3  # from zero: ceil(ratio)
 
 
 def test_scale_up_limit_is_max_of_100_percent_and_4_pods():
@@ -127,7 +180,7 @@ def test_placeholder_replicas_matches_step_by_step_reconcile():
     replicas = placeholder_replicas(times, usage, HPASpec())
     hpa, current = HPAController(), 0
     for now, value, got in zip(times, usage, replicas, strict=True):
-        current = hpa.reconcile(float(now), current, [average_value_replicas(int(value), 1000, current, 0.1)])
+        current = hpa.reconcile(float(now), current, [average_value_replicas(int(value), 1000, current, DEFAULT)])
         assert got == current
     # Two metrics: the maximum wins.
     both = placeholder_replicas(times, np.vstack([usage, usage // 2]), HPASpec())
