@@ -163,6 +163,9 @@ class ReplayRequest:
     gpus_per_node: int
     consolidate_after_s: float = 600.0
     start_s: float = 0.0  # the time of the first step (the ledgers returned count from it)
+    # The placeholder HPA's behavior tolerances, as manifests/examples ships it.
+    hpa_tolerance_up: float = 0.0
+    hpa_tolerance_down: float = 0.05
 
 
 # The simulator's controller model over each level's headroom (autoscaler/simulation/replay.py):

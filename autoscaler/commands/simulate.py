@@ -175,9 +175,8 @@ def simulate_command(
         step_s, lead_s = _seconds("--step", step), _seconds("--lead-time", lead_time)
         specs, windows = _policies(policies, sweep_static, sweep_rolling_max), _windows(schedules)
         distribution = parse_lead_time_distribution(lead_time_distribution or f"fixed:{lead_time}")
-        actuated = _actuation(
-            actuation, scale_down_stabilization, hpa_tolerance, (buffer_chunk_gpus, buffer_limit_gpus), gpus_per_node
-        )
+        buffer = (buffer_chunk_gpus, buffer_limit_gpus)
+        actuated = _actuation(actuation, scale_down_stabilization, hpa_tolerance, buffer, gpus_per_node)
         margin_s = _seconds("--lead-time-margin", lead_time_margin, allow_zero=True)
         cadence = _cadence(forecast_step, reselect_every, refit_every, lookback, lead_s=lead_s + margin_s, seed=seed)
         _check_forecast_step(cadence, step_s, step_text=step, forecast_step_text=forecast_step)

@@ -13,6 +13,7 @@ from autoscaler.scorecard import MinuteLedger
 from autoscaler.service_levels import ReplayRequest
 from autoscaler.simulation.actuation import Actuation
 from autoscaler.simulation.engine import Period, run_policy
+from autoscaler.simulation.hpa import HPASpec, Tolerance
 from autoscaler.simulation.inputs import Pods, make_workload
 from autoscaler.simulation.lead_times import LeadTimeDistribution
 from autoscaler.simulation.provisioner import PoolConfig
@@ -24,6 +25,7 @@ def replay_levels(request: ReplayRequest) -> dict[str, MinuteLedger]:
     """Each level's minute ledger (seconds from the record's start) when its headroom was served.
 
     Demand is fluid: the GPUs requested at each step, Pending pods included, as the record holds them.
+    The placeholder HPA has the request's tolerances (the shipped manifests' by default).
     """
     steps = len(request.requested)
     if steps == 0:
@@ -35,7 +37,8 @@ def replay_levels(request: ReplayRequest) -> dict[str, MinuteLedger]:
     period = Period(start=0.0, scored_from=0.0, end=steps * request.step_s)
     lead_time = LeadTimeDistribution("fixed", request.lead_time_s, text=f"fixed:{request.lead_time_s:g}s")
     pool = PoolConfig(request.gpus_per_node, lead_time, request.consolidate_after_s)
+    hpa = HPASpec(tolerance=Tolerance(request.hpa_tolerance_up, request.hpa_tolerance_down))
     return {
-        level: run_policy(workload, headroom.astype(float), period, pool, Actuation()).ledger
+        level: run_policy(workload, headroom.astype(float), period, pool, Actuation(hpa=hpa)).ledger
         for level, headroom in request.headroom.items()
     }
