@@ -111,6 +111,21 @@ async def review_token(api_client: ApiClient, token: str, *, audiences: tuple[st
     return _user_from(user)
 
 
+def _access_review(user: UserInfo, **attributes: Any) -> V1SubjectAccessReview:
+    """A SubjectAccessReview of ``user`` (name, groups, uid, extra) for the attributes given."""
+    return V1SubjectAccessReview(
+        api_version="authorization.k8s.io/v1",
+        kind="SubjectAccessReview",
+        spec=V1SubjectAccessReviewSpec(
+            user=user.username,
+            groups=list(user.groups),
+            uid=user.uid or None,
+            extra={key: list(values) for key, values in user.extra.items()} or None,
+            **attributes,
+        ),
+    )
+
+
 async def review_access(
     api_client: ApiClient,
     user: UserInfo,
@@ -122,17 +137,10 @@ async def review_access(
 ) -> bool:
     """Whether ``user`` may ``verb`` the resource (SubjectAccessReview). Raises ``KubeError`` when
     there is no answer; an explicit deny and "no opinion" are both False."""
-    body = V1SubjectAccessReview(
-        api_version="authorization.k8s.io/v1",
-        kind="SubjectAccessReview",
-        spec=V1SubjectAccessReviewSpec(
-            user=user.username,
-            groups=list(user.groups),
-            uid=user.uid or None,
-            extra={key: list(values) for key, values in user.extra.items()} or None,
-            resource_attributes=V1ResourceAttributes(
-                verb=verb, group=group, resource=resource, namespace=namespace, name=name or None
-            ),
+    body = _access_review(
+        user,
+        resource_attributes=V1ResourceAttributes(
+            verb=verb, group=group, resource=resource, namespace=namespace, name=name or None
         ),
     )
     answer = await read_json(
@@ -147,17 +155,7 @@ async def review_path_access(api_client: ApiClient, user: UserInfo, verb: str, p
     """Whether ``user`` may ``verb`` the URL ``path`` (a SubjectAccessReview of non-resource attributes,
     as kube-rbac-proxy and controller-runtime's secure metrics serving ask). Raises ``KubeError`` when
     there is no answer."""
-    body = V1SubjectAccessReview(
-        api_version="authorization.k8s.io/v1",
-        kind="SubjectAccessReview",
-        spec=V1SubjectAccessReviewSpec(
-            user=user.username,
-            groups=list(user.groups),
-            uid=user.uid or None,
-            extra={key: list(values) for key, values in user.extra.items()} or None,
-            non_resource_attributes=V1NonResourceAttributes(path=path, verb=verb),
-        ),
-    )
+    body = _access_review(user, non_resource_attributes=V1NonResourceAttributes(path=path, verb=verb))
     answer = await read_json(
         AuthorizationV1Api(api_client).create_subject_access_review(body, _preload_content=False),
         "create subjectaccessreview",

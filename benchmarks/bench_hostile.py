@@ -26,6 +26,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -111,16 +112,21 @@ def request_bytes(extra_keys: int, tag: str = "", **metadata: str) -> bytes:
     return pb.GetMetricsRequest(scaledObjectRef=ref, metricName="gpu_demand_forecast").SerializeToString()
 
 
+def send_counted(send: Callable[..., object], payload: bytes, codes: dict[str, int]) -> None:
+    """One call; its status code counted in ``codes``."""
+    try:
+        send(payload, timeout=30)
+        code = "OK"
+    except grpc.RpcError as error:
+        code = error.code().name  # type: ignore[attr-defined]
+    codes[code] = codes.get(code, 0) + 1
+
+
 def flood(state: Path, port: str, payload: bytes, stop: threading.Event, codes: dict[str, int]) -> None:
     with channel(state, port) as open_channel:
         send = open_channel.unary_unary(GET_METRICS)  # bytes in, bytes out: no client-side protobuf work
         while not stop.is_set():
-            try:
-                send(payload, timeout=30)
-                code = "OK"
-            except grpc.RpcError as error:
-                code = error.code().name  # type: ignore[attr-defined]
-            codes[code] = codes.get(code, 0) + 1
+            send_counted(send, payload, codes)
 
 
 def main() -> None:
@@ -175,12 +181,7 @@ def main() -> None:
                 for index in range(5_000):
                     note = "x" * (24 * 1024 - len(selector) - 200)
                     payload = request_bytes(0, labelSelector=f"{selector},n!=n{index}", note=note)
-                    try:
-                        send(payload, timeout=30)
-                        code = "OK"
-                    except grpc.RpcError as error:
-                        code = error.code().name  # type: ignore[attr-defined]
-                    codes[code] = codes.get(code, 0) + 1
+                    send_counted(send, payload, codes)
             after_cache = rss_mb(process.pid)
             print(f"RSS after 5,000 distinct triggers at the 24 KiB limit (answers {codes}): {after_cache:.0f} MB")
         finally:
