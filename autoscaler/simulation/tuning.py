@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from autoscaler.service_levels import DAY_S, Choice, TuningSettings, stitched_metric, walk_forward
+from autoscaler.target_levels import CANDIDATE_LEVELS
 
 __all__ = [
     "DAY_S",
@@ -26,8 +27,9 @@ __all__ = [
 ]
 
 
-# auto-slo's own candidates: its quantile forecasts at these levels (one selection serves them all).
-AUTO_SLO_QUANTILES = (0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995)
+# auto-slo's own candidates: its quantile forecasts at the levels a live target chooses among (one
+# selection serves them all).
+AUTO_SLO_QUANTILES = CANDIDATE_LEVELS
 # Rolling-max windows an operator would try, in minutes.
 ROLLING_MAX_WINDOWS_MIN = (5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 240, 360, 480, 720)
 # Static buffers up to this share of the largest demand (plus a node): past it a buffer costs more
