@@ -75,19 +75,19 @@ class LedgerPrefix:
 
 def choose(
     prefixes: Mapping[str, LedgerPrefix], target: ServiceTarget, asked: float, window_start_s: float, now_s: float
-) -> tuple[str, bool]:
+) -> tuple[str, bool, float]:
     """The candidate to serve from ``now_s``, judged over ``[window_start_s, now_s)``: the cheapest
     (fewest held GPU-seconds) that met the level asked; if none did, the one that came closest (of
-    equals, the cheapest). Ties go to the first in order. Also whether it met the level."""
+    equals, the cheapest). Ties go to the first in order. Also whether it met the level, and what it
+    attained (infinite when the window holds nothing to judge)."""
     judged = []
     for text, prefix in prefixes.items():
         figures, held = prefix.window(window_start_s, now_s)
         attained = target.attained(figures)
         judged.append((text, math.inf if attained is None else attained, held))
     met = [entry for entry in judged if entry[1] <= asked + 1e-12]
-    if met:
-        return min(met, key=lambda entry: entry[2])[0], True
-    return min(judged, key=lambda entry: (entry[1], entry[2]))[0], False
+    text, attained, _ = min(met, key=lambda entry: entry[2]) if met else min(judged, key=lambda e: (e[1], e[2]))
+    return text, bool(met), attained
 
 
 def calibrated(asked: float, target: ServiceTarget, attained: float, settings: TuningSettings) -> float:
@@ -127,7 +127,7 @@ def walk_forward(
     now = decisions_from_s
     while now < end_s:
         following = min(now + settings.every_s, end_s)
-        text, met = choose(prefixes, target, asked, max(history_from_s, now - settings.window_s), now)
+        text, met, _ = choose(prefixes, target, asked, max(history_from_s, now - settings.window_s), now)
         choices.append(Choice(now, following, text, asked, met))
         if calibrate:
             figures, _ = prefixes[text].window(now, following)

@@ -132,15 +132,13 @@ class LevelTuner:
             if attained is not None:
                 self.asked = calibrated(self.asked, self.target, attained, self.tuning)
         window_start = max(self._times[0], now_s - self.tuning.window_s)
-        chosen, met = choose(prefixes, self.target, self.asked, window_start, now_s)
-        figures, _ = prefixes[chosen].window(window_start, now_s)
-        attained = self.target.attained(figures)
+        chosen, met, attained = choose(prefixes, self.target, self.asked, window_start, now_s)
         self.level, self.chosen_at = float(chosen), now_s
         days = (now_s - window_start) / 86400.0
         outcome = "met" if met else "came closest to"
         self.reason = (
             f"chosen by replaying {len(prefixes)} levels over the last {days:.1f} days: p{self.level * 100:g} "
-            f"{outcome} {self.asked * 100:.2g} % asked, with {0.0 if attained is None else attained * 100:.2g} % "
+            f"{outcome} {self.asked * 100:.2g} % asked, with {attained * 100:.2g} % "
             "of minutes short, at least cost"
         )
 

@@ -31,18 +31,19 @@ def _round(value: float, digits: int = 3) -> float:
     return round(float(value), digits)
 
 
-def _percentile(values: np.ndarray, level: float) -> float | None:
-    return _round(float(np.percentile(values, level))) if len(values) else None
+def _maybe_round(value: float | None) -> float | None:
+    return None if value is None else _round(value)
 
 
 def policy_figures(
-    run: PolicyRun, *, pods: bool, windows: bool, gpu_hour_price: float | None, period: Period | None = None
+    run: PolicyRun, *, pods: bool, windows: bool, gpu_hour_price: float | None, period: Period
 ) -> dict[str, Any]:
     """One policy's figures over the scored period (keys as the command documents them).
 
     Provisioned GPU-hours count nodes from launch (what is billed), not only while Ready; idle is
-    provisioned minus what real pods used; short is requested GPUs above Ready capacity. With the
-    period, the scorecard's figures too (autoscaler/scorecard.py: the live service's definitions).
+    provisioned minus what real pods used; short is requested GPUs above Ready capacity. The
+    scorecard's figures come from the run's minute ledger (autoscaler/scorecard.py: the live
+    service's definitions).
     """
     totals = run.outcome.totals
     figures: dict[str, Any] = {
@@ -52,26 +53,27 @@ def policy_figures(
         "short_gpu_minutes": _round(totals.short / 60),
         "node_launches": totals.launches,
     }
-    if period is not None:
-        ledger = run.outcome.scored_ledger(period)
-        shorts = short_figures(ledger)
-        allocation = gpu_allocation(ledger)
-        figures["minutes_short_fraction"] = _round(shorts.minutes_short_fraction, 5)
-        figures["gpu_allocation"] = None if allocation is None else _round(allocation, 4)
-        if windows:
-            figures["window_start_delay_p95_s"] = wait_figures(run.outcome.window_start_delays).p95_s
-        if run.spec.target is not None:
-            attained = run.spec.target.attained(shorts)
-            figures["target"] = {"kind": run.spec.target.kind, "value": run.spec.target.value}
-            figures["attained"] = None if attained is None else _round(attained, 5)
-            figures["met"] = run.spec.target.met(shorts)
-            figures["choices"] = _choice_counts(run)
-    if pods:
-        figures["pod_wait_p50_s"] = _percentile(run.outcome.pod_waits, 50)
-        figures["pod_wait_p95_s"] = _percentile(run.outcome.pod_waits, 95)
+    ledger = run.outcome.scored_ledger(period)
+    shorts = short_figures(ledger)
+    allocation = gpu_allocation(ledger)
+    figures["minutes_short_fraction"] = _round(shorts.minutes_short_fraction, 5)
+    figures["gpu_allocation"] = None if allocation is None else _round(allocation, 4)
     if windows:
-        figures["window_pod_wait_p50_s"] = _percentile(run.outcome.window_pod_waits, 50)
-        figures["window_pod_wait_p95_s"] = _percentile(run.outcome.window_pod_waits, 95)
+        figures["window_start_delay_p95_s"] = _maybe_round(wait_figures(run.outcome.window_start_delays).p95_s)
+    if run.spec.target is not None:
+        attained = run.spec.target.attained(shorts)
+        figures["target"] = {"kind": run.spec.target.kind, "value": run.spec.target.value}
+        figures["attained"] = None if attained is None else _round(attained, 5)
+        figures["met"] = run.spec.target.met(shorts)
+        figures["choices"] = _choice_counts(run)
+    # Waits are read as the live scorecard reads capacity waits (scorecard.wait_figures).
+    if pods:
+        waits = wait_figures(run.outcome.pod_waits)
+        figures["pod_wait_p50_s"], figures["pod_wait_p95_s"] = _maybe_round(waits.p50_s), _maybe_round(waits.p95_s)
+    if windows:
+        waits = wait_figures(run.outcome.window_pod_waits)
+        figures["window_pod_wait_p50_s"] = _maybe_round(waits.p50_s)
+        figures["window_pod_wait_p95_s"] = _maybe_round(waits.p95_s)
     if gpu_hour_price is not None:
         figures["cost"] = _round(totals.provisioned / 3600 * gpu_hour_price, 2)
     return figures
