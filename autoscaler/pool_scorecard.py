@@ -76,6 +76,19 @@ class Totals:
     used_gpu_seconds: float = 0.0
 
 
+@dataclass(frozen=True)
+class _Arrays:
+    ledger: MinuteLedger
+    waits: np.ndarray  # (at, seconds) rows
+    window_delays: np.ndarray
+    judgments: dict[str, np.ndarray]  # metric -> (at, served, realized) rows
+
+
+def _within(rows: np.ndarray, start_s: float, end_s: float) -> np.ndarray:
+    """The rows whose first column (a time) is in ``[start_s, end_s)``."""
+    return rows[(rows[:, 0] >= start_s) & (rows[:, 0] < end_s)]
+
+
 class PoolScorecard:
     def __init__(self) -> None:
         # minute start -> [short, held, used] GPU-seconds, in time order (samples come in order)
@@ -89,6 +102,10 @@ class PoolScorecard:
         self.wait_histogram = Histogram()
         self.delay_histogram = Histogram()
         self.coverage_totals: dict[str, list[int]] = {}  # metric -> [covered, judged]
+        # The ledger and the events as arrays, built once per change (each sample or event bumps
+        # the version), not at every request for the figures.
+        self._version = 0
+        self._arrays: tuple[int, _Arrays] | None = None
 
     def sample(self, at_s: float, short: float, held: float, used: float) -> None:
         """GPUs short, held and used at ``at_s``; the previous sample is integrated up to it."""
@@ -102,6 +119,7 @@ class PoolScorecard:
             self._integrate(previous, min(at_s, previous[0] + MAX_HOLD_S))
         self.last_sample = (at_s, short, held, used)
         self._trim(at_s)
+        self._version += 1
 
     def _integrate(self, sample: tuple[float, float, float, float], end_s: float) -> None:
         at_s, *rates = sample
@@ -126,10 +144,12 @@ class PoolScorecard:
     def record_wait(self, at_s: float, wait_s: float) -> None:
         self.waits.append((at_s, wait_s))
         self.wait_histogram.observe(wait_s)
+        self._version += 1
 
     def record_window_delay(self, at_s: float, delay_s: float) -> None:
         self.window_delays.append((at_s, delay_s))
         self.delay_histogram.observe(delay_s)
+        self._version += 1
 
     def record_judgment(self, metric: str, at_s: float, served: float, realized: float) -> None:
         covered, judged = coverage(np.array([served]), np.array([realized]))
@@ -139,6 +159,7 @@ class PoolScorecard:
         counts = self.coverage_totals.setdefault(metric, [0, 0])
         counts[0] += covered
         counts[1] += judged
+        self._version += 1
 
     def _trim(self, now_s: float) -> None:
         oldest = now_s - KEEP_S
@@ -153,24 +174,35 @@ class PoolScorecard:
                 events.popleft()
 
     def ledger(self) -> MinuteLedger:
-        starts = np.fromiter(self.minutes, dtype=np.float64, count=len(self.minutes))
-        rows = np.array(list(self.minutes.values()), dtype=np.float64).reshape(-1, 3)
-        return MinuteLedger(starts, rows[:, 0], rows[:, 1], rows[:, 2])
+        return self._current().ledger
+
+    def _current(self) -> _Arrays:
+        if self._arrays is None or self._arrays[0] != self._version:
+            starts = np.fromiter(self.minutes, dtype=np.float64, count=len(self.minutes))
+            rows = np.array(list(self.minutes.values()), dtype=np.float64).reshape(-1, 3)
+            arrays = _Arrays(
+                ledger=MinuteLedger(starts, rows[:, 0], rows[:, 1], rows[:, 2]),
+                waits=np.array(self.waits, dtype=np.float64).reshape(-1, 2),
+                window_delays=np.array(self.window_delays, dtype=np.float64).reshape(-1, 2),
+                judgments={m: np.array(e, dtype=np.float64).reshape(-1, 3) for m, e in self.judgments.items()},
+            )
+            self._arrays = (self._version, arrays)
+        return self._arrays[1]
 
     def figures(self, now_s: float) -> dict[str, Any]:
         """Every figure over each period that ends at ``now_s`` (the API's shape)."""
-        ledger = self.ledger()
-        return {name: self._period(ledger, now_s - seconds, now_s) for name, seconds in PERIODS_S.items()}
+        arrays = self._current()
+        return {name: self._period(arrays, now_s - seconds, now_s) for name, seconds in PERIODS_S.items()}
 
-    def _period(self, ledger: MinuteLedger, start_s: float, end_s: float) -> dict[str, Any]:
-        minutes = ledger.between(start_s, end_s)
+    def _period(self, arrays: _Arrays, start_s: float, end_s: float) -> dict[str, Any]:
+        minutes = arrays.ledger.between(start_s, end_s)
         shorts = short_figures(minutes)
-        waits = wait_figures(np.array([s for at, s in self.waits if start_s <= at < end_s]))
-        delays = wait_figures(np.array([s for at, s in self.window_delays if start_s <= at < end_s]))
+        waits = wait_figures(_within(arrays.waits, start_s, end_s)[:, 1])
+        delays = wait_figures(_within(arrays.window_delays, start_s, end_s)[:, 1])
         judged: dict[str, Any] = {}
-        for metric, events in sorted(self.judgments.items()):
-            pairs = np.array([(s, r) for at, s, r in events if start_s <= at < end_s], dtype=np.float64).reshape(-1, 2)
-            covered, count = coverage(pairs[:, 0], pairs[:, 1])
+        for metric, events in sorted(arrays.judgments.items()):
+            pairs = _within(events, start_s, end_s)
+            covered, count = coverage(pairs[:, 1], pairs[:, 2])
             judged[metric] = {"covered": covered, "judged": count, "coverage": covered / count if count else None}
         allocation = gpu_allocation(minutes)
         return {
