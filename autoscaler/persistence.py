@@ -8,10 +8,8 @@ would be served as fresh forever, and a value must be a JSON number that could h
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import os
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any
 from autoscaler.policy import unservable
 from autoscaler.provider import MetricInfo, ServedSeries, Snapshot
 from autoscaler.quantity import is_normal_number
+from autoscaler.state_files import UnusableFile, read_versioned, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -51,23 +50,18 @@ def snapshot_document(snapshot: Snapshot) -> dict[str, Any]:
 
 def save(path: Path, snapshot: Snapshot) -> None:
     """Write atomically: a crash mid-write leaves the previous file, never half of one."""
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(snapshot_document(snapshot)), encoding="utf-8")
-    os.replace(temporary, path)
+    write_atomically(path, snapshot_document(snapshot))
 
 
 def load(path: Path, metrics: Sequence[MetricInfo], now: datetime | None = None) -> Snapshot | None:
     """The saved values of metrics still configured; None (and a log line) when there is nothing usable."""
     now = now or datetime.now(UTC)
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        document = read_versioned(path, FORMAT_VERSION)
+    except UnusableFile as problem:
+        log.warning("ignoring saved values %s: %s", path, problem)
         return None
-    except (OSError, ValueError) as error:
-        log.warning("ignoring unreadable saved values %s: %s", path, error)
-        return None
-    if not isinstance(document, dict) or document.get("version") != FORMAT_VERSION:
-        log.warning("ignoring saved values %s: unknown format", path)
+    if document is None:
         return None
     known = {info.name: info for info in metrics}
     try:
