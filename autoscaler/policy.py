@@ -126,6 +126,24 @@ def forecast_demand(
     return Decision(max(0.0, statistical + scheduled), "; ".join(parts), peak_at=peak_at.to_pydatetime())
 
 
+def windows_due(windows: Sequence[ScheduledWindow], now: datetime, lead_time: timedelta) -> list[ScheduledWindow]:
+    """Windows that start after ``now`` and within the lead time: what a cron scaler holds ahead."""
+    return [window for window in windows if now < window.start <= now + lead_time]
+
+
+def buffer_demand(buffer_gpus: float, situation: Situation) -> Decision:
+    """A static buffer above the GPUs requested now, plus the windows due within the lead time: a
+    service-level target's buffer candidates (autoscaler/target_levels.py), the operator's static
+    buffer with a cron scaler for declared windows."""
+    requested = situation.requested_now if math.isfinite(situation.requested_now) else 0.0
+    due = windows_due(situation.windows, situation.now, situation.lead_time.value)
+    explanation = f"a buffer of {buffer_gpus:g} GPUs above the GPUs requested now"
+    if due:
+        names = ", ".join(f"{w.namespace}/{w.name} ({w.gpus:g} GPUs)" for w in due)
+        explanation += f", plus scheduled windows due {names}"
+    return Decision(requested + buffer_gpus + sum(w.gpus for w in due), explanation)
+
+
 def headroom(demand: Decision, requested_now: float, source: str = "") -> Decision:
     """Spare GPUs to hold with placeholder pods: forecast demand minus GPUs requested now, at least 0.
     ``source`` says what requested-now holds besides the signal's newest step (Pending pods)."""
@@ -286,19 +304,23 @@ class Situation:
     capacity: ReplicaCapacity | None = None  # replicas: one replica's learned capacity
 
 
-def decide(rule: Rule, situation: Situation) -> Decision | None:
+def decide(rule: Rule, situation: Situation, buffer_gpus: float | None = None) -> Decision | None:
     """The served value and its reasons; ``None`` for replicas while no capacity can be learned.
 
-    The forecast peak over the lead time plus open windows; for headroom, minus GPUs requested now and
-    capped; then clamped to the rule's bounds and paced on the way down.
+    The forecast peak over the lead time plus open windows (or, for a headroom given ``buffer_gpus``,
+    :func:`buffer_demand`); for headroom, minus GPUs requested now and capped; then clamped to the
+    rule's bounds and paced on the way down.
     """
-    demand = forecast_demand(
-        situation.forecast,
-        quantile=rule.quantile,
-        now=situation.now,
-        lead_time=situation.lead_time.value,
-        windows=situation.windows if rule.kind in WINDOW_KINDS else (),
-    )
+    if buffer_gpus is not None and rule.kind == "headroom":
+        demand = buffer_demand(buffer_gpus, situation)
+    else:
+        demand = forecast_demand(
+            situation.forecast,
+            quantile=rule.quantile,
+            now=situation.now,
+            lead_time=situation.lead_time.value,
+            windows=situation.windows if rule.kind in WINDOW_KINDS else (),
+        )
     decision: Decision | None = demand
     if not math.isfinite(demand.value):
         return demand  # nothing to subtract from, cap or clamp: unservable as it is

@@ -24,6 +24,20 @@ import numpy as np
 from autoscaler.scorecard import MinuteLedger, ServiceTarget, ShortFigures
 
 DAY_S = 86400.0
+# Buffers up to this share of the largest demand (plus a node): past it a buffer costs more than any
+# target on the GPU traces in docs/service-levels.md needs.
+BUFFER_SHARE = 0.3
+
+
+def buffer_grid(largest_demand: float, gpus_per_node: int) -> list[int]:
+    """Buffers an operator would try: every GPU up to 16, then steps of 2, 4 and 8 GPUs up to 128,
+    then a quarter more each time (rounded to 8), up to the ceiling. A larger demand only extends
+    the grid (each grid is a prefix of the next)."""
+    ceiling = max(16, math.ceil(BUFFER_SHARE * largest_demand) + gpus_per_node)
+    grid = list(range(0, 17)) + list(range(18, 33, 2)) + list(range(36, 65, 4)) + list(range(72, 129, 8))
+    while grid[-1] < ceiling:
+        grid.append(8 * math.ceil(grid[-1] * 1.25 / 8))
+    return [gpus for gpus in grid if gpus <= ceiling]
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,16 @@
-"""Serving a headroom metric to a service-level target: the quantile level is chosen, not guessed.
+"""Serving a headroom metric to a service-level target: what to serve is chosen, not guessed.
 
 For a metric with a ``target``, every refresh decides the headroom at each candidate level
 (:data:`CANDIDATE_LEVELS`, through the one policy path, ``policy.decide``) and records it with the
-GPUs requested at that moment. Every ``tune_every`` (a day by default), once a day of that record
-exists, each level's recorded headroom is replayed against the demand that followed through the
-simulator's controller model (placeholder HPA and node pool; a worker process runs it) and the
-cheapest level that met the target over the past ``tune_window`` is served until the next choice
-(:func:`autoscaler.service_levels.choose`, the simulator's ``auto-slo``). The level asked of the
-past is calibrated by what the level served attained since the last choice: down after a miss,
-back up after a period within the target.
+GPUs requested at that moment and the GPUs of declared windows due within the lead time. Every
+``tune_every`` (a day by default), once a day of that record exists, each candidate is replayed
+against the demand that followed through the simulator's controller model (placeholder HPA and
+node pool; a worker process runs it): the levels' recorded headroom, and static buffers of the
+operator's grid (:func:`autoscaler.service_levels.buffer_grid`) each with the windows due. The
+cheapest candidate that met the target over the past ``tune_window`` is served until the next
+choice (:func:`autoscaler.service_levels.choose`, the simulator's ``auto-slo``). The level asked of
+the past is calibrated by what the candidate served attained since the last choice: down after a
+miss, back up after a period within the target.
 
 Until the first choice, :data:`FIRST_LEVEL` is served. The record lives in memory: after a restart
 it starts again (docs/service-levels.md).
@@ -26,7 +28,15 @@ import numpy as np
 from autoscaler import policy
 from autoscaler.plans import MetricPlan
 from autoscaler.scorecard import MinuteLedger, ServiceTarget
-from autoscaler.service_levels import ReplayFunction, ReplayRequest, TuningSettings, calibrated, choose, prefixes_of
+from autoscaler.service_levels import (
+    ReplayFunction,
+    ReplayRequest,
+    TuningSettings,
+    buffer_grid,
+    calibrated,
+    choose,
+    prefixes_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +50,10 @@ MIN_RECORD_S = 86400.0
 # state (placeholders, stabilisation, empty nodes) settles within minutes, so the older days'
 # ledgers are kept rather than replayed again (a week's replay of 8 levels is seconds of CPU).
 REPLAY_SETTLE_S = 3600.0
+# The buffer grid is sized on this multiple of the largest demand recorded; a demand past it sizes the
+# grid again, and the whole record is replayed once (the new buffers have no ledgers).
+GRID_MARGIN = 1.5
+BUFFER_PREFIX = "buffer:"
 
 
 # (series key, function, request, timeout in seconds) -> the function's result, run in a worker.
@@ -50,33 +64,56 @@ def level_text(level: float) -> str:
     return f"{level:g}"
 
 
+def buffer_text(gpus: int) -> str:
+    return f"{BUFFER_PREFIX}{gpus}"
+
+
+def describe(candidate: str) -> str:
+    """A candidate as the explanation names it: ``p95``, or ``a buffer of 24 GPUs plus windows due``."""
+    if candidate.startswith(BUFFER_PREFIX):
+        return f"a buffer of {candidate.removeprefix(BUFFER_PREFIX)} GPUs plus the windows due"
+    return f"p{float(candidate) * 100:g}"
+
+
 class LevelTuner:
-    """One (metric, series) served to a target: its record, and the level it serves."""
+    """One (metric, series) served to a target: its record, and the candidate it serves."""
 
     def __init__(self, target: ServiceTarget, tuning: TuningSettings, gpus_per_node: int, step_s: float) -> None:
         self.target = target
         self.tuning = tuning
         self.gpus_per_node = gpus_per_node
         self.step_s = step_s
-        self.level = FIRST_LEVEL
+        self.chosen = level_text(FIRST_LEVEL)
         self.asked = target.value
         self.chosen_at: float | None = None
         self.reason = f"no choice yet: p{FIRST_LEVEL * 100:g} until a day of record exists"
         capacity = int((tuning.window_s + tuning.every_s) / step_s) + 1
         self._times: deque[float] = deque(maxlen=capacity)
-        self._requested: deque[float] = deque(maxlen=capacity)
-        self._headroom: deque[tuple[float, ...]] = deque(maxlen=capacity)
+        # Per refresh: GPUs requested, GPUs of windows due within the lead time, each level's headroom.
+        self._rows: deque[np.ndarray] = deque(maxlen=capacity)
         self._lead_time_s = 0.0
-        # Each level's replayed ledger (times in seconds since the epoch) up to ``_replayed_to``.
+        self._grid_basis: float | None = None  # the demand the buffer grid is sized on
+        # Each candidate's replayed ledger (times in seconds since the epoch) up to ``_replayed_to``.
         self._ledgers: dict[str, MinuteLedger] = {}
         self._replayed_to: float | None = None
 
-    def record(self, now_s: float, requested: float, headroom: Sequence[float], lead_time_s: float) -> None:
+    @property
+    def level(self) -> float | None:
+        """The quantile level served; None while a buffer is."""
+        return None if self.chosen.startswith(BUFFER_PREFIX) else float(self.chosen)
+
+    @property
+    def buffer_gpus(self) -> int | None:
+        """The buffer served; None while a level is."""
+        return int(self.chosen.removeprefix(BUFFER_PREFIX)) if self.chosen.startswith(BUFFER_PREFIX) else None
+
+    def record(
+        self, now_s: float, requested: float, headroom: Sequence[float], lead_time_s: float, due_gpus: float = 0.0
+    ) -> None:
         if self._times and now_s <= self._times[-1]:
             return  # a repeated or earlier refresh adds nothing
         self._times.append(now_s)
-        self._requested.append(requested)
-        self._headroom.append(tuple(headroom))
+        self._rows.append(np.array([requested, due_gpus, *headroom], dtype=np.float64))
         self._lead_time_s = lead_time_s
 
     def due(self, now_s: float) -> bool:
@@ -84,18 +121,31 @@ class LevelTuner:
             return False
         return self.chosen_at is None or now_s - self.chosen_at >= self.tuning.every_s
 
+    def buffers(self) -> list[int]:
+        """The buffer grid, sized on the largest demand recorded (with a margin). When demand
+        outgrows it, the grid grows and the whole record is replayed again."""
+        largest = float(max(row[0] for row in self._rows)) if self._rows else 0.0
+        if self._grid_basis is None or largest > self._grid_basis:
+            before = buffer_grid(self._grid_basis, self.gpus_per_node) if self._grid_basis is not None else None
+            self._grid_basis = GRID_MARGIN * largest
+            if before is not None and buffer_grid(self._grid_basis, self.gpus_per_node) != before:
+                self._ledgers, self._replayed_to = {}, None
+        return buffer_grid(self._grid_basis, self.gpus_per_node)
+
     def replay_request(self) -> ReplayRequest:
         """The record not replayed yet (from a settling hour before it) on a regular grid of
-        ``step_s``; a missed refresh carries the last values."""
+        ``step_s``, for every level and buffer; a missed refresh carries the last values."""
+        buffers = self.buffers()
         times = np.asarray(self._times)
         first = times[0] if self._replayed_to is None else max(times[0], self._replayed_to - REPLAY_SETTLE_S)
         grid = np.arange(first, times[-1] + self.step_s / 2, self.step_s)
-        rows = np.searchsorted(times, grid, side="right") - 1
-        headroom = np.asarray(self._headroom)[rows]
+        rows = np.asarray(self._rows)[np.searchsorted(times, grid, side="right") - 1]
+        headroom = {level_text(level): rows[:, 2 + index] for index, level in enumerate(CANDIDATE_LEVELS)}
+        headroom.update({buffer_text(gpus): gpus + rows[:, 1] for gpus in buffers})
         return ReplayRequest(
             step_s=self.step_s,
-            requested=np.asarray(self._requested)[rows],
-            headroom={level_text(level): headroom[:, index] for index, level in enumerate(CANDIDATE_LEVELS)},
+            requested=rows[:, 0],
+            headroom=headroom,
             lead_time_s=self._lead_time_s,
             gpus_per_node=self.gpus_per_node,
             start_s=float(grid[0]),
@@ -106,40 +156,39 @@ class LevelTuner:
         and a period are dropped."""
         keep_from = self._replayed_to if self._replayed_to is not None else request.start_s
         oldest = request.start_s + len(request.requested) * request.step_s - self.tuning.window_s - self.tuning.every_s
-        for level, ledger in replayed.items():
+        for candidate, ledger in replayed.items():
             shifted = MinuteLedger(
                 ledger.starts + request.start_s,
                 ledger.short_gpu_seconds,
                 ledger.held_gpu_seconds,
                 ledger.used_gpu_seconds,
             ).between(keep_from, np.inf)
-            kept = self._ledgers.get(level)
+            kept = self._ledgers.get(candidate)
             if kept is not None:
                 shifted = MinuteLedger(
                     *(np.concatenate([old, new]) for old, new in zip(_arrays(kept), _arrays(shifted), strict=True))
                 )
-            self._ledgers[level] = shifted.between(oldest, np.inf)
+            self._ledgers[candidate] = shifted.between(oldest, np.inf)
         self._replayed_to = request.start_s + len(request.requested) * request.step_s
 
     def take(self, now_s: float, replayed: dict[str, MinuteLedger], request: ReplayRequest) -> None:
-        """Calibrate on what the level served attained since the last choice, then choose again."""
+        """Calibrate on what the candidate served attained since the last choice, then choose again."""
         self._extend(request, replayed)
         prefixes = prefixes_of(self._ledgers)
-        served = level_text(self.level)
-        if self.chosen_at is not None and served in prefixes:
-            figures, _ = prefixes[served].window(self.chosen_at, now_s)
+        if self.chosen_at is not None and self.chosen in prefixes:
+            figures, _ = prefixes[self.chosen].window(self.chosen_at, now_s)
             attained = self.target.attained(figures)
             if attained is not None:
                 self.asked = calibrated(self.asked, self.target, attained, self.tuning)
         window_start = max(self._times[0], now_s - self.tuning.window_s)
         chosen, met, attained = choose(prefixes, self.target, self.asked, window_start, now_s)
-        self.level, self.chosen_at = float(chosen), now_s
+        self.chosen, self.chosen_at = chosen, now_s
         days = (now_s - window_start) / 86400.0
         outcome = "met" if met else "came closest to"
         self.reason = (
-            f"chosen by replaying {len(prefixes)} levels over the last {days:.1f} days: p{self.level * 100:g} "
-            f"{outcome} {self.asked * 100:.2g} % asked, with {attained * 100:.2g} % "
-            "of minutes short, at least cost"
+            f"chosen by replaying {len(CANDIDATE_LEVELS)} levels and {len(prefixes) - len(CANDIDATE_LEVELS)} "
+            f"buffers over the last {days:.1f} days: {describe(chosen)} {outcome} {self.asked * 100:.2g} % asked, "
+            f"with {attained * 100:.2g} % of minutes short, at least cost"
         )
 
 
@@ -160,13 +209,16 @@ class TargetLevels:
         return CANDIDATE_LEVELS if plan.target is not None and self.replay is not None else (plan.quantile,)
 
     def level(self, plan: MetricPlan, key: object) -> float:
+        """The quantile level of the value served (the plan's own while a buffer is served: the
+        forecast band drawn with it does not decide the value then)."""
         tuner = self._tuners.get((plan.metric, key))
-        return plan.quantile if tuner is None else tuner.level
+        level = None if tuner is None else tuner.level
+        return plan.quantile if level is None else level
 
     def decide(
         self, plan: MetricPlan, key: object, situation: policy.Situation, now_s: float
     ) -> policy.Decision | None:
-        """The plan's decision; with a target, at the tuned level (every level's is recorded)."""
+        """The plan's decision; with a target, the tuned candidate's (every level's is recorded)."""
         if plan.target is None or self.replay is None:
             return policy.decide(plan.rule, situation)
         tuner = self._tuners.get((plan.metric, key))
@@ -174,13 +226,19 @@ class TargetLevels:
             tuner = LevelTuner(plan.target, plan.tuning, plan.target_gpus_per_node, self.step_s)
             self._tuners[(plan.metric, key)] = tuner
         decisions = [policy.decide(replace(plan.rule, quantile=level), situation) for level in CANDIDATE_LEVELS]
-        served = decisions[CANDIDATE_LEVELS.index(tuner.level)]
+        if tuner.level is not None:
+            served = decisions[CANDIDATE_LEVELS.index(tuner.level)]
+        else:
+            served = policy.decide(plan.rule, situation, buffer_gpus=tuner.buffer_gpus)
         if served is None:
             return None
         values = [decision.value if decision is not None else np.nan for decision in decisions]
         if all(np.isfinite(values)) and np.isfinite(situation.requested_now):
-            tuner.record(now_s, situation.requested_now, values, situation.lead_time.value.total_seconds())
-        explanation = f"{served.explanation}; target: {plan.target.describe()}: p{tuner.level * 100:g} ({tuner.reason})"
+            lead_time = situation.lead_time.value
+            due = sum(window.gpus for window in policy.windows_due(situation.windows, situation.now, lead_time))
+            tuner.record(now_s, situation.requested_now, values, lead_time.total_seconds(), due)
+        chosen = describe(tuner.chosen)
+        explanation = f"{served.explanation}; target: {plan.target.describe()}: {chosen} ({tuner.reason})"
         return replace(served, explanation=explanation)
 
     def forget(self, key: object) -> None:
@@ -188,7 +246,7 @@ class TargetLevels:
             del self._tuners[tuner_key]
 
     async def tune_due(self, now_s: float, run: RunInWorker, timeout_s: float) -> None:
-        """Replay and choose again for every tuner that is due; a failed replay keeps the level."""
+        """Replay and choose again for every tuner that is due; a failed replay keeps the candidate."""
         if self.replay is None:
             return
         for (metric, key), tuner in list(self._tuners.items()):
@@ -198,7 +256,8 @@ class TargetLevels:
             try:
                 ledgers = await run(key, self.replay, request, timeout_s)
             except Exception as error:  # a failing replay must not stop the refresh
-                log.warning("%s: replaying the target's levels failed (%s); keeping p%g", metric, error, tuner.level)
+                kept = describe(tuner.chosen)
+                log.warning("%s: replaying the target's candidates failed (%s); keeping %s", metric, error, kept)
                 tuner.chosen_at = now_s  # tried again at the next period, not every refresh
                 continue
             tuner.take(now_s, ledgers, request)

@@ -1,5 +1,5 @@
-"""What choosing a target's level costs per series: the replay of every candidate level through the
-simulator's controller model, and the choice on the ledgers.
+"""What choosing a target's candidate costs per series: the replay of every candidate (the quantile
+levels and the buffer grid) through the simulator's controller model, and the choice on the ledgers.
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.bench_service_levels [--days 7] [--step 1m]
 
@@ -17,6 +17,7 @@ a settling hour). One process, one core: what one forecast worker spends per ser
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -25,7 +26,7 @@ import pandas as pd
 from autoscaler.scorecard import parse_fraction_target
 from autoscaler.service_levels import TuningSettings
 from autoscaler.simulation.replay import replay_levels
-from autoscaler.target_levels import CANDIDATE_LEVELS, LevelTuner
+from autoscaler.target_levels import CANDIDATE_LEVELS, LevelTuner, describe
 from forecast.durations import parse_positive_duration
 from tests.data_helpers import helios_running_gpus
 
@@ -55,12 +56,15 @@ def main() -> None:
             tuner.take(now, replay_levels(request), request)
             times.append(time.perf_counter() - began)
             replayed_steps.append(len(request.requested))
-    print(f"record: {len(record)} steps of {step_s:g} s ({args.days:g} days), {len(CANDIDATE_LEVELS)} levels")
+    print(
+        f"record: {len(record)} steps of {step_s:g} s ({args.days:g} days), {len(CANDIDATE_LEVELS)} levels "
+        f"and {len(tuner.buffers())} buffers; load average {os.getloadavg()[0]:.1f}"
+    )
     for number, (seconds, steps) in enumerate(zip(times, replayed_steps, strict=True), start=1):
         print(f"choice {number}: replayed {steps} steps per level, replay + choice {seconds:.3f} s")
     steady = times[1:] or times
     print(f"per choice after the first: mean {np.mean(steady):.3f} s, max {np.max(steady):.3f} s")
-    print(f"last choice: p{tuner.level * 100:g} ({tuner.reason})")
+    print(f"last choice: {describe(tuner.chosen)} ({tuner.reason})")
 
 
 if __name__ == "__main__":

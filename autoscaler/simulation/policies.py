@@ -20,29 +20,46 @@ from autoscaler.simulation.inputs import Workload
 from forecast.durations import parse_positive_duration
 
 PolicyName = Literal[
-    "reactive", "static_buffer", "reactive_max", "scheduled", "holt_winters", "auto", "auto-slo", "oracle"
+    "reactive",
+    "static_buffer",
+    "reactive_max",
+    "scheduled",
+    "scheduled_buffer",
+    "holt_winters",
+    "auto",
+    "auto-slo",
+    "oracle",
 ]
 POLICY_NAMES: tuple[PolicyName, ...] = (
     "reactive",
     "static_buffer",
     "reactive_max",
     "scheduled",
+    "scheduled_buffer",
     "holt_winters",
     "auto",
     "auto-slo",
     "oracle",
 )
 # Heuristics an operator tunes to a target on the past and runs on the future: ``static_buffer@1%``.
-TUNABLE: frozenset[str] = frozenset({"static_buffer", "reactive_max"})
+TUNABLE: frozenset[str] = frozenset({"static_buffer", "scheduled_buffer", "reactive_max"})
 FORECASTING: frozenset[str] = frozenset({"holt_winters", "auto"})
 # What an operator can run without this service's forecast: the yardsticks ``auto:Q`` must beat.
 # Holt-Winters is one (the PHPA's off-the-shelf forecast); the oracle, which knows the future, is not.
-HEURISTICS: frozenset[str] = frozenset({"reactive", "static_buffer", "reactive_max", "scheduled", "holt_winters"})
+HEURISTICS: frozenset[str] = frozenset(
+    {"reactive", "static_buffer", "reactive_max", "scheduled", "scheduled_buffer", "holt_winters"}
+)
 _PARAMETER = {
     "static_buffer": "N (GPUs)",
+    "scheduled_buffer": "N (GPUs)",
     "reactive_max": "W (a duration)",
     "auto": "Q (a quantile)",
     "auto-slo": "TARGET (a share of minutes short, e.g. 1%)",
+}
+_TUNABLE_NAMES: dict[str, PolicyName] = {
+    "static_buffer": "static_buffer",
+    "scheduled_buffer": "scheduled_buffer",
+    "reactive_max": "reactive_max",
 }
 # The oracle plans for this quantile of the lead-time distribution (its maximum, for a fixed one).
 ORACLE_LEAD_QUANTILE = 0.999
@@ -86,7 +103,7 @@ def parse_policy(text: str) -> PolicySpec:
             target = parse_fraction_target(target_text)
         except TargetError as error:
             raise ValueError(f"policy {text!r}: {error}") from None
-        return PolicySpec(text, "static_buffer" if tuned_name == "static_buffer" else "reactive_max", target=target)
+        return PolicySpec(text, _TUNABLE_NAMES[tuned_name], target=target)
     name, colon, parameter = text.partition(":")
     if name not in POLICY_NAMES:
         raise ValueError(f"unknown policy {text!r}; known: {', '.join(POLICY_NAMES)}")
@@ -94,14 +111,14 @@ def parse_policy(text: str) -> PolicySpec:
         raise ValueError(f"policy {name!r} needs a parameter: {name}:{_PARAMETER[name]}")
     if name not in _PARAMETER and colon:
         raise ValueError(f"policy {name!r} takes no parameter (got {text!r})")
-    if name == "static_buffer":
+    if name in ("static_buffer", "scheduled_buffer"):
         try:
             gpus = float(parameter)
         except ValueError:
             raise ValueError(f"policy {text!r}: N must be a number of GPUs") from None
         if not math.isfinite(gpus) or gpus < 0:
             raise ValueError(f"policy {text!r}: N must be a finite number of GPUs, at least 0")
-        return PolicySpec(text, "static_buffer", buffer_gpus=gpus)
+        return PolicySpec(text, name, buffer_gpus=gpus)
     if name == "reactive_max":
         try:
             window = parse_positive_duration(parameter)
@@ -192,6 +209,8 @@ def heuristic_headroom(spec: PolicySpec, workload: Workload, planning: Planning)
         return np.zeros(workload.steps)
     if spec.name == "static_buffer":
         return np.full(workload.steps, spec.buffer_gpus)
+    if spec.name == "scheduled_buffer":  # a static buffer plus a cron scaler for declared windows
+        return spec.buffer_gpus + scheduled_gpus(workload, planning.lead_s)
     if spec.name == "reactive_max":
         steps = max(1, math.ceil(spec.window_s / workload.step_s))
         return np.asarray(_rolling_max(observed, steps) - observed, dtype=np.float64)

@@ -3,6 +3,7 @@ simulator's controller model, the level chosen, its calibration, and what the ex
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -10,11 +11,12 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from adapters.types import ScheduledWindow
 from autoscaler import policy
 from autoscaler.commands.cli import main
 from autoscaler.plans import MetricPlan
 from autoscaler.scorecard import parse_fraction_target, short_figures
-from autoscaler.service_levels import ReplayRequest, TuningSettings
+from autoscaler.service_levels import ReplayRequest, TuningSettings, buffer_grid
 from autoscaler.settings import Settings
 from autoscaler.simulation.replay import replay_levels
 from autoscaler.target_levels import CANDIDATE_LEVELS, FIRST_LEVEL, LevelTuner, TargetLevels
@@ -86,7 +88,10 @@ def test_a_tuner_chooses_the_cheapest_level_that_met_the_target_and_calibrates()
     assert tuner.due(now)
     request = tuner.replay_request()
     ledgers = replay_levels(request)
-    assert set(ledgers) == {f"{level:g}" for level in CANDIDATE_LEVELS}
+    # Every level, and the operator's buffers from 0 up to 30 % of 1.5 x the largest demand (64) and a node.
+    buffers = {f"buffer:{gpus}" for gpus in buffer_grid(1.5 * 64, 8)}
+    assert max(buffer_grid(1.5 * 64, 8)) == 36
+    assert set(ledgers) == {f"{level:g}" for level in CANDIDATE_LEVELS} | buffers
     # Levels below 0.95 miss the surge: about 5 minutes a day short, 0.35 %: within 1 %, so the
     # cheapest of all (0.6) is chosen.
     tuner.take(now, ledgers, request)
@@ -241,7 +246,86 @@ async def test_the_refresher_serves_a_target_at_the_level_its_replay_chose() -> 
         assert tuner.chosen_at == clock.now.timestamp()  # chosen after the refresh that completed a day
         clock.now += timedelta(minutes=5)
         served = (await refresher.refresh_once()).series["gpu_headroom"][0]
-    assert served.provenance.quantile == tuner.level
-    assert f"p{tuner.level * 100:g}" in served.explanation
-    assert f"chosen by replaying {len(CANDIDATE_LEVELS)} levels over the last 1.0 days" in served.explanation
+    if tuner.level is not None:
+        assert served.provenance.quantile == tuner.level
+        assert f": p{tuner.level * 100:g} (chosen by replaying" in served.explanation
+    else:  # a buffer: the value is the buffer above the GPUs requested now
+        assert served.provenance.quantile == plans[0].quantile
+        assert f"a buffer of {tuner.buffer_gpus} GPUs above the GPUs requested now" in served.explanation
+    buffers = len(tuner.buffers())
+    assert f"chosen by replaying {len(CANDIDATE_LEVELS)} levels and {buffers} buffers over the last 1.0 days" in (
+        served.explanation
+    )
     assert "target: at most 1 % of minutes with any GPU short" in served.explanation
+
+
+def _surges_of(rise: float, minutes: int) -> np.ndarray:
+    """40 GPUs, with a rise of ``rise`` GPUs for 20 minutes at 03:00, 11:00 and 19:00."""
+    minute_of_day = np.arange(minutes) % DAY_MINUTES
+    demand = np.full(minutes, 40.0)
+    for start in (180, 660, 1140):
+        demand[(minute_of_day >= start) & (minute_of_day < start + 20)] += rise
+    return demand
+
+
+async def test_a_buffer_is_served_with_the_windows_due_when_it_is_cheapest() -> None:
+    """Levels that all hold 30 GPUs or more against surges of 12 above 40: a buffer of 9 meets 0.3 % at
+    less cost (the smallest that does: 9 to 16 all hold 7 nodes of 8 GPUs, and ties go to the first)."""
+    plan = MetricPlan(metric="gpu_headroom", signal="gpus", kind="headroom", target=parse_fraction_target("0.3%"))
+    levels = TargetLevels(replay_levels, STEP_S)
+    now = datetime(2026, 11, 27, tzinfo=UTC)
+    demand = _surges_of(12.0, DAY_MINUTES + 1)
+    situation = policy.Situation(
+        forecast=_forecast(now, {level: 70.0 + index for index, level in enumerate(CANDIDATE_LEVELS)}),
+        now=now,
+        lead_time=policy.LeadTime(timedelta(minutes=5), "configured"),
+        requested_now=40.0,
+    )
+    levels.decide(plan, "series", situation, now.timestamp())
+    tuner = levels._tuners[("gpu_headroom", "series")]
+    for minute in range(1, DAY_MINUTES + 1):
+        rows = [30.0 + index for index in range(len(CANDIDATE_LEVELS))]
+        tuner.record(now.timestamp() + minute * STEP_S, demand[minute], rows, 300.0)
+
+    async def run(key: object, function: object, request: ReplayRequest, timeout_s: float) -> object:
+        return replay_levels(request)
+
+    await levels.tune_due(now.timestamp() + 86400, run, 10.0)
+    assert (tuner.chosen, tuner.level, tuner.buffer_gpus) == ("buffer:9", None, 9)
+    assert "a buffer of 9 GPUs plus the windows due met 0.3 % asked, with 0 % of minutes short" in tuner.reason
+    # Served through policy.decide: the buffer above the GPUs requested now, plus a window due in 3
+    # minutes (16 GPUs); a window due after the lead time is not held yet.
+    later = now + timedelta(days=1, minutes=1)
+    windows = (
+        ScheduledWindow("config", "ml", "nightly", later + timedelta(minutes=3), later + timedelta(hours=2), 16.0),
+        ScheduledWindow("config", "ml", "weekly", later + timedelta(minutes=30), later + timedelta(hours=2), 64.0),
+    )
+    decision = levels.decide(plan, "series", replace(situation, now=later, windows=windows), later.timestamp())
+    assert decision is not None and decision.value == 25.0
+    assert decision.explanation.startswith(
+        "65.00 GPUs forecast minus 40.00 requested now = 25.00 placeholder GPUs (a buffer of 9 GPUs above the GPUs "
+        "requested now, plus scheduled windows due ml/nightly (16 GPUs))"
+    )
+    assert ": a buffer of 9 GPUs plus the windows due (chosen by replaying 11 levels and" in decision.explanation
+    assert levels.level(plan, "series") == plan.quantile  # no quantile decides a buffer's value
+    # The record holds the windows due with each refresh, as the buffers' replay adds them.
+    assert tuner._rows[-1][1] == 16.0
+    request = tuner.replay_request()
+    assert request.headroom["buffer:9"][-1] == 25.0
+
+
+def test_demand_past_the_grid_sizes_it_again_and_replays_the_whole_record() -> None:
+    tuner = LevelTuner(parse_fraction_target("1%"), TuningSettings(), gpus_per_node=8, step_s=STEP_S)
+    start = 1_700_000_000.0
+    for minute in range(DAY_MINUTES + 1):
+        tuner.record(start + minute * STEP_S, 40.0, [1.0] * len(CANDIDATE_LEVELS), 300.0)
+    first = tuner.replay_request()
+    tuner.take(start + DAY_MINUTES * STEP_S, replay_levels(first), first)
+    assert max(tuner.buffers()) == 26  # 30 % of 1.5 x 40, and a node
+    for minute in range(DAY_MINUTES + 1, DAY_MINUTES + 60):
+        tuner.record(start + minute * STEP_S, 40.0, [1.0] * len(CANDIDATE_LEVELS), 300.0)
+    assert tuner.replay_request().start_s == start + DAY_MINUTES * STEP_S + STEP_S - 3600  # only what is new
+    tuner.record(start + (DAY_MINUTES + 60) * STEP_S, 400.0, [1.0] * len(CANDIDATE_LEVELS), 300.0)
+    again = tuner.replay_request()
+    assert again.start_s == start  # the new buffers have no ledgers: everything is replayed
+    assert max(tuner.buffers()) == 160 and "buffer:160" in again.headroom  # 30 % of 1.5 x 400 and a node: 188

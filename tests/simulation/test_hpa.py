@@ -187,6 +187,31 @@ def test_placeholder_replicas_matches_step_by_step_reconcile():
     assert np.array_equal(both, replicas)
 
 
+@pytest.mark.parametrize(
+    "spec",
+    [
+        HPASpec(),
+        HPASpec(tolerance=Tolerance(0, 0.05)),
+        HPASpec(min_replicas=2, max_replicas=30),
+        HPASpec(scale_up=ScalingRules(60, (ScalingPolicy("Pods", 2, 60),))),
+    ],
+)
+def test_runs_of_unchanged_usage_are_filled_as_syncing_each_would(spec: HPASpec) -> None:
+    """placeholder_replicas fills the rest of a run of unchanged usage once a sync holds; the counts
+    must be those of reconciling at every sync (long constant stretches, steps, drops, unread)."""
+    rng = np.random.default_rng(7)
+    levels = rng.choice([-1, 0, 3_000, 3_500, 8_000, 40_000, 41_000], size=50)
+    usage = np.repeat(levels, rng.integers(1, 60, size=50)).astype(np.int64)
+    times = np.arange(len(usage)) * 15.0
+    for initial in (0, 5):
+        replicas = placeholder_replicas(times, usage, spec, initial=initial)
+        hpa, current = HPAController(spec), initial
+        for now, value, got in zip(times.tolist(), usage.tolist(), replicas.tolist(), strict=True):
+            proposal = None if value < 0 else average_value_replicas(value, 1000, current, spec.tolerance)
+            current = hpa.reconcile(now, current, [proposal])
+            assert got == current, f"sync at {now:g} s"
+
+
 class _ScanningController(HPAController):
     """The stabilisation window read as kube-controller-manager reads it: every recommendation
     recorded after the window's start, scanned at each sync."""

@@ -17,8 +17,8 @@ from autoscaler.simulation.runner import SimulationConfig, simulate
 from autoscaler.simulation.tuning import (
     DAY_S,
     TuningSettings,
+    buffer_grid,
     candidate_texts,
-    static_buffer_grid,
     stitched_metric,
     walk_forward,
 )
@@ -110,12 +110,16 @@ def test_the_stitched_metric_follows_the_choices() -> None:
 
 
 def test_candidates_and_the_static_grid() -> None:
-    assert static_buffer_grid(20, 8)[:3] == [0, 1, 2]
-    assert static_buffer_grid(20, 8)[-1] == 16
-    assert static_buffer_grid(700, 8)[-3:] == [128, 160, 200]  # up to 30 % of the largest demand and a node
-    large = static_buffer_grid(3400, 8)
+    assert buffer_grid(20, 8)[:3] == [0, 1, 2]
+    assert buffer_grid(20, 8)[-1] == 16
+    assert buffer_grid(700, 8)[-3:] == [128, 160, 200]  # up to 30 % of the largest demand and a node
+    large = buffer_grid(3400, 8)
     assert large[large.index(128) :] == [128, 160, 200, 256, 320, 400, 504, 632, 792, 992]
-    assert candidate_texts("auto-slo", 100, 8)[0] == "auto:0.6"
+    slo = candidate_texts("auto-slo", 100, 8)
+    assert slo[:2] == ["auto:0.6", "auto:0.7"]
+    # The service's own levels, then the same buffers as the tuned heuristics, with the windows.
+    assert slo[11:] == [f"scheduled_buffer:{gpus}" for gpus in buffer_grid(100, 8)]
+    assert candidate_texts("scheduled_buffer", 100, 8) == slo[11:]
     assert all(text.startswith("reactive_max:") for text in candidate_texts("reactive_max", 100, 8))
     with pytest.raises(ValueError, match="not tuned"):
         candidate_texts("oracle", 100, 8)
@@ -124,6 +128,8 @@ def test_candidates_and_the_static_grid() -> None:
 def test_tuned_policies_parse_and_bad_targets_name_the_policy() -> None:
     assert parse_policy("auto-slo:1%").target == parse_fraction_target("1%")
     assert parse_policy("static_buffer@0.3%").name == "static_buffer"
+    assert parse_policy("scheduled_buffer@1%").name == "scheduled_buffer"
+    assert parse_policy("scheduled_buffer:8").buffer_gpus == 8
     assert parse_policy("reactive_max@1%").heuristic
     for bad, message in (
         ("auto-slo:150%", "below 100 %"),
