@@ -14,6 +14,8 @@ from autoscaler.simulation.actuation import BUFFER_RESYNC_OFFSET_S, BUFFER_RESYN
 from autoscaler.simulation.engine import Outcome, Period
 from autoscaler.simulation.policies import parse_policy
 from autoscaler.simulation.runner import PolicyRun, SimulationResult
+from autoscaler.simulation.versus_reactive import describe as versus_line
+from autoscaler.simulation.versus_reactive import versus_reactive
 
 if TYPE_CHECKING:  # matplotlib is imported only when a picture is asked for
     from matplotlib.figure import Figure
@@ -162,6 +164,7 @@ def build_report(
         if sweep:
             report[key] = _sweep_figures(sweep)
             swept.update(report[key])
+    report["versus_reactive"] = versus_reactive(report["policies"])
     service_levels = service_level_check(report["policies"])
     if service_levels:
         report["service_levels"] = service_levels
@@ -227,6 +230,8 @@ def render_table(report: dict[str, Any]) -> None:
             console.print(f"{heuristic} swept: {swept[0]} to {swept[-1]}")
     for text, check in report.get("frontier", {}).items():
         console.print(_frontier_line(text, check))
+    for text, entry in report.get("versus_reactive", {}).items():
+        console.print(versus_line(text, entry))
 
 
 def _frontier_line(text: str, check: dict[str, Any]) -> str:

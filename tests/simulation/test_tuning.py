@@ -193,3 +193,9 @@ def test_tuned_policies_run_end_to_end_and_meet_the_target_at_least_cost() -> No
         not rival["met"] or slo["provisioned_gpu_hours"] <= rival["provisioned_gpu_hours"]
     )
     assert service_level_check({"auto:0.9": {"provisioned_gpu_hours": 1.0}}) == {}
+    # The seeds' terms beside reactive, for every policy run with it.
+    assert set(report["versus_reactive"]) == {"auto-slo:1%", "static_buffer@1%"}
+    assert report["versus_reactive"]["auto-slo:1%"]["gpu_allocation"] == {
+        "policy": slo["gpu_allocation"],
+        "reactive": policies["reactive"]["gpu_allocation"],
+    }
