@@ -26,8 +26,10 @@ from autoscaler.refresher import Refresher
 from autoscaler.selectors import parse_selector
 from autoscaler.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings, Settings
 from autoscaler.web.auth import AccessControl
+from autoscaler.web.launch_views import launch_panel, pool_json
 from autoscaler.workers import ForecastPools
 from tests.adapters.test_cronjobs import make_cronjob
+from tests.adapters.test_launch_record import T0, Feed
 from tests.autoscaler.test_kubernetes_inputs import METRICS, PLANS, wait_synced
 from tests.autoscaler.test_refresher import FlakySource
 from tests.eventually import eventually
@@ -244,3 +246,17 @@ async def test_one_fast_nodeclaim_does_not_set_the_lead_time(fake_kube, inputs):
         return lead.value.total_seconds()
 
     assert await eventually(learned, message="the p90 once three launches are known") == pytest.approx(216 + 30)
+
+
+def test_the_page_panel_and_the_api_show_the_pool_s_record():
+    feed = Feed()
+    for minute in range(3):
+        feed.fail_insufficient(f"a-{minute}", T0 + timedelta(minutes=minute))
+    record = pool_json(feed.record, "a", T0 + timedelta(minutes=5))
+    assert record["failing"] == "its last 3 launches failed (InsufficientCapacity x3), the latest at 08:02:20Z"
+    assert record["instance_types"] == [
+        {"instance_type": "p4d.24xlarge", "ready": 0, "slow": 0, "failures": {"InsufficientCapacity": 3}}
+    ]
+    html = launch_panel(record)
+    assert "Launches keep failing: its last 3 launches failed" in html
+    assert "<td>p4d.24xlarge</td><td>0</td><td>0</td><td>InsufficientCapacity x3</td>" in html
