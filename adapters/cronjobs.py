@@ -31,7 +31,15 @@ from adapters.gpu_requests import pod_gpu_requests
 from adapters.gpu_units import WHOLE_GPU, GpuUnits
 from adapters.kube_client import parse_kube_time
 from adapters.kube_watch import WatchedResource
-from adapters.pool_matching import NodePool, PoolChoice, UnplacedDemand, choose_pool, selected_pool
+from adapters.pool_matching import (
+    NodePool,
+    PoolChoice,
+    UnplacedDemand,
+    choose_pool,
+    launches_failing,
+    pool_name,
+    selected_pool,
+)
 from adapters.types import NODEPOOL_LABEL, ScheduledWindow
 
 log = logging.getLogger(__name__)
@@ -263,6 +271,7 @@ def windows_for_cronjob(
     claimed = template.claimed or template.own_all or template.shared_all
     labels["gpu_resource"] = ",".join([*sorted(template.per_pod), *(["resourceclaims"] if claimed else [])])
     choice = template.pool(nodepools)
+    failing = any(launches_failing(pool) for pool in nodepools or () if pool_name(pool) == choice.pool)
     if choice.pool is not None:
         labels[NODEPOOL_LABEL] = choice.pool
     gpus = template.run_gpus(choice.pool, claims)
@@ -279,8 +288,8 @@ def windows_for_cronjob(
             gpus=float(gpus),
             labels=labels,
             duration_source=duration_source,
-            # Said only when it was a choice: several pools fit, or none did.
-            placement=choice.reason if nodepools is not None and len(choice.fits) != 1 else "",
+            # Said only when it was a choice: several pools fit, or none did (or the one keeps failing).
+            placement=choice.reason if nodepools is not None and (len(choice.fits) != 1 or failing) else "",
         )
         for start, end in _apply_concurrency_policy(starts, duration, policy)
         if end > now

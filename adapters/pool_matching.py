@@ -143,26 +143,65 @@ def _quantity(value: Any) -> float:
         return 0.0
 
 
-def limit_refusal(nodepool: NodePool, gpus: float, *, count_in_use: bool) -> str | None:
-    """Why the pool's ``limits`` leave no room for a pod of ``gpus`` GPUs, or None.
+# Where ``with_observations`` puts what the service learned of a pool from its NodeClaims; never a
+# Kubernetes field, never written back.
+OBSERVED = "x-gpu-autoscaler-observed"
 
-    ``count_in_use``: subtract what the pool's nodes hold now (a pod waiting now); False for the
-    template of pods that run later, when only the whole limit is certain.
+
+def with_observations(
+    nodepool: NodePool, node_sizes: Sequence[Mapping[str, float]], failing: str | None = None
+) -> dict[str, Any]:
+    """A copy of the NodePool with the node sizes its NodeClaims reported (``status.capacity``, or the
+    configured ones) and why its launches keep failing (None: they do not)."""
+    return {**nodepool, OBSERVED: {"nodeSizes": [dict(size) for size in node_sizes], "launchesFailing": failing}}
+
+
+def launches_failing(nodepool: NodePool) -> str | None:
+    return (nodepool.get(OBSERVED) or {}).get("launchesFailing")
+
+
+def node_sizes(nodepool: NodePool) -> list[Mapping[str, float]]:
+    return list((nodepool.get(OBSERVED) or {}).get("nodeSizes") or [])
+
+
+def _in_use(status: Mapping[str, Any]) -> dict[str, float]:
+    used = {str(name): _quantity(value) for name, value in (status.get("resources") or {}).items()}
+    if "nodes" in status:
+        used["nodes"] = _quantity(status.get("nodes"))
+    return used
+
+
+def limit_refusal(nodepool: NodePool, gpus: float, *, count_in_use: bool) -> str | None:
+    """Why the pool's ``limits`` leave no room for a node that holds a pod of ``gpus`` GPUs, or None.
+
+    As Karpenter's scheduler (docs/launch-outcomes.md): every resource in ``limits`` counts; the
+    remaining room is the limit less what the pool's nodes hold (``count_in_use``: a pod waiting now;
+    False for the template of pods that run later, when only the whole limit is certain); a node
+    size fits when its capacity of every limited resource is within the room. Node sizes are those
+    the pool's NodeClaims reported that hold the pod; with none known, a node of the pod's own GPUs
+    (whose other resources are unknown, so only ``nvidia.com/gpu`` and ``nodes`` are checked).
     """
-    limits = (nodepool.get("spec") or {}).get("limits") or {}
-    status = nodepool.get("status") or {}
-    if WHOLE_GPU in limits:
-        limit = _quantity(limits[WHOLE_GPU])
-        used = _quantity((status.get("resources") or {}).get(WHOLE_GPU, 0)) if count_in_use else 0.0
-        if gpus > limit - used:
-            held = f", {used:g} in use" if count_in_use else ""
-            return f"limit {limit:g} {WHOLE_GPU}{held}: no room for {gpus:g}"
-    if "nodes" in limits:
-        nodes = _quantity(limits["nodes"])
-        in_use = _quantity(status.get("nodes", 0)) if count_in_use else 0.0
-        if nodes - in_use <= 0:
-            return f"node limit {nodes:g} reached"
-    return None
+    limits = {str(name): _quantity(value) for name, value in ((nodepool.get("spec") or {}).get("limits") or {}).items()}
+    if not limits:
+        return None
+    used = _in_use(nodepool.get("status") or {}) if count_in_use else {}
+    over = [name for name, limit in sorted(limits.items()) if used.get(name, 0.0) > limit]
+    if over:  # Limits.ExceededBy: the provisioner launches nothing more in this pool
+        return "limits exceeded: " + ", ".join(f"{name} {used[name]:g} of {limits[name]:g}" for name in over)
+    room = {name: limit - used.get(name, 0.0) for name, limit in limits.items()}
+    if "nodes" in room and room["nodes"] <= 0:
+        return f"node limit {limits['nodes']:g} reached"
+    known = [size for size in node_sizes(nodepool) if size.get(WHOLE_GPU, 0.0) >= gpus]
+    sizes = known or [{WHOLE_GPU: gpus}]
+    checked = [name for name in room if name != "nodes" and (known or name == WHOLE_GPU)]
+    if any(all(size.get(name, 0.0) <= room[name] for name in checked) for size in sizes):
+        return None
+    if not known:
+        held = f", {used.get(WHOLE_GPU, 0.0):g} in use" if count_in_use else ""
+        return f"limit {limits[WHOLE_GPU]:g} {WHOLE_GPU}{held}: no room for {gpus:g}"
+    left = ", ".join(f"{name} {room[name]:g} of {limits[name]:g} left" for name in checked)
+    described = "; ".join(", ".join(f"{k} {v:g}" for k, v in sorted(size.items()) if k in checked) for size in known)
+    return f"no node size of the pool fits its limits ({left}; nodes seen: {described})"
 
 
 @dataclass(frozen=True)
@@ -240,6 +279,30 @@ def _describe(pool: NodePool) -> str:
     return f"{pool_name(pool)} (weight {pool_weight(pool)})"
 
 
+def _first_launching(fits: Sequence[NodePool]) -> PoolChoice:
+    """The first of the fitting pools (Karpenter's order) whose launches do not keep failing: when the
+    cloud has no capacity for a pool's instance types, Karpenter's scheduler finds none of them
+    available and launches in the next pool by weight (docs/launch-outcomes.md). When all keep
+    failing, the first: Karpenter keeps trying it."""
+    names = tuple(pool_name(pool) for pool in fits)
+    failing = [(pool, why) for pool in fits if (why := launches_failing(pool)) is not None]
+    skipped = [pool for pool, _ in failing]
+    launching = [pool for pool in fits if pool not in skipped] or list(fits)
+    chosen = launching[0]
+    if len(fits) == 1:
+        reason = f"NodePool {names[0]}"
+    else:
+        listed = ", ".join(_describe(pool) for pool in fits)
+        reason = f"NodePools {listed} fit; Karpenter tries {names[0]} first"
+    passed = [(pool, why) for pool, why in failing if fits.index(pool) < fits.index(chosen)]
+    if passed:
+        said = "; ".join(f"{pool_name(pool)}: {why}" for pool, why in passed)
+        reason = f"{reason}, but its launches keep failing ({said}): Karpenter falls back to {_describe(chosen)}"
+    elif failing:
+        reason += f" (its launches keep failing: {failing[0][1]})"
+    return PoolChoice(pool_name(chosen), names, reason)
+
+
 def selected_pool(pod_spec: Mapping[str, Any]) -> PoolChoice:
     """The pool a pod names with a ``karpenter.sh/nodepool`` selector, for when NodePools are unknown."""
     pool = (pod_spec.get("nodeSelector") or {}).get(KARPENTER_NODEPOOL_LABEL)
@@ -266,13 +329,8 @@ def choose_pool(
                 fits.append(pool)
             else:
                 misfits[pool_name(pool)] = why
-        if len(fits) == 1:
-            return PoolChoice(pool_name(fits[0]), (pool_name(fits[0]),), f"NodePool {pool_name(fits[0])}")
         if fits:
-            listed = ", ".join(_describe(pool) for pool in fits)
-            first = pool_name(fits[0])
-            reason = f"NodePools {listed} fit; Karpenter tries {first} first"
-            return PoolChoice(first, tuple(pool_name(pool) for pool in fits), reason)
+            return _first_launching(fits)
     if not nodepools:
         return PoolChoice(None, (), "no NodePool exists")
     why = "; ".join(f"{name}: {reason}" for name, reason in sorted({**idle, **misfits}.items()))

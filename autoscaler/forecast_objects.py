@@ -232,7 +232,7 @@ def read_objects(
             if problem is not None:
                 published.problems.append(f"GPUForecast {name} status.items[{position}]: {problem}")
         for position, item in enumerate(status.get("leadTimeSamples") or []):
-            sample = _read_sample(item)
+            sample = read_sample(item)
             if isinstance(sample, str):
                 published.problems.append(f"GPUForecast {name} status.leadTimeSamples[{position}]: {sample}")
             else:
@@ -274,7 +274,7 @@ def _required_time(value: Any) -> datetime:
     return moment
 
 
-def _read_sample(item: Any) -> LeadTimeSample | str:
+def read_sample(item: Any) -> LeadTimeSample | str:
     try:
         created, ready = _time(item["created"]), _time(item["ready"])
         if created is None or ready is None or ready < created:

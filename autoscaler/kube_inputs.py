@@ -22,7 +22,8 @@ from adapters import cronjobs, dra_claims, dra_devices, nodeclaims, pending_pods
 from adapters.gpu_units import GpuUnits
 from adapters.kube_client import KubeError
 from adapters.kube_watch import OnChange, WatchCache, WatchEvent, WatchGroup, WatchSettings
-from adapters.pool_matching import NodePool, UnplacedDemand
+from adapters.launch_record import LaunchRecord
+from adapters.pool_matching import NodePool, UnplacedDemand, pool_name, with_observations
 from adapters.types import NODEPOOL_LABEL, ScheduledWindow
 from autoscaler.policy import Cap, LeadTime
 from autoscaler.selectors import Selector, parse_selector
@@ -69,6 +70,7 @@ class KubernetesInputs:
             units=units or GpuUnits(),
         )
         self.lead_times = nodeclaims.LeadTimeHistory()
+        self.launches = LaunchRecord(self.lead_times, inputs.launches.record())
         # Polled, not watched: a handful of objects that change rarely.
         self._nodepool_limits: dict[str, float | None] | None = None
         self._quotas: dict[str, list[resourcelimits.GpuQuota]] = {}
@@ -86,7 +88,7 @@ class KubernetesInputs:
             parse_selector(inputs.placeholder_selector) if inputs.placeholder_selector.strip() else None
         )
         # The pending pods resolved to pools, and the watch positions they were resolved at.
-        self._resolved: tuple[tuple[int, ...], list[pending_pods.PendingGpus]] = ((), [])
+        self._resolved: tuple[tuple[int | str, ...], list[pending_pods.PendingGpus]] = ((), [])
         # Told of every change of a Pending pod (the live scorecard's waits and window starts).
         self.pod_listeners: list[OnChange] = []
 
@@ -95,7 +97,7 @@ class KubernetesInputs:
             self._cronjobs = group.start(cronjobs.cronjob_resource(api))
             self._jobs = group.start(cronjobs.job_resource(api))
         if self.inputs.nodeclaims:
-            self._nodeclaims = group.start(nodeclaims.nodeclaim_resource(api), on_change=self.lead_times.on_change)
+            self._nodeclaims = group.start(nodeclaims.nodeclaim_resource(api), on_change=self.launches.on_change)
         if self.inputs.nodepools:
             self._nodepools = group.start(resourcelimits.nodepool_resource(api))
         if self.inputs.pending_pods:
@@ -123,11 +125,20 @@ class KubernetesInputs:
             listener(cache, event)
 
     def nodepools(self) -> list[NodePool] | None:
-        """The cluster's NodePools; None while they are not known (then selectors alone name pools)."""
+        """The cluster's NodePools; None while they are not known (then selectors alone name pools).
+
+        Each with what its NodeClaims taught (``pool_matching.with_observations``): its node sizes
+        (and the configured ones) and whether its launches keep failing."""
         cache = self._nodepools
         if cache is None or cache.absent or not cache.synced:
             return None
-        return list(cache.objects.values())
+        failing = self.launches.failing_pools()
+        observed: list[NodePool] = []
+        for nodepool in cache.objects.values():
+            name = pool_name(nodepool)
+            sizes = [*self.inputs.launches.sizes(name), *self.launches.node_sizes(name)]
+            observed.append(with_observations(nodepool, sizes, failing.get(name)))
+        return observed
 
     def windows(self, start: datetime, horizon: timedelta) -> list[ScheduledWindow]:
         """Windows open at ``start`` or starting within ``horizon`` after it (past or future)."""
@@ -156,7 +167,10 @@ class KubernetesInputs:
             return []
         watched = (self._pending, self._nodepools, self._nodeclaims, self._claims, self._claim_templates, self._slices)
         caches = [cache for cache in watched if cache is not None]
-        position = tuple(n for cache in caches for n in (cache.events, cache.relists, int(cache.absent)))
+        position: tuple[int | str, ...] = tuple(
+            n for cache in caches for n in (cache.events, cache.relists, int(cache.absent))
+        )
+        position += tuple(sorted(self.launches.failing_pools()))  # a pool stops failing as time passes
         if position != self._resolved[0]:
             found = pending_pods.pending_gpus(
                 self._pending.objects.values(),
@@ -224,18 +238,27 @@ class KubernetesInputs:
         return found
 
     def lead_time(self, labels: Mapping[str, str]) -> LeadTime:
-        """The lead time for a series: learned from its node pool's NodeClaims, else the default."""
+        """The lead time for a series: learned from its node pool's NodeClaims (retries included),
+        else the default. Fewer than ``lead_time_min_samples`` samples never lower it below the
+        default: one fast NodeClaim does not set it (docs/launch-outcomes.md)."""
         default = self.forecast.default_lead_time
         if self._nodeclaims is None:
             return LeadTime(default, "configured default (NodeClaim watch off)")
         pool = labels.get(NODEPOOL_LABEL) or None
         estimate = self.lead_times.estimate(pool, self.forecast.lead_time_quantile, absent=self._nodeclaims.absent)
         if estimate.status == "learned" and estimate.seconds is not None:
-            value = timedelta(seconds=estimate.seconds) + self.forecast.lead_time_margin
+            margin = self.forecast.lead_time_margin
             quantile = round(self.forecast.lead_time_quantile * 100)
-            return LeadTime(
-                value, f"p{quantile} of {estimate.samples} NodeClaim launches of pool {pool or 'any'} plus margin"
-            )
+            if estimate.samples >= self.forecast.lead_time_min_samples:
+                source = f"p{quantile} of {estimate.samples} NodeClaim launches of pool {pool or 'any'} plus margin"
+                return LeadTime(timedelta(seconds=estimate.seconds) + margin, source)
+            slowest = timedelta(seconds=max(s.seconds for s in self.lead_times.samples(pool))) + margin
+            few = f"{estimate.samples} NodeClaim launch{'es' if estimate.samples > 1 else ''} of pool {pool or 'any'}"
+            if slowest > default:
+                return LeadTime(
+                    slowest, f"the slowest of {few} plus margin (fewer than {self.forecast.lead_time_min_samples})"
+                )
+            return LeadTime(default, f"configured default (only {few}, none slower)")
         reason = "Karpenter absent" if estimate.status == "absent" else "no NodeClaim has become ready yet"
         return LeadTime(default, f"configured default ({reason})")
 

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from kubernetes_asyncio.client import ApiClient
 
 from adapters.kube_watch import WatchGroup
+from adapters.launch_record import LaunchRecord
 from adapters.nodeclaims import LeadTimeHistory
 from adapters.pool_matching import UnplacedDemand, pool_name
 from adapters.prometheus import PrometheusSource
@@ -57,6 +58,8 @@ class Pipeline(RefreshInputs):
     unplaced: Callable[[], Sequence[UnplacedDemand]] | None = None
     # NodeClaim lead times learned so far: published with the forecasts, restored from them.
     lead_times: LeadTimeHistory | None = None
+    # Each pool's NodeClaim launch record (docs/launch-outcomes.md), for /metrics and the page.
+    launches: LaunchRecord | None = None
     # What happened in each pool (docs/scorecard.md), collected after each refresh.
     scorecard: LiveScorecard | None = None
 
@@ -192,6 +195,7 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
             pending_placement=pending_placement,
             unplaced=unplaced,
             lead_times=inputs.lead_times if inputs is not None else None,
+            launches=inputs.launches if inputs is not None and settings.inputs and settings.inputs.nodeclaims else None,
             scorecard=live_scorecard(settings, inputs if kube is not None else None, prometheus),
         )
 

@@ -19,6 +19,7 @@ from adapters.promql import PerStep
 from adapters.types import AdapterError
 from autoscaler.actuator_settings import ActuatorSettings
 from autoscaler.gpu_unit_settings import ResourceClaimSettings, pod_gpu_units
+from autoscaler.launch_settings import LaunchRecordSettings
 from autoscaler.policy import PlanKind
 from autoscaler.preflight_settings import PreflightSettings
 from autoscaler.provider import FallbackMode
@@ -245,6 +246,8 @@ class ForecastSettings(_Strict):
     # Used when Karpenter's NodeClaims have not taught the service a lead time yet.
     default_lead_time: Duration = timedelta(minutes=5)
     lead_time_quantile: float = Field(default=0.9, gt=0, le=1)
+    # Fewer samples than this never lower the lead time below the default (docs/launch-outcomes.md).
+    lead_time_min_samples: int = Field(default=3, ge=1)
     # Covers what follows a forecast before a node is asked for: up to one refresh interval, the
     # HPA's 15 s sync and scale-up ramp, and Karpenter's batching (the simulator shows 30 s is short).
     lead_time_margin: Duration = timedelta(seconds=90)
@@ -291,6 +294,7 @@ class KubernetesInputsSettings(_Strict):
     placeholder_namespaces: tuple[str, ...] = ()
     placeholder_selector: str = ""
     resource_claims: ResourceClaimSettings = ResourceClaimSettings()  # DRA claims of those pods
+    launches: LaunchRecordSettings = LaunchRecordSettings()  # the launch record of NodeClaims
 
     @model_validator(mode="after")
     def _placeholder_selector_parses(self) -> KubernetesInputsSettings:

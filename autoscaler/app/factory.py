@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -19,7 +19,8 @@ from aiohttp import web
 from cryptography import x509
 from kubernetes_asyncio.client import ApiClient
 
-from autoscaler import persistence
+from adapters.nodeclaims import LeadTimeSample
+from autoscaler import lead_time_store, persistence
 from autoscaler.actuation import BufferActuator
 from autoscaler.app import scoring
 from autoscaler.app.restoring import restore_published, restore_saved, serving_published
@@ -41,6 +42,7 @@ from autoscaler.web.keys import (
     ACCESS,
     BUFFERS,
     CLOCK,
+    LAUNCHES,
     METRICS_PROVIDER,
     PROVIDER,
     READINESS,
@@ -49,6 +51,7 @@ from autoscaler.web.keys import (
     UNPLACED,
     Clock,
 )
+from autoscaler.web.launch_metrics import LaunchMetrics
 from autoscaler.web.middleware import authenticate, authenticate_plain_port, errors_and_metrics
 from autoscaler.web.page import add_page_routes
 from autoscaler.web.probes import add_metrics_route, add_probe_routes
@@ -120,10 +123,21 @@ def after_refresh(
     # Off the event loop: with thousands of series the file is a few MB.
     path = settings.state_dir / persistence.FILE_NAME
     asyncio.get_running_loop().run_in_executor(None, _save_quietly, path, snapshot)
+    samples = pipeline.lead_times.samples() if pipeline.lead_times is not None else []
+    if pipeline.lead_times is not None:  # kept across restarts, publication or not
+        samples_path = settings.state_dir / lead_time_store.FILE_NAME
+        asyncio.get_running_loop().run_in_executor(None, _save_samples_quietly, samples_path, samples)
     if publication is not None and settings.publication.publish:
-        samples = pipeline.lead_times.samples() if pipeline.lead_times is not None else ()
         publication.publisher.publish_soon(snapshot, refresher.pacing, samples)
     scoring.score_soon(pipeline.scorecard, snapshot)
+
+
+def _save_samples_quietly(path: Path, samples: Sequence[LeadTimeSample]) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lead_time_store.save(path, samples)
+    except OSError as error:  # a read-only or full disk must not stop serving
+        log.warning("could not save lead-time samples to %s: %s", path, error)
 
 
 def _save_quietly(path: Path, snapshot: Snapshot) -> None:
@@ -269,6 +283,9 @@ def create_app(
     self_metrics.watch_refreshes(refresh_stats)
     self_metrics.watch_publication(lambda: api_app.get(PUBLISHER))
     scoring.attach(pipeline.scorecard, pipeline.plans, ops_app, self_metrics)
+    if pipeline.launches is not None:
+        ops_app[LAUNCHES] = launches = pipeline.launches
+        self_metrics.registry.register(LaunchMetrics(lambda: launches))
     if pipeline.unplaced is not None:
         self_metrics.watch_unplaced(pipeline.unplaced)
         ops_app[UNPLACED] = pipeline.unplaced

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from autoscaler import persistence
+from autoscaler import lead_time_store, persistence
 from autoscaler.forecast_objects import Published
 from autoscaler.pipeline import Pipeline
 from autoscaler.provider import Snapshot
@@ -44,7 +44,11 @@ def restore(refresher: Refresher, readiness: Readiness, restored: Snapshot, how:
 
 
 def restore_saved(refresher: Refresher, readiness: Readiness, pipeline: Pipeline, state_dir: Path) -> None:
-    """The values saved in the state directory before a restart, if any."""
+    """The values and NodeClaim lead-time samples saved in the state directory before a restart, if any."""
+    if pipeline.lead_times is not None:
+        path = state_dir / lead_time_store.FILE_NAME
+        restored_samples = pipeline.lead_times.restore(lead_time_store.load(path))
+        log.info("restored %d NodeClaim lead-time samples from %s", restored_samples, path)
     saved_values = state_dir / persistence.FILE_NAME
     restored = persistence.load(saved_values, pipeline.metrics)
     if restored is not None:

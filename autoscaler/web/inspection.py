@@ -22,6 +22,7 @@ from autoscaler.provider import Snapshot
 from autoscaler.selectors import EVERYTHING, Selector, SelectorError, parse_selector
 from autoscaler.web.buffer_views import buffers_json
 from autoscaler.web.keys import BUFFERS, CLOCK, SNAPSHOTS
+from autoscaler.web.launch_views import add_launch_routes
 from autoscaler.web.openapi import openapi_document
 from autoscaler.web.responses import invalid_parameter_response, status_response
 from autoscaler.web.scorecard_views import add_scorecard_routes
@@ -176,6 +177,7 @@ async def get_openapi(request: web.Request) -> web.Response:
 def add_inspection_routes(app: web.Application) -> None:
     """The inspection API (the live scorecard's included) and its OpenAPI document."""
     add_scorecard_routes(app)
+    add_launch_routes(app)
     app.router.add_get(FORECASTS_PATH, list_forecasts)
     app.router.add_get(FORECASTS_PATH + "/{metric}", get_forecast)
     app.router.add_get(BUFFERS_PATH, get_buffers)

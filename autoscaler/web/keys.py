@@ -12,6 +12,7 @@ from datetime import datetime
 
 from aiohttp import web
 
+from adapters.launch_record import LaunchRecord
 from adapters.pool_matching import UnplacedDemand
 from autoscaler.actuation import BufferActuator
 from autoscaler.provider import MetricsProvider, SnapshotProvider, SnapshotSource
@@ -40,4 +41,6 @@ UNPLACED: web.AppKey[Unplaced] = web.AppKey("unplaced")
 BUFFERS = web.AppKey("capacity_buffers", BufferActuator)
 # Each pool's live scorecard, for its API and the page; absent in the demo.
 SCORECARD = web.AppKey("scorecard", LiveScorecard)
+# Each pool's NodeClaim launch record, for its API and the page; absent without the NodeClaim watch.
+LAUNCHES = web.AppKey("launches", LaunchRecord)
 USER = web.RequestKey("user", User)

@@ -175,11 +175,41 @@ def _scorecard_schemas() -> dict[str, Any]:
     }
 
 
+def _launch_schemas() -> dict[str, Any]:
+    count = {"type": "integer", "minimum": 0}
+    seconds = _nullable({"type": "number", "minimum": 0})
+    reasons = {"type": "object", "description": "failed launches per reason", "additionalProperties": count}
+    kind = _object({"instance_type": {"type": "string"}, "ready": count, "slow": count, "failures": reasons})
+    outcome = _object(
+        {
+            "at": _TIMESTAMP, "nodeclaim": {"type": "string"}, "instance_type": {"type": "string"},
+            "outcome": {"type": "string", "description": "Ready, or the failure reason"},
+            "seconds": seconds, "retries": count,
+        }
+    )  # fmt: skip
+    pool = _object(
+        {
+            "pool": {"type": "string"},
+            "failing": _nullable({"type": "string", "description": "why the pool's launches keep failing"}),
+            "ready": count, "slow": count, "failures": reasons,
+            "instance_types": {"type": "array", "items": kind},
+            "lead_time_seconds": _object({"samples": count, "p50": seconds, "p90": seconds, "max": seconds}),
+            "open_need_since": _nullable(_TIMESTAMP),
+            "recent": {"type": "array", "items": outcome},
+        }
+    )  # fmt: skip
+    return {
+        "PoolLaunches": pool,
+        "Launches": _object({"at": _TIMESTAMP, "pools": {"type": "array", "items": _ref("PoolLaunches")}}),
+    }
+
+
 def _schemas() -> dict[str, Any]:
     return {
         "Status": _status_schema(),
         **_buffer_schemas(),
         **_scorecard_schemas(),
+        **_launch_schemas(),
         "Backtest": _object(
             {
                 "quantile": {**_NUMBER_OR_NULL, "description": "the policy quantile the pinball loss is taken at"},
@@ -248,6 +278,18 @@ def _scorecard_paths() -> dict[str, Any]:
     }
 
 
+def _launch_paths() -> dict[str, Any]:
+    return {
+        "/api/v1/launches": {
+            "get": {
+                "operationId": "getLaunches",
+                "summary": "Each pool's NodeClaim launch record: failed and slow launches, lead times with retries",
+                "responses": {"200": _json(_ref("Launches"), "the pools NodeClaims were seen in")},
+            }
+        }
+    }
+
+
 def _paths() -> dict[str, Any]:
     error = _json(_ref("Status"), "")
     label_selector = {
@@ -299,6 +341,7 @@ def _paths() -> dict[str, Any]:
         },
         **_buffer_paths(error),
         **_scorecard_paths(),
+        **_launch_paths(),
         "/openapi.json": {
             "get": {
                 "operationId": "getOpenAPI",

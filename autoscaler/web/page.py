@@ -24,7 +24,8 @@ from adapters.pool_matching import UnplacedDemand
 from autoscaler.provider import MetricInfo, Snapshot
 from autoscaler.web.buffer_views import buffers_section
 from autoscaler.web.charts import ChartCache, band_level, format_labels, number, render_chart
-from autoscaler.web.keys import BUFFERS, CLOCK, SCORECARD, SNAPSHOTS, UNPLACED
+from autoscaler.web.keys import BUFFERS, CLOCK, LAUNCHES, SCORECARD, SNAPSHOTS, UNPLACED
+from autoscaler.web.launch_views import launch_panel, launches_json
 from autoscaler.web.scorecard_views import scorecard_panel
 from autoscaler.web.views import InspectionError, SeriesView, find_metric, parse_history, views_of
 
@@ -293,8 +294,10 @@ def metric_body(
     charts: Sequence[str | None],
     unplaced: Sequence[UnplacedDemand] = (),
     scored: Mapping[str, Mapping[str, Mapping[str, object]]] | None = None,
+    launched: Mapping[str, Mapping[str, object]] | None = None,
 ) -> str:
-    """``scored``: each pool's scorecard periods (``scorecard_views.scorecard_json``), shown with its series."""
+    """``scored``: each pool's scorecard periods (``scorecard_views.scorecard_json``), shown with its series;
+    ``launched``: each pool's launch record (``launch_views.pool_json``), likewise."""
     unit = f" ({escape(info.unit)})" if info.unit else ""
     header = (
         f'<header class="page"><h1>{escape(info.name)}</h1><p>{escape(info.description)}{unit}</p>'
@@ -302,7 +305,11 @@ def metric_body(
     ) + unplaced_note(unplaced)
     if not views:
         return header + "<p>No series yet: the first forecast has not been made.</p>"
-    panels = [scorecard_panel((scored or {}).get(view.labels.get("nodepool", ""))) for view in views]
+    panels = [
+        scorecard_panel((scored or {}).get(view.labels.get("nodepool", "")))
+        + launch_panel((launched or {}).get(view.labels.get("nodepool", "")))
+        for view in views
+    ]
     sections = (series_section(view, chart, panel) for view, chart, panel in zip(views, charts, panels, strict=True))
     return header + "".join(sections)
 
@@ -333,7 +340,10 @@ async def metric_page(request: web.Request) -> web.Response:
     charts = await charts_for(request, snapshot, views, history)
     scorecard = request.app.get(SCORECARD)
     scored = scorecard.figures(request.app[CLOCK]()) if scorecard is not None else None
-    return page(request, info.name, metric_body(snapshot, info, views, charts, _unplaced(request), scored))
+    launches = launches_json(request.app.get(LAUNCHES), request.app[CLOCK]())["pools"]
+    launched = {pool["pool"]: pool for pool in launches}
+    body = metric_body(snapshot, info, views, charts, _unplaced(request), scored, launched)
+    return page(request, info.name, body)
 
 
 def add_page_routes(app: web.Application) -> None:

@@ -49,6 +49,7 @@ def test_every_operation_conforms(ops_server: OpsServer):
         "GET /api/v1/forecasts",
         "GET /api/v1/forecasts/{metric}",
         "GET /api/v1/scorecard",
+        "GET /api/v1/launches",
     }
     for operation in operations:
         fuzz(ops_server, operation.as_strategy())

@@ -734,6 +734,7 @@ def test_alerts_cover_what_an_operator_needs():
         "GpuAutoscalerGpusShort": "gpu_autoscaler_gpus_short",
         "GpuAutoscalerWindowPodsLate": "gpu_autoscaler_window_start_delay_seconds_bucket",
         "GpuAutoscalerCoverageBelowQuantile": "gpu_autoscaler_coverage_judged_total",
+        "GpuAutoscalerNodeClaimLaunchesFailing": "gpu_autoscaler_nodeclaim_launch_failures_total",
         "GpuAutoscalerAPIServiceUnavailable": (
             'aggregator_unavailable_apiservice{name="v1beta1.external.metrics.k8s.io"}'
         ),
