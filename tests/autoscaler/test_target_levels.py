@@ -96,7 +96,7 @@ def test_a_tuner_chooses_the_cheapest_level_that_met_the_target_and_calibrates()
     # cheapest of all (0.6) is chosen.
     tuner.take(now, ledgers, request)
     assert tuner.level == 0.6
-    assert "p60 met 1 % asked" in tuner.reason
+    assert "p60 met the level asked (1 % of minutes short) with 0.42 % of minutes short" in tuner.reason
     # At 0.3 %, the surge's minutes count: 0.95 is the cheapest level that met it.
     strict = LevelTuner(parse_fraction_target("0.3%"), TuningSettings(), gpus_per_node=8, step_s=STEP_S)
     for minute in range(DAY_MINUTES + 1):
@@ -292,7 +292,7 @@ async def test_a_buffer_is_served_with_the_windows_due_when_it_is_cheapest() -> 
 
     await levels.tune_due(now.timestamp() + 86400, run, 10.0)
     assert (tuner.chosen, tuner.level, tuner.buffer_gpus) == ("buffer:9", None, 9)
-    assert "a buffer of 9 GPUs plus the windows due met 0.3 % asked, with 0 % of minutes short" in tuner.reason
+    assert "a buffer of 9 GPUs plus the windows due met the level asked (0.3 % of minutes short) with 0 % of minutes short" in tuner.reason
     # Served through policy.decide: the buffer above the GPUs requested now, plus a window due in 3
     # minutes (16 GPUs); a window due after the lead time is not held yet.
     later = now + timedelta(days=1, minutes=1)
