@@ -292,7 +292,10 @@ async def test_a_buffer_is_served_with_the_windows_due_when_it_is_cheapest() -> 
 
     await levels.tune_due(now.timestamp() + 86400, run, 10.0)
     assert (tuner.chosen, tuner.level, tuner.buffer_gpus) == ("buffer:9", None, 9)
-    assert "a buffer of 9 GPUs plus the windows due met the level asked (0.3 % of minutes short) with 0 % of minutes short" in tuner.reason
+    assert (
+        "a buffer of 9 GPUs plus the windows due met the level asked (0.3 % of minutes short) with 0 % of minutes short"
+        in tuner.reason
+    )
     # Served through policy.decide: the buffer above the GPUs requested now, plus a window due in 3
     # minutes (16 GPUs); a window due after the lead time is not held yet.
     later = now + timedelta(days=1, minutes=1)
