@@ -11,17 +11,21 @@ from autoscaler.scorecard import ServiceTarget, TargetError, make_target, parse_
 from autoscaler.server_settings import STRICT, Duration
 from autoscaler.service_levels import TuningSettings
 
+_TARGET_FIELDS = ("minutes_short", "short_gpu_minutes_per_day", "window_start_delay_p95")
+
 
 class TargetSettings(BaseModel):
     model_config = STRICT
 
     """A service level for a headroom metric, stated as an operator states it; the service then
-    chooses the quantile level to serve (autoscaler/target_levels.py). Exactly one of the first two."""
+    chooses what to serve (autoscaler/target_levels.py). Exactly one of the first three."""
 
     # At most this share of minutes with any GPU short, as a percentage: "1%".
     minutes_short: str | None = None
     # At most this many short GPU-minutes a day.
     short_gpu_minutes_per_day: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    # Window pods (declared windows: CronJobs, configured schedules) started within this at p95: "2m".
+    window_start_delay_p95: Duration | None = None
     tune_every: Duration = timedelta(days=1)
     tune_window: Duration = timedelta(days=7)
     # Online calibration: the level asked of the past moves by this x (target - attained) each period.
@@ -31,9 +35,11 @@ class TargetSettings(BaseModel):
 
     @model_validator(mode="after")
     def _one_target(self) -> TargetSettings:
-        given = [name for name in ("minutes_short", "short_gpu_minutes_per_day") if getattr(self, name) is not None]
+        given = [name for name in _TARGET_FIELDS if getattr(self, name) is not None]
         if len(given) != 1:
-            raise ValueError("give exactly one of minutes_short (e.g. '1%') and short_gpu_minutes_per_day")
+            raise ValueError(
+                "give exactly one of minutes_short (e.g. '1%'), short_gpu_minutes_per_day and window_start_delay_p95"
+            )
         if self.minutes_short is not None:
             try:
                 parse_fraction_target(self.minutes_short)
@@ -46,6 +52,8 @@ class TargetSettings(BaseModel):
     def service_target(self) -> ServiceTarget:
         if self.minutes_short is not None:
             return parse_fraction_target(self.minutes_short)
+        if self.window_start_delay_p95 is not None:
+            return make_target("window_start_delay_p95_s", self.window_start_delay_p95.total_seconds())
         return make_target("short_gpu_minutes_per_day", float(self.short_gpu_minutes_per_day or 0.0))
 
     def tuning(self) -> TuningSettings:

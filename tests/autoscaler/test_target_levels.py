@@ -15,7 +15,7 @@ from adapters.types import ScheduledWindow
 from autoscaler import policy
 from autoscaler.commands.cli import main
 from autoscaler.plans import MetricPlan
-from autoscaler.scorecard import parse_fraction_target, short_figures
+from autoscaler.scorecard import make_target, parse_fraction_target, short_figures
 from autoscaler.service_levels import ReplayRequest, TuningSettings, buffer_grid
 from autoscaler.settings import Settings
 from autoscaler.simulation.replay import replay_levels
@@ -185,6 +185,8 @@ def test_check_config_refuses_a_bad_target_naming_the_field(tmp_path) -> None:
         ({"short_gpu_minutes_per_day": -5}, "metrics.gpu_headroom.target.short_gpu_minutes_per_day"),
         ({"minutes_short": "1%", "short_gpu_minutes_per_day": 5}, "exactly one"),
         ({"window_start_delay": "5m"}, "metrics.gpu_headroom.target.window_start_delay"),
+        ({"window_start_delay_p95": "-2m"}, "metrics.gpu_headroom.target.window_start_delay_p95"),
+        ({"window_start_delay_p95": "2m", "minutes_short": "1%"}, "exactly one"),
     ):
         document = {
             "metrics": {"gpu_headroom": {"signal": "gpus_requested", "kind": "headroom", "target": target}},
@@ -208,6 +210,15 @@ def test_check_config_refuses_a_bad_target_naming_the_field(tmp_path) -> None:
     )
     target = good.metrics["m"].target
     assert target is not None and target.service_target() == parse_fraction_target("0.3%")
+    windowed = Settings.model_validate(
+        {
+            "prometheus": {"url": "http://127.0.0.1:9090"},
+            "signals": [{"name": "s", "preset": "gpus_requested"}],
+            "metrics": {"m": {"signal": "s", "kind": "headroom", "target": {"window_start_delay_p95": "2m"}}},
+        }
+    )
+    late = windowed.metrics["m"].target
+    assert late is not None and late.service_target() == make_target("window_start_delay_p95_s", 120.0)
     assert target.tuning() == TuningSettings()  # calibration off unless calibration_gain is set
 
 
@@ -311,8 +322,10 @@ async def test_a_buffer_is_served_with_the_windows_due_when_it_is_cheapest() -> 
     )
     assert ": a buffer of 9 GPUs plus the windows due (chosen by replaying 11 levels and" in decision.explanation
     assert levels.level(plan, "series") == plan.quantile  # no quantile decides a buffer's value
-    # The record holds the windows due with each refresh, as the buffers' replay adds them.
+    # The record holds the windows due with each refresh, as the buffers' replay adds them, and the
+    # runs about to start (a window start delay target judges them).
     assert tuner._rows[-1][1] == 16.0
+    assert tuner._window_starts == {windows[0].start.timestamp()}
     request = tuner.replay_request()
     assert request.headroom["buffer:9"][-1] == 25.0
 
