@@ -83,7 +83,7 @@ class Refresher:
         self._wake = asyncio.Event()
         # Series forgotten since the last refresh: their workers drop the models they hold for them.
         self._dropped: set[SeriesKey] = set()
-        self.levels = TargetLevels(inputs.replay, inputs.refresh.interval.total_seconds())
+        self.levels = TargetLevels(inputs.replay, inputs.refresh.interval.total_seconds(), inputs.live_ledger)
 
     @property
     def settings(self) -> RefreshSettings:
@@ -322,7 +322,9 @@ class Refresher:
             previous=self._previous.get(previous_key),
             capacity=result.capacity,
         )
-        decision = self.levels.decide(plan, fitted.key, situation, now.timestamp())
+        decision = self.levels.decide(
+            plan, fitted.key, situation, now.timestamp(), signal.labels.get(NODEPOOL_LABEL, "")
+        )
         if decision is None:
             log.warning("%s%s: no replica capacity can be learned yet", plan.metric, dict(signal.labels))
             return None

@@ -216,3 +216,5 @@ class ReplayRequest:
 # The simulator's controller model over each level's headroom (autoscaler/simulation/replay.py):
 # injected, since the core sits below the simulator.
 ReplayFunction = Callable[[ReplayRequest], dict[str, MinuteLedger]]
+# A pool's live minute ledger (autoscaler/scorecard_live.py), None where this replica does not score it.
+LiveLedgerFunction = Callable[[str], MinuteLedger | None]

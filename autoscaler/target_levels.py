@@ -30,6 +30,8 @@ from autoscaler import policy
 from autoscaler.plans import MetricPlan
 from autoscaler.scorecard import MinuteLedger, ServiceTarget
 from autoscaler.service_levels import (
+    LedgerPrefix,
+    LiveLedgerFunction,
     ReplayFunction,
     ReplayRequest,
     TuningSettings,
@@ -79,8 +81,11 @@ def describe(candidate: str) -> str:
 class LevelTuner:
     """One (metric, series) served to a target: its record, and the candidate it serves."""
 
-    def __init__(self, target: ServiceTarget, tuning: TuningSettings, gpus_per_node: int, step_s: float) -> None:
+    def __init__(
+        self, target: ServiceTarget, tuning: TuningSettings, gpus_per_node: int, step_s: float, pool: str = ""
+    ) -> None:
         self.target = target
+        self.pool = pool  # whose live scorecard calibrates it
         self.tuning = tuning
         self.gpus_per_node = gpus_per_node
         self.step_s = step_s
@@ -183,16 +188,23 @@ class LevelTuner:
             self._ledgers[candidate] = shifted.between(oldest, np.inf)
         self._replayed_to = request.start_s + len(request.requested) * request.step_s
 
-    def take(self, now_s: float, replayed: dict[str, MinuteLedger], request: ReplayRequest) -> None:
-        """Calibrate on what the candidate served attained since the last choice, then choose again."""
+    def take(
+        self, now_s: float, replayed: dict[str, MinuteLedger], request: ReplayRequest, live: MinuteLedger | None = None
+    ) -> None:
+        """Calibrate on what the candidate served attained since the last choice (in the pool's live
+        scorecard when it covers most of that period, else in the replay), then choose again."""
         self._extend(request, replayed)
         prefixes = prefixes_of(self._ledgers)
         window_starts = np.asarray(sorted(self._window_starts), dtype=np.float64)
-        if self.chosen_at is not None and self.chosen in prefixes:
-            attained = prefixes[self.chosen].attained(self.target, self.chosen_at, now_s, window_starts)
+        live_prefix = LedgerPrefix(live) if live is not None and len(live) else None
+        if self.chosen_at is not None:
+            attained = _covered(live_prefix, self.target, self.chosen_at, now_s, window_starts)
+            if attained is None and self.chosen in prefixes:
+                attained = prefixes[self.chosen].attained(self.target, self.chosen_at, now_s, window_starts)
             if attained is not None:
                 self.asked = calibrated(self.asked, self.target, attained, self.tuning)
         window_start = max(self._times[0], now_s - self.tuning.window_s)
+        so_far = _covered(live_prefix, self.target, window_start, now_s, window_starts)
         chosen, met, attained = choose(prefixes, self.target, self.asked, window_start, now_s, window_starts)
         self.chosen, self.chosen_at = chosen, now_s
         days = (now_s - window_start) / 86400.0
@@ -201,7 +213,20 @@ class LevelTuner:
             f"chosen by replaying {len(CANDIDATE_LEVELS)} levels and {len(prefixes) - len(CANDIDATE_LEVELS)} "
             f"buffers over the last {days:.1f} days: {describe(chosen)} {outcome} the level asked "
             f"({figure(self.target, self.asked)}) with {figure(self.target, attained)}, at least cost"
+            + ("" if so_far is None else f"; live: {figure(self.target, so_far)} in the pool's scorecard")
         )
+
+
+def _covered(
+    prefix: LedgerPrefix | None, target: ServiceTarget, start_s: float, end_s: float, window_starts: np.ndarray
+) -> float | None:
+    """What a live ledger attained over the period, when it scored at least half of its minutes."""
+    if prefix is None or end_s <= start_s:
+        return None
+    figures, _ = prefix.window(start_s, end_s)
+    if figures.minutes_scored < 0.5 * (end_s - start_s) / 60.0:
+        return None
+    return prefix.attained(target, start_s, end_s, window_starts)
 
 
 def figure(target: ServiceTarget, value: float) -> str:
@@ -222,9 +247,12 @@ def _arrays(ledger: MinuteLedger) -> tuple[np.ndarray, ...]:
 class TargetLevels:
     """The tuners of every (metric, series) with a target; plans without one pass straight through."""
 
-    def __init__(self, replay: ReplayFunction | None, step_s: float) -> None:
+    def __init__(
+        self, replay: ReplayFunction | None, step_s: float, live_ledger: LiveLedgerFunction | None = None
+    ) -> None:
         self.replay = replay
         self.step_s = step_s
+        self.live_ledger = live_ledger
         self._tuners: dict[tuple[str, object], LevelTuner] = {}
 
     def levels(self, plan: MetricPlan) -> tuple[float, ...]:
@@ -239,14 +267,14 @@ class TargetLevels:
         return plan.quantile if level is None else level
 
     def decide(
-        self, plan: MetricPlan, key: object, situation: policy.Situation, now_s: float
+        self, plan: MetricPlan, key: object, situation: policy.Situation, now_s: float, pool: str = ""
     ) -> policy.Decision | None:
         """The plan's decision; with a target, the tuned candidate's (every level's is recorded)."""
         if plan.target is None or self.replay is None:
             return policy.decide(plan.rule, situation)
         tuner = self._tuners.get((plan.metric, key))
         if tuner is None:
-            tuner = LevelTuner(plan.target, plan.tuning, plan.target_gpus_per_node, self.step_s)
+            tuner = LevelTuner(plan.target, plan.tuning, plan.target_gpus_per_node, self.step_s, pool)
             self._tuners[(plan.metric, key)] = tuner
         decisions = [policy.decide(replace(plan.rule, quantile=level), situation) for level in CANDIDATE_LEVELS]
         if tuner.level is not None:
@@ -289,5 +317,5 @@ class TargetLevels:
                 log.warning("%s: replaying the target's candidates failed (%s); keeping %s", metric, error, kept)
                 tuner.chosen_at = now_s  # tried again at the next period, not every refresh
                 continue
-            tuner.take(now_s, ledgers, request)
+            tuner.take(now_s, ledgers, request, self.live_ledger(tuner.pool) if self.live_ledger else None)
             log.info("%s%s: target %s: %s", metric, key, tuner.target.describe(), tuner.reason)
