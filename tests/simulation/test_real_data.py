@@ -26,7 +26,6 @@ pytestmark = [
 ]
 
 
-
 def _invoke(*args: str) -> dict:
     result = CliRunner().invoke(simulate_command, list(args))
     assert result.exit_code == 0, result.stderr
