@@ -200,7 +200,13 @@ def test_namespaces_kubernetes_would_reject_are_400(demo, namespace):
             "invalid labelSelector: ",
             "labelSelector",
         ),
-        ("/api/v1/forecasts/no_such_metric", 404, "metric 'no_such_metric' is not served by gpu-autoscaler", None),
+        (
+            "/api/v1/forecasts/no_such_metric",
+            404,
+            "metric 'no_such_metric' is not served by this configuration; "
+            "served: gpu_demand_forecast, gpu_headroom, request_rate_forecast",
+            None,
+        ),
     ],
 )
 def test_inspection_errors_are_statuses(demo, path, code, message, field):
