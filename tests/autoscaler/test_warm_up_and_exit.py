@@ -1,10 +1,14 @@
-"""The demo as a new user meets it: during warm-up the API says when the first forecast is due, and a
-metric it does not serve says so."""
+"""The demo as a new user meets it: during warm-up the API says when the first forecast is due, a
+metric it does not serve says so, and Ctrl-C ends it quietly with exit 0."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
+import signal
 import ssl
+import time
 from pathlib import Path
 
 import aiohttp
@@ -51,3 +55,33 @@ async def test_warm_up_is_a_503_saying_when_the_first_forecast_is_due_then_value
         assert (code, retry_after, body["kind"]) == (200, None, "ExternalMetricValueList")
     finally:
         assert demo.stop() == 0
+
+
+def _children(pid: int) -> list[int]:
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return [int(child) for child in text.split()]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return "State:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+
+
+async def test_ctrl_c_ends_quietly_with_exit_0(tmp_path):
+    """A terminal's Ctrl-C signals the whole foreground process group: the server and its forecast workers."""
+    demo = DemoProcess(tmp_path / "state", session=True)
+    demo.start()
+    await demo.wait_ready()  # the workers exist now, idle between refreshes
+    assert demo.process is not None
+    workers = _children(demo.process.pid)
+    assert workers, "the demo forecasts in worker processes"
+    os.killpg(demo.process.pid, signal.SIGINT)
+    started = time.monotonic()
+    code = await asyncio.to_thread(demo.process.wait, 30)
+    assert code == 0
+    assert time.monotonic() - started < 10
+    await asyncio.sleep(0.5)  # the reader thread takes the last lines
+    assert "Traceback" not in demo.log and "KeyboardInterrupt" not in demo.log, demo.log
+    assert all(_gone(pid) for pid in workers)
