@@ -68,7 +68,7 @@ def test_a_missing_trace_is_the_one_message(monkeypatch, tmp_path):
         traces.path(name)
     assert str(raised.value) == (
         f"the public traces the tests read are missing: {name} not in {tmp_path / 'empty'} "
-        f"(GPU_TRACES_DIR={tmp_path / 'empty'}). Run `make traces` to download them (about 58 MB from GitHub, "
+        "(set by GPU_TRACES_DIR). Run `make traces` to download them (about 58 MB from GitHub, "
         "each checked against its pinned sha256), or set GPU_TRACES_DIR to a directory that holds them "
         "(CI: ../shared/data)."
     )

@@ -137,7 +137,7 @@ def missing(names: Iterable[str] | None = None) -> list[str]:
 def missing_message(absent: Sequence[str]) -> str:
     """The one message for missing traces: where they were looked for, and the two ways to get them."""
     directory = cache_dir()
-    where = f"{VARIABLE}={os.environ[VARIABLE]}" if os.environ.get(VARIABLE) else f"{VARIABLE} is unset, so {directory}"
+    where = f"set by {VARIABLE}" if os.environ.get(VARIABLE) else f"the default, as {VARIABLE} is unset"
     shown = ", ".join(absent[:3]) + (f" and {len(absent) - 3} more" if len(absent) > 3 else "")
     return (
         f"the public traces the tests read are missing: {shown} not in {directory} ({where}). "
