@@ -17,6 +17,7 @@ def needs_traces(item: pytest.Item) -> bool:
     return item.get_closest_marker("traces") is not None or not TRACE_FIXTURES.isdisjoint(fixtures)
 
 
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected: only the tests that will run count
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Without the traces a selected test needs, stop before any test runs, with the one message
     (never a skip, with or without CI)."""
