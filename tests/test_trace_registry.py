@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from autoscaler.settings_loader import ENV_PREFIX
+from autoscaler.settings_loader import ENV_PREFIX, load_settings
 from tests import trace_slices, traces
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +50,32 @@ def test_every_registry_entry_points_at_a_pinned_upstream_commit():
 
 def test_the_variable_does_not_collide_with_the_settings_prefix():
     assert not traces.VARIABLE.startswith(ENV_PREFIX)
+
+
+def test_the_service_starts_with_the_variable_set(monkeypatch):
+    """GPU_AUTOSCALER_DATA was read as a settings field ("data: unknown field"); this one is not."""
+    monkeypatch.setenv(traces.VARIABLE, "/nowhere")
+    assert load_settings(None, overrides={"demo.enabled": True}).demo.enabled
+
+
+def test_fetch_downloads_only_what_is_missing_through_pooch_with_the_pinned_hash(monkeypatch, tmp_path):
+    import pooch
+
+    content = b"timestamp,value\n2020-05-01T00:00:00Z,3\n"
+    entry, downloaded = _entry(content, archived=True)
+    asked = []
+
+    def retrieve(url, known_hash, path, progressbar):
+        asked.append((url, known_hash))
+        (Path(path) / "download").write_bytes(downloaded)
+        return str(Path(path) / "download")
+
+    monkeypatch.setattr(pooch, "retrieve", retrieve)
+    monkeypatch.setenv(traces.VARIABLE, str(tmp_path / "cache"))
+    assert traces.fetch([entry]) == [tmp_path / "cache" / entry.name]
+    assert asked == [(entry.url, f"sha256:{entry.sha256}")]
+    assert traces.fetch([entry]) == [] and len(asked) == 1  # present: not downloaded again
+    assert traces.verify([entry]) == []
 
 
 def test_the_variable_sets_the_cache_directory(monkeypatch, tmp_path):
