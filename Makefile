@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: run test lint docs system-deps bench keda-stubs clean
+.PHONY: run test lint docs system-deps traces bench keda-stubs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ run: $(STAMP)
 ## system-deps: Debian packages the tests drive for real (Prometheus), installed when missing
 system-deps:
 	@scripts/install-system-deps.sh
+
+## traces: download the public traces the tests read (pinned sha256) into $GPU_TRACES_DIR (tests/traces.py)
+traces: $(STAMP)
+	$(BIN)/python -m tests.traces fetch
 
 ## lint: ruff, mypy and the package layering contracts
 lint: $(STAMP)

@@ -212,6 +212,7 @@ class Refresher:
     async def run(self, ready: Callable[[], None] | None = None) -> None:
         """Refresh forever; a failing refresh is logged and retried at the next interval."""
         while True:
+            self.provider.expect_first_forecast(self.clock() + self.settings.fit_timeout)  # while none is served
             try:
                 snapshot = await self.refresh_once()
                 if ready is not None and any(snapshot.series.values()):
@@ -220,6 +221,7 @@ class Refresher:
                 raise
             except Exception:
                 log.exception("refresh failed; keeping the previous snapshot")
+            self.provider.expect_first_forecast(self.clock() + self.settings.interval + self.settings.fit_timeout)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.settings.interval.total_seconds())
             self._wake.clear()

@@ -21,7 +21,7 @@ import pandas as pd
 from aiohttp import web
 
 from adapters.pool_matching import UnplacedDemand
-from autoscaler.provider import MetricInfo, Snapshot
+from autoscaler.provider import MetricInfo, Snapshot, not_served
 from autoscaler.quantity import format_quantity
 from autoscaler.web.buffer_views import buffers_section
 from autoscaler.web.charts import ZOOM_HOURS, ChartCache, band_level, format_labels, number, render_chart
@@ -349,7 +349,7 @@ async def metric_page(request: web.Request) -> web.Response:
     name = request.match_info["metric"]
     info = find_metric(snapshot, name)
     if info is None:
-        message = f"The metric {name!r} is not served by gpu-autoscaler."
+        message = not_served(name, snapshot.metrics, noun="The metric") + "."
         return page(request, "not found", _error_body("Metric not found", message), status=404)
     selector = request.query.get("labelSelector")
     try:
