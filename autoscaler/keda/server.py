@@ -118,6 +118,7 @@ async def serving_grpc(
     )
     scaler = ExternalScaler(provider, recheck_interval_s=recheck_interval_s, authorizer=authorizer)
     add_ExternalScalerServicer_to_server(scaler, server)
+    self_metrics.grpc_trigger_cache_bytes.set_function(lambda: scaler.cached_triggers[1])
     address = _address(settings.bind_address, settings.grpc_port)
     try:
         port = server.add_secure_port(address, credentials)

@@ -153,6 +153,7 @@ async def test_the_trigger_cache_is_keyed_by_the_fields_that_matter(stub, scaler
         await stub.GetMetricSpec(ref(scalerAddress=f"scaler-{index}:9443", **{f"note{index}": "x" * 1000}))
     fields = len("gpu_headroom") + len("pool=a100") + len("1")
     assert scaler.listening.scaler.cached_triggers == (1, TRIGGER_OVERHEAD_BYTES + fields)
+    assert scaler.sample("gpu_autoscaler_grpc_trigger_cache_bytes", {}) == TRIGGER_OVERHEAD_BYTES + fields
 
 
 async def test_refusals_are_not_cached(stub, scaler):
