@@ -36,6 +36,7 @@ from tests.eventually import eventually
 from tests.pki import issued_without_common_name
 
 SHUTDOWN_DELAY_S = 20
+IDLE_TIMEOUT_S = 2
 FUTURE = "2099-01-01T00:00:00+00:00"
 
 
@@ -52,7 +53,8 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoProcess]:
     state = tmp_path_factory.mktemp("hostile") / "state"
     state.mkdir()
     (state / persistence.FILE_NAME).write_text(saved_values(datetime.now(UTC) - timedelta(minutes=1)))
-    process = DemoProcess(state, env={"GPU_AUTOSCALER_SERVER__SHUTDOWN_DELAY": f"{SHUTDOWN_DELAY_S}s"})
+    settings = {"SHUTDOWN_DELAY": f"{SHUTDOWN_DELAY_S}s", "IDLE_TIMEOUT": f"{IDLE_TIMEOUT_S}s"}
+    process = DemoProcess(state, env={f"GPU_AUTOSCALER_SERVER__{name}": value for name, value in settings.items()})
     process.start()
     yield process
     if process.process is not None and process.process.poll() is None:
@@ -293,6 +295,33 @@ async def test_a_client_certificate_without_a_user_is_refused_on_both_ports(demo
     await counted_in_metrics(demo, f"{grpc_requests('UNAUTHENTICATED', 'IsActive')} 3.0")
     refusal = r"gRPC IsActive from ipv4:127\.0\.0\.1:\d+ refused: no user in its client certificate \(empty CN\)"
     assert len(log_lines(demo, refusal)) == 1
+
+
+def send_without_reading(demo: DemoProcess, limit_s: float) -> tuple[float, str]:
+    """Pipeline requests and never read an answer; (seconds until the server cut us off, how)."""
+    context = ssl.create_default_context(cafile=str(demo.state / "ca.crt"))
+    context.load_cert_chain(demo.state / "client.crt", demo.state / "client.key")
+    raw = socket.create_connection(("127.0.0.1", demo.secure_port), timeout=limit_s)
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    path = "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/gpu_headroom"
+    request = f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+    started = time.monotonic()
+    with context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+        try:
+            while time.monotonic() - started < limit_s:
+                sock.sendall(request * 50)
+        except (OSError, ssl.SSLError) as error:  # TimeoutError too: then the server never cut us off
+            return time.monotonic() - started, type(error).__name__
+    return time.monotonic() - started, "never"
+
+
+async def test_a_client_that_never_reads_is_reset_after_the_idle_timeout(demo):
+    elapsed, how = await asyncio.to_thread(send_without_reading, demo, 30.0)
+    assert how in ("ConnectionResetError", "SSLEOFError", "BrokenPipeError"), how
+    assert elapsed < 3 * IDLE_TIMEOUT_S + 4  # stalled for idle_timeout, then seen within a check
+    aborted = rf"connection from 127\.0\.0\.1:\d+ aborted: \d+ bytes of answers unread for {IDLE_TIMEOUT_S} s$"
+    await demo.wait_for_log(aborted)
+    assert len(log_lines(demo, aborted)) == 1
 
 
 PLAIN = "expected a plain decimal number (not 1_000, infinity, a boolean or text)"
