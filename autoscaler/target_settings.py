@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from pydantic import BaseModel, Field, model_validator
 
+from autoscaler.quantity import Count, Number
 from autoscaler.scorecard import ServiceTarget, TargetError, make_target, parse_fraction_target
 from autoscaler.server_settings import STRICT, Duration
 from autoscaler.service_levels import TuningSettings
@@ -23,15 +24,15 @@ class TargetSettings(BaseModel):
     # At most this share of minutes with any GPU short, as a percentage: "1%".
     minutes_short: str | None = None
     # At most this many short GPU-minutes a day.
-    short_gpu_minutes_per_day: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    short_gpu_minutes_per_day: Number | None = Field(default=None, gt=0)
     # Window pods (declared windows: CronJobs, configured schedules) started within this at p95: "2m".
     window_start_delay_p95: Duration | None = None
     tune_every: Duration = timedelta(days=1)
     tune_window: Duration = timedelta(days=7)
     # Online calibration: the level asked of the past moves by this x (target - attained) each period.
-    calibration_gain: float = Field(default=0.0, ge=0, le=2, allow_inf_nan=False)
+    calibration_gain: Number = Field(default=0.0, ge=0, le=2)
     # The node size the replay provisions in (the pool's GPUs per node).
-    gpus_per_node: int = Field(default=8, ge=1, le=64)
+    gpus_per_node: Count = Field(default=8, ge=1, le=64)
 
     @model_validator(mode="after")
     def _one_target(self) -> TargetSettings:
