@@ -1,0 +1,181 @@
+"""Variants of the walk-forward choice of ``auto-slo``, judged on the same candidates: how sensitive
+attainment and cost are to the rule (window, calibration, a preference for levels over buffers).
+
+    PYTHONPATH=. .venv/bin/python -m benchmarks.slo_rules --out /tmp/slo-rules [--traces helios,alibaba,dlrm,genai]
+
+For each trace (as ``benchmarks/slo_attainment.py`` runs it), ``simulate`` runs ``auto-slo:T`` and
+the tuned buffers at T = 1 % and 0.3 %, and the candidates' minute ledgers are kept (a pickle in
+``--out``, reused when present). Each variant then chooses walk-forward among the 11 levels and the
+``scheduled_buffer:N`` grid, and its figures are read from the chosen candidates' ledgers, period
+by period (*stitched*: the transitions between candidates are not simulated, so figures differ from
+a full run by about 0.1 %; ``slo_attainment`` gives the full runs). Prints a Markdown table: share
+of minutes short / provisioned GPU-hours per variant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import pickle
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import autoscaler.simulation.runner as runner
+from autoscaler import service_levels
+from autoscaler.scorecard import MinuteLedger, ServiceTarget
+from autoscaler.service_levels import Choice, LedgerPrefix, TuningSettings, prefixes_of, walk_forward
+from benchmarks.slo_attainment import COMMON, trace_arguments
+
+Chooser = Callable[..., tuple[str, bool, float]]
+
+
+def capture(name: str, out: Path) -> list[tuple[Any, ...]]:
+    """Every walk_forward call of one simulate run: (candidate ledgers, target, arguments)."""
+    path = out / f"{name}.candidates.pickle"
+    if path.exists():
+        with path.open("rb") as file:
+            return list(pickle.load(file))  # noqa: S301 - this script's own file, written below
+    calls: list[tuple[Any, ...]] = []
+    original = runner.walk_forward
+
+    def recording(candidates: Mapping[str, MinuteLedger], target: ServiceTarget, *args: Any, **kwargs: Any) -> Any:
+        calls.append((dict(candidates), target, args, kwargs))
+        return original(candidates, target, *args, **kwargs)
+
+    runner.walk_forward = recording  # type: ignore[assignment]  # the one run's choices, recorded
+    from autoscaler.commands.cli import main
+
+    arguments = ["simulate", *trace_arguments(name, out), *COMMON]
+    if "--gpus-per-node" not in arguments:
+        arguments += ["--gpus-per-node", "8"]
+    policies = "auto-slo:1%,scheduled_buffer@1%,auto-slo:0.3%,scheduled_buffer@0.3%"
+    try:
+        with (out / f"{name}.simulate.json").open("w") as report, contextlib.redirect_stdout(report):
+            main.main(args=[*arguments, "--policies", policies], standalone_mode=False)
+    finally:
+        runner.walk_forward = original
+    with path.open("wb") as file:
+        pickle.dump(calls, file)
+    return calls
+
+
+def stitched(prefixes: Mapping[str, LedgerPrefix], choices: list[Choice]) -> tuple[float, float]:
+    short = scored = held = 0.0
+    for choice in choices:
+        figures, period_held = prefixes[choice.candidate].window(choice.start_s, choice.end_s)
+        short, scored, held = short + figures.minutes_short, scored + figures.minutes_scored, held + period_held
+    return short / scored, held / 3600
+
+
+def preferring_levels(margin: float) -> Chooser:
+    """The cheapest level that met, unless a buffer that met is cheaper by more than ``margin``."""
+
+    def choose(
+        prefixes: Mapping[str, LedgerPrefix], target: ServiceTarget, asked: float, start_s: float, now_s: float, *_: Any
+    ) -> tuple[str, bool, float]:
+        judged = []
+        for text, prefix in prefixes.items():
+            _, held = prefix.window(start_s, now_s)
+            attained = prefix.attained(target, start_s, now_s, np.zeros(0))
+            judged.append((text, math.inf if attained is None else attained, held))
+        met = [entry for entry in judged if entry[1] <= asked + 1e-12]
+        if not met:
+            text, attained, _ = min(judged, key=lambda entry: (entry[1], entry[2]))
+            return text, False, attained
+        levels = [entry for entry in met if entry[0].startswith("auto:")]
+        buffers = [entry for entry in met if not entry[0].startswith("auto:")]
+        level = min(levels, key=lambda entry: entry[2]) if levels else None
+        buffer = min(buffers, key=lambda entry: entry[2]) if buffers else None
+        best = level if level and (buffer is None or level[2] <= buffer[2] * (1 + margin)) else buffer
+        assert best is not None
+        return best[0], True, best[1]
+
+    return choose
+
+
+def variants() -> list[tuple[str, str, TuningSettings, bool, Chooser | None]]:
+    """(name, candidate families, tuning, calibrate, chooser)."""
+    out: list[tuple[str, str, TuningSettings, bool, Chooser | None]] = [
+        ("levels and buffers, 7 d (adopted)", "both", TuningSettings(), False, None),
+        ("levels only, 7 d", "levels", TuningSettings(), False, None),
+        ("buffers only, 7 d (scheduled_buffer@)", "buffers", TuningSettings(), False, None),
+    ]
+    out += [(f"both, {days} d", "both", TuningSettings(window_s=days * 86400.0), False, None) for days in (5, 10, 14)]
+    out += [(f"both, gain {gain:g}", "both", TuningSettings(gain=gain, floor=0.5), True, None) for gain in (0.5, 1, 2)]
+    out += [
+        (
+            f"both, levels unless a buffer is {margin:.1%} cheaper",
+            "both",
+            TuningSettings(),
+            False,
+            preferring_levels(margin),
+        )
+        for margin in (0.005, 0.02)
+    ]
+    return out
+
+
+def evaluate(calls: list[tuple[Any, ...]]) -> dict[tuple[str, float], dict[str, str]]:
+    """Per (trace target) the figures of every variant."""
+    by_target: dict[float, dict[str, MinuteLedger]] = {}
+    arguments: dict[float, tuple[ServiceTarget, tuple[Any, ...], dict[str, Any]]] = {}
+    for candidates, target, args, kwargs in calls:
+        by_target.setdefault(target.value, {}).update(candidates)
+        arguments[target.value] = (target, args, kwargs)
+    rows: dict[tuple[str, float], dict[str, str]] = {}
+    for value, ledgers in by_target.items():
+        target, args, kwargs = arguments[value]
+        prefixes = prefixes_of(ledgers)
+        for name, families, tuning, calibrate, chooser in variants():
+            texts = [
+                text
+                for text in ledgers
+                if (families != "buffers" and text.startswith("auto:"))
+                or (families != "levels" and text.startswith("scheduled_buffer:"))
+            ]
+            original = service_levels.choose
+            service_levels.choose = chooser or original  # the variant's rule
+            try:
+                start_s, end_s, _ = args
+                choices = walk_forward(
+                    {text: ledgers[text] for text in texts},
+                    target,
+                    start_s,
+                    end_s,
+                    tuning,
+                    calibrate=calibrate,
+                    history_from_s=kwargs["history_from_s"],
+                )
+            finally:
+                service_levels.choose = original
+            short, held = stitched(prefixes, choices)
+            rows.setdefault((name, value), {})["figures"] = f"{short:.3%} / {held:,.0f}"
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--traces", default="helios,alibaba,dlrm,genai")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    traces = args.traces.split(",")
+    table: dict[str, dict[str, str]] = {}
+    for name in traces:
+        print(f"{name}: capturing the candidates", file=sys.stderr)
+        for (variant, value), cells in evaluate(capture(name, args.out)).items():
+            table.setdefault(variant, {})[f"{name} {value:.1%}"] = cells["figures"]
+    columns = [f"{name} {value:.1%}" for name in traces for value in (0.01, 0.003)]
+    print("| variant | " + " | ".join(columns) + " |")
+    print("|---|" + "---|" * len(columns))
+    for variant, cells in table.items():
+        print(f"| {variant} | " + " | ".join(cells.get(column, "-") for column in columns) + " |")
+
+
+if __name__ == "__main__":
+    main()
