@@ -24,7 +24,7 @@ from adapters.pool_matching import UnplacedDemand
 from autoscaler.provider import MetricInfo, Snapshot
 from autoscaler.web.buffer_views import buffers_section
 from autoscaler.web.charts import ChartCache, band_level, format_labels, number, render_chart
-from autoscaler.web.keys import BUFFERS, CLOCK, LAUNCHES, SCORECARD, SNAPSHOTS, UNPLACED
+from autoscaler.web.keys import BUFFERS, CLOCK, LAUNCHES, NOTICE, SCORECARD, SNAPSHOTS, UNPLACED
 from autoscaler.web.launch_views import launch_panel, launches_json
 from autoscaler.web.scorecard_views import scorecard_panel
 from autoscaler.web.views import InspectionError, SeriesView, find_metric, parse_history, views_of
@@ -51,6 +51,8 @@ def _duration(seconds: float) -> str:
 
 
 def page(request: web.Request, title: str, body: str, *, status: int = 200) -> web.Response:
+    if NOTICE in request.app:
+        body = f'<p class="notice">{escape(request.app[NOTICE])}</p>\n{body}'
     html = f"""<!DOCTYPE html>
 <html lang="en">
 <head>
