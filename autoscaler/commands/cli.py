@@ -201,6 +201,7 @@ def _register_commands() -> None:
     from autoscaler.commands.cold_start import cold_start_command
     from autoscaler.commands.forecast import forecast_command
     from autoscaler.commands.preflight import preflight_command
+    from autoscaler.commands.report import report_command
     from autoscaler.commands.simulate import simulate_command
 
     main.add_command(backtest)
@@ -208,6 +209,7 @@ def _register_commands() -> None:
     main.add_command(preflight_command)
     main.add_command(simulate_command)
     main.add_command(cold_start_command)
+    main.add_command(report_command)
 
 
 _register_commands()
