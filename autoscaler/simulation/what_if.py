@@ -30,6 +30,8 @@ from autoscaler.simulation.versus_reactive import describe
 # (policy figure, column heading): the seeds' terms first.
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("short_gpu_minutes", "short GPU-minutes"),
+    ("pod_wait_p50_s", "pod wait p50 s"),
+    ("pod_wait_p95_s", "pod wait p95 s"),
     ("minutes_short_fraction", "time demand waited"),
     ("idle_gpu_hours", "idle GPU-hours"),
     ("provisioned_gpu_hours", "provisioned GPU-hours"),
@@ -68,15 +70,48 @@ class ReportContext:
 
 
 def series_workload(name: str, series: pd.Series, step_s: float) -> Workload:
-    """GPUs requested on a regular grid as the simulator's fluid demand; gaps carry the last value."""
+    """GPUs requested on a regular grid as the simulator's pods (``unit_pods``), from the first point;
+    a gap carries the last value."""
     observed = series.dropna()
     if observed.empty:
         raise InputError(f"{name}: every point is a gap")
-    values = series.loc[observed.index[0] :].to_numpy(dtype=np.float64)
     if (observed < 0).any():
         raise InputError(f"{name}: GPUs requested must not be negative")
-    filled = pd.Series(values).ffill().to_numpy()
-    return make_workload(name, pd.Timestamp(observed.index[0]), step_s, filled, Pods.empty(), ())
+    levels = pd.Series(series.loc[observed.index[0] :].to_numpy(dtype=np.float64)).ffill().to_numpy()
+    return make_workload(
+        name, pd.Timestamp(observed.index[0]), step_s, np.zeros(len(levels)), unit_pods(levels, step_s), ()
+    )
+
+
+def unit_pods(levels: np.ndarray, step_s: float) -> Pods:
+    """One 1-GPU pod per GPU requested, so that the simulator measures how long pods wait.
+
+    The level is rounded up to whole GPUs (a MIG slice or a time-sliced share takes one). Each rise is
+    that many pods arriving at the step; each fall ends the newest ones (long-running pods are the
+    base the level never falls below). Pods still running at the end run until the end.
+    """
+    running: list[float] = []  # arrival of each pod still running, oldest first
+    arrival: list[float] = []
+    duration: list[float] = []
+    previous = 0
+    for step, level in enumerate(np.ceil(np.round(levels, 6)).astype(np.int64).tolist()):
+        now = step * step_s
+        running.extend([now] * max(0, level - previous))
+        for _ in range(max(0, previous - level)):
+            start = running.pop()
+            arrival.append(start)
+            duration.append(now - start)
+        previous = level
+    end = len(levels) * step_s
+    arrival += running
+    duration += [end - start for start in running]
+    pods = Pods(
+        np.asarray(arrival, dtype=np.float64),
+        np.asarray(duration, dtype=np.float64),
+        np.ones(len(arrival), dtype=np.int64),
+        np.zeros(len(arrival), dtype=bool),
+    )
+    return pods.select(np.argsort(pods.arrival, kind="stable"))
 
 
 def simulate_pools(
@@ -96,7 +131,7 @@ def simulate_pools(
         name = f"nodepool={pool!r}"
         workload = series_workload(name, series[pool], config.cadence.step_s)
         result = simulate(workload, specs, config, workers=workers)
-        report = build_report(result, input_name=name, pods=False, gpu_hour_price=gpu_hour_price)
+        report = build_report(result, input_name=name, pods=True, gpu_hour_price=gpu_hour_price)
         runs.append(PoolRun(pool, result, report))
     return runs
 
@@ -120,8 +155,8 @@ def render_html(context: ReportContext, runs: Sequence[PoolRun]) -> str:
 0.9 quantile, placeholders scaled by an HPA); <b>reactive</b> is what happened without it (nodes are
 launched when pods ask for them); the others are heuristics an operator could run instead.
 Nodes take {lead:g} s to become Ready. Cost is provisioned GPU-hours at {context.gpu_hour_price:g} per
-GPU-hour. Demand is the pool's GPUs requested (fluid: pod waits are measured as the time demand waited
-for Ready capacity, and the GPU-minutes it was short).</p>
+GPU-hour. Demand is the pool's GPUs requested, replayed as one-GPU pods: each rise is pods arriving,
+each fall ends the newest; a pod waits (wait p50, p95) from its arrival until Ready capacity runs it.</p>
 <h2>Summary</h2>
 {_summary(context, runs)}
 {sections}
@@ -140,14 +175,14 @@ def _summary(context: ReportContext, runs: Sequence[PoolRun]) -> str:
             f"<td>{escape(run.pool or '(no pool: Pending pods)')}</td>",
             *(
                 f'<td class="num">{_cell(key, service.get(key))} (reactive {_cell(key, reactive.get(key))})</td>'
-                for key in ("short_gpu_minutes", "minutes_short_fraction", "idle_gpu_hours", "cost")
+                for key in ("short_gpu_minutes", "pod_wait_p95_s", "idle_gpu_hours", "cost")
             ),
             f'<td class="num">{_change(versus.get("cost", {}).get("change"))}</td>',
         ]
         rows.append(f"<tr>{''.join(cells)}</tr>")
     head = "".join(
         f"<th>{escape(h)}</th>"
-        for h in ("node pool", "short GPU-minutes", "time demand waited", "idle GPU-hours", "cost", "cost change")
+        for h in ("node pool", "short GPU-minutes", "pod wait p95 s", "idle GPU-hours", "cost", "cost change")
     )
     return f'<table class="figures summary"><tr>{head}</tr>{"".join(rows)}</table>'
 
