@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 from adapters import presets
+from adapters.gpu_units import MIG_PREFIX
 from adapters.prometheus import PrometheusError, PrometheusSource
 from adapters.promql import RawSeries, SignalQuery
 from adapters.types import NODEPOOL_LABEL
@@ -99,14 +100,14 @@ async def check_prometheus(prometheus: PrometheusSource, now: datetime, since: t
     start = _first_sample(scan)
     if start is None:
         raise TrialError(
-            f"Prometheus at {url} has kube-state-metrics but no GPU requests in the last {_days(since)} "
+            f"Prometheus at {url} has kube-state-metrics but no GPU requests in the last {span_text(since)} "
             f"({KSM_SERIES[0]} with resource {_gpu_resources()}): nothing to forecast"
         )
     found = Found(url=url, history_start=start, dcgm=dcgm, pool_label=label)
     if found.history(now) < needed:
         raise TrialError(
             f"the GPU request history in Prometheus at {url} starts {start:%Y-%m-%dT%H:%M}Z, "
-            f"{_days(found.history(now))} ago: too short to fit (at least {_days(needed)} is needed)"
+            f"{span_text(found.history(now))} ago: too short to fit (at least {span_text(needed)} is needed)"
         )
     return found
 
@@ -137,6 +138,7 @@ def read_only_settings(url: str, *, found: Found | None = None, overrides: dict[
             "description": "GPU utilisation per node pool expected within the lead time, percent (dcgm-exporter)",
         }  # fmt: skip
     document: dict[str, Any] = {
+        # The secure port is never bound (app/read_only.py); 0 keeps it from clashing with http_port.
         "server": {"bind_address": "127.0.0.1", "grpc_port": None, "secure_port": 0},
         "auth": {"mode": "none"},
         "preflight": {"on_start": False},
@@ -157,7 +159,8 @@ def read_only_settings(url: str, *, found: Found | None = None, overrides: dict[
 
 
 def _gpu_resources() -> str:
-    return "|".join(presets.ksm_resource(name) for name in (presets.GPU_RESOURCE,)) + "|nvidia_com_mig_.*"
+    """Whole NVIDIA GPUs and MIG instances as kube-state-metrics names them (``nvidia_com_gpu|nvidia_com_mig_.*``)."""
+    return f"{presets.ksm_resource(presets.GPU_RESOURCE)}|{presets.ksm_resource(MIG_PREFIX)}.*"
 
 
 async def _newest(prometheus: PrometheusSource, promql: str, now: datetime) -> bool:
@@ -171,6 +174,7 @@ def _first_sample(series: Sequence[RawSeries]) -> pd.Timestamp | None:
     return pd.Timestamp(min(firsts), unit="s", tz="UTC") if firsts else None
 
 
-def _days(span: timedelta) -> str:
+def span_text(span: timedelta) -> str:
+    """``36.0 hours``, ``2.5 days``: a span as the errors state it."""
     hours = span.total_seconds() / 3600
     return f"{hours / 24:.1f} days" if hours >= 48 else f"{hours:.1f} hours"

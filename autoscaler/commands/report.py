@@ -64,6 +64,7 @@ def report_command(
 ) -> None:
     """Write an HTML report: what the service would have served over your Prometheus's history, per
     node pool, against reactive (what happened) and the heuristics (docs/try-it.md). Read-only."""
+    import pandas as pd
     import uvloop
 
     from autoscaler.simulation.policies import parse_policies
@@ -78,8 +79,17 @@ def report_command(
     if SERVICE_POLICY not in {spec.text for spec in specs} or "reactive" not in {spec.text for spec in specs}:
         raise click.BadParameter(f"must hold reactive and {SERVICE_POLICY} (the service)", param_hint="--policies")
     needed = (warmup or WARMUP_BOUNDS[0]) + SCORED_AT_LEAST
+    if since < needed:
+        from autoscaler.trial import span_text
+
+        raise click.BadParameter(
+            f"{span_text(since)} is shorter than the {span_text(needed)} the report needs (the warmup, then a "
+            "day to score)",
+            param_hint="--since",
+        )
     series = uvloop.run(_pull(prometheus_url, since, needed))
-    start, end = min(s.index[0] for s in series.values()), max(s.index[-1] for s in series.values())
+    start = min(pd.Timestamp(values.dropna().index[0]) for values in series.values())  # _pull keeps none empty
+    end = max(pd.Timestamp(values.index[-1]) for values in series.values())
     config = _config(end - start, warmup, lead_time, gpus_per_node)
     try:
         runs = simulate_pools(
@@ -128,14 +138,14 @@ def _config(history: timedelta, warmup: timedelta | None, lead_time: timedelta, 
     from autoscaler.simulation.forecasting import ForecastCadence
     from autoscaler.simulation.lead_times import parse_lead_time_distribution
     from autoscaler.simulation.runner import SimulationConfig
-    from autoscaler.trial import LOOKBACK, STEP
+    from autoscaler.trial import LOOKBACK, STEP, span_text
 
     low, high = WARMUP_BOUNDS
     chosen = warmup if warmup is not None else min(high, max(low, history / 4))
     if history < chosen + SCORED_AT_LEAST:
         raise CommandFailed(
-            f"{history} of history is too short for --warmup {chosen} plus {SCORED_AT_LEAST} to score; "
-            "give a shorter --warmup"
+            f"{span_text(history)} of history is too short for --warmup {span_text(chosen)} plus a day to "
+            "score; give a shorter --warmup"
         )
     margin = ForecastSettings().lead_time_margin
     lead_s = lead_time.total_seconds()

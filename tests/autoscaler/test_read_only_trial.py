@@ -226,4 +226,9 @@ def test_the_trial_refuses_flags_that_serve_the_cluster_and_bad_input(tmp_path):
     assert_usage_error(runner.invoke(main, report), "does not exist")
     no_service = [*report[:-1], str(tmp_path / "r.html"), "--policies", "reactive,static_buffer:4"]
     assert_usage_error(runner.invoke(main, no_service), "auto:0.9")
-    assert_usage_error(runner.invoke(main, [*report[:-1], str(tmp_path / "r.html"), "--since", "soon"]), "--since")
+    written = [*report[:-1], str(tmp_path / "r.html")]
+    assert_usage_error(runner.invoke(main, [*written, "--since", "soon"]), "--since")
+    assert_usage_error(
+        runner.invoke(main, [*written, "--since", "1d"]),
+        "--since: 24.0 hours is shorter than the 2.0 days the report needs",
+    )
