@@ -10,6 +10,7 @@ one scrapes an application but no kube-state-metrics, the other has one hour of 
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import re
 import signal
@@ -90,6 +91,22 @@ def short_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Promethe
     server.stop()
 
 
+def listening_ports(pid: int) -> set[int]:
+    """The TCP ports process ``pid`` listens on (Linux: its socket inodes in /proc/net/tcp*)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            if (target := os.readlink(fd)).startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
 class TrialProcess:
     """``gpu-autoscaler serve --prometheus-url`` as a child process, its log read by the test."""
 
@@ -142,6 +159,7 @@ async def test_serve_read_only_shows_forecasts_per_pool_and_serves_nothing_to_th
                 page = await response.text()
             async with session.get(f"{url}/readyz") as response:
                 ready = response.status
+        listening = listening_ports(trial.process.pid)
     finally:
         code, log = trial.stop()
     assert set(served["gpu_demand_forecast"]) == {"", "a100", "h100"}, served
@@ -150,6 +168,7 @@ async def test_serve_read_only_shows_forecasts_per_pool_and_serves_nothing_to_th
     assert all(value >= 0 for value in served["gpu_demand_forecast"].values()), served
     assert served["gpu_demand_forecast"]["a100"] > 0, served
     assert ready == 200
+    assert listening == {int(url.rsplit(":", 1)[1])}  # the page's port alone: no secure port, no gRPC
     assert NOT_SERVED in page and "a100" in page and "h100" in page
     assert f"Read-only trial on {prometheus.url}" in log and NOT_SERVED in log
     assert "external metrics API on" not in log and "KEDA external scaler" not in log
