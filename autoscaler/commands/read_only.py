@@ -74,6 +74,7 @@ async def _checked_and_served(settings: Settings, overrides: dict[str, Any]) -> 
         min_history,
         notice,
         read_only_settings,
+        span_text,
     )
 
     if settings.prometheus is None:
@@ -86,7 +87,7 @@ async def _checked_and_served(settings: Settings, overrides: dict[str, Any]) -> 
         except TrialError as error:
             raise CommandFailed(str(error)) from None
     if found.history(now) < GOOD_HISTORY:
-        shown = found.history(now)
+        shown = span_text(found.history(now))
         log.warning("only %s of history: seasonal models need two days; forecasts improve as it grows", shown)
     if not found.pool_label:
         log.warning(
