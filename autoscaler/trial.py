@@ -92,8 +92,10 @@ async def check_prometheus(prometheus: PrometheusSource, now: datetime, since: t
                 "is kube-state-metrics installed and scraped?"
             )
         requests = f'count({KSM_SERIES[0]}{{resource=~"{_gpu_resources()}"}})'
+        utilization = f"count({presets.DCGM_UTILIZATION})"
         scan = await prometheus.query_range(requests, now - since, now, _SCAN_STEP)
-        dcgm = bool(await _newest(prometheus, f"count({presets.DCGM_UTILIZATION})", now))
+        # dcgm-exporter counts as there if it reported within ``since`` (a pull then says if it stopped).
+        dcgm = _first_sample(await prometheus.query_range(utilization, now - since, now, _SCAN_STEP)) is not None
         label = bool(await _newest(prometheus, f"count({presets.known_pools()})", now))
     except PrometheusError as error:
         raise TrialError(f"cannot query Prometheus at {url}: {error}") from None

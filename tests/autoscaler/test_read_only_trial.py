@@ -137,6 +137,7 @@ class TrialProcess:
 
 
 async def test_serve_read_only_shows_forecasts_per_pool_and_serves_nothing_to_the_cluster(prometheus, tmp_path):
+    dcgm_fresh = pd.Timestamp.now(tz="UTC") - prometheus.trace.end < pd.Timedelta(minutes=3)
     trial = TrialProcess(prometheus.url, tmp_path)
     try:
         url = trial.page_url()
@@ -164,7 +165,10 @@ async def test_serve_read_only_shows_forecasts_per_pool_and_serves_nothing_to_th
         code, log = trial.stop()
     assert set(served["gpu_demand_forecast"]) == {"", "a100", "h100"}, served
     assert set(served["gpu_headroom"]) == {"", "a100", "h100"}, served
-    assert set(served["gpu_utilization_forecast"]) == {"a100", "h100"}, served  # dcgm-exporter: nodes only
+    # dcgm-exporter's series end with the trace (kube-state-metrics' go on): forecast while they are fresh.
+    assert "gpu_utilization_forecast" in served, served
+    if dcgm_fresh:
+        assert set(served["gpu_utilization_forecast"]) == {"a100", "h100"}, served  # nodes only: no Pending pool
     assert all(value >= 0 for value in served["gpu_demand_forecast"].values()), served
     assert served["gpu_demand_forecast"]["a100"] > 0, served
     assert ready == 200
