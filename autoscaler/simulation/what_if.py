@@ -11,6 +11,7 @@ PNGs embedded as base64.
 from __future__ import annotations
 
 import base64
+import io
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -199,9 +200,12 @@ def _pool_section(context: ReportContext, run: PoolRun) -> str:
     )
     capacity, tradeoff = _pictures(run.result)
     title = run.pool or "(no pool: Pending pods)"
+    served = _served_picture(run.result, context.service_policy, title)
     return f"""<h2>Node pool {escape(title)}</h2>
 <table class="figures"><tr><th>policy</th>{head}</tr>{"".join(rows)}</table>
 <p>Against reactive:</p><ul>{lines}</ul>
+<img alt="what {escape(context.service_policy)} would have served, node pool {escape(title)}"
+ src="data:image/png;base64,{served}">
 <img alt="demand and Ready capacity per policy, node pool {escape(title)}" src="data:image/png;base64,{capacity}">
 <img alt="short GPU-minutes against provisioned GPU-hours, node pool {escape(title)}"
  src="data:image/png;base64,{tradeoff}">
@@ -214,6 +218,33 @@ def _pictures(result: SimulationResult) -> tuple[str, str]:
         capacity = Path(directory) / "capacity.png"
         tradeoff = plot(result, capacity)
         return _base64(capacity), _base64(tradeoff)
+
+
+def _served_picture(result: SimulationResult, policy: str, title: str) -> str:
+    """GPUs requested, and requested plus the headroom ``policy`` served, over the scored period (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: render to memory
+    import matplotlib.pyplot as plt
+
+    workload, run = result.workload, result.runs[policy]
+    first = int(result.period.scored_from // workload.step_s)
+    times = workload.index()[first:]
+    requested = workload.observed[first:]
+    figure, axis = plt.subplots(figsize=(13, 3.6))
+    axis.fill_between(times, requested, color="lightgray", step="post", label="GPUs requested (what happened)")
+    axis.step(times, requested + run.metric[first:], where="post", color="tab:orange", linewidth=0.9,
+              label=f"GPUs requested + headroom served by {policy}")  # fmt: skip
+    axis.set_title(f"Node pool {title}: what {policy} would have served", fontsize=10, loc="left")
+    axis.set_ylabel("GPUs")
+    axis.set_ylim(bottom=0.9 * float(requested.min()))  # the headroom is small beside the level: zoom on it
+    axis.legend(loc="best", fontsize=8)
+    figure.autofmt_xdate()
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90)
+    plt.close(figure)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 def _base64(path: Path) -> str:

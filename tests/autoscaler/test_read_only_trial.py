@@ -226,7 +226,7 @@ def test_report_writes_a_self_contained_html_report_per_pool(prometheus, tmp_pat
         assert f"<td>{policy}</td>" in html
     assert "against reactive" in html and "pending wait p95" in html
     images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
-    assert len(images) == 6  # two per pool
+    assert len(images) == 9  # three per pool: what auto:0.9 served, capacity per policy, the trade-off
     assert all(base64.b64decode(image).startswith(b"\x89PNG\r\n\x1a\n") for image in images)
     assert "http://" not in html.replace(prometheus.url, "")  # nothing fetched from elsewhere
 
