@@ -63,7 +63,9 @@ def report_command(
     workers: int,
 ) -> None:
     """Write an HTML report: what the service would have served over your Prometheus's history, per
-    node pool, against reactive (what happened) and the heuristics (docs/try-it.md). Read-only."""
+    node pool, against reactive (what happened) and the heuristics.
+
+    Read-only: it reads the Prometheus and nothing else (docs/try-it.md)."""
     import pandas as pd
     import uvloop
 

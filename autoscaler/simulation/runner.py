@@ -373,6 +373,7 @@ def _run_tuned(
             config.tuning,
             calibrate=spec.name == "auto-slo",
             history_from_s=period.start,
+            window_starts=workload.window_starts_s(),
         )
         metrics = {
             choice.candidate: _candidate_metric(choice.candidate, policy_jobs, planning, workload) for choice in choices
