@@ -277,7 +277,8 @@ def free_port() -> int:
 class PrometheusServer:
     """One Prometheus process on a fixed loopback port; ``stop``/``kill`` and ``start`` again at will.
 
-    It is ready once ``count(kube_node_labels)`` answers at ``probe_at`` (default: the trace's end).
+    It is ready once ``probe_query`` (``count(kube_node_labels)``) answers at ``probe_at`` (default: the
+    trace's end).
     """
 
     binary: str
@@ -286,6 +287,7 @@ class PrometheusServer:
     port: int = field(default_factory=free_port)
     _process: subprocess.Popen[bytes] | None = None
     probe_at: pd.Timestamp | None = None
+    probe_query: str = "count(kube_node_labels)"  # an instance without kube-state-metrics needs another
 
     @property
     def url(self) -> str:
@@ -339,7 +341,7 @@ class PrometheusServer:
         assert process is not None
         # Readiness alone is not enough: the backfilled blocks must be queryable too.
         probe = "/api/v1/query?" + urllib.parse.urlencode(
-            {"query": "count(kube_node_labels)", "time": self._probe_time().timestamp()}
+            {"query": self.probe_query, "time": self._probe_time().timestamp()}
         )
 
         def answers_over_the_backfill() -> bool:

@@ -47,6 +47,12 @@ LAZY_COMMANDS: Mapping[str, tuple[str, str, str]] = {
         "simulate_command",
         "Simulate GPU pre-provisioning (placeholders or a CapacityBuffer) under several policies and compare them.",
     ),
+    "report": (
+        "autoscaler.commands.report",
+        "report_command",
+        "Write an HTML report: what the service would have served over your Prometheus's history, per node pool, "
+        "against reactive (what happened) and the heuristics.",
+    ),
     "simulate-cold-start": (
         "autoscaler.commands.cold_start",
         "cold_start_command",
@@ -154,6 +160,12 @@ class PortOrOff(click.ParamType[int | str]):
 @main.command()
 @click.option("--config", "config_file", type=click.Path(path_type=Path, dir_okay=False), help="Settings YAML file.")
 @click.option("--demo", is_flag=True, help="Run the embedded demo (the default when no --config is given).")
+@click.option(
+    "--prometheus-url",
+    metavar="URL",
+    help="Read-only trial: forecast your cluster's GPU demand per pool from this Prometheus (kube-state-metrics, "
+    "dcgm-exporter) and show it on the page; no config, no cluster access, nothing served to the cluster.",
+)
 @click.option("--secure-port", type=int, help="HTTPS port of the external metrics API [default: 6443].")
 @click.option("--http-port", type=int, help="Plain HTTP port for probes and /metrics [default: 8080].")
 @click.option(
@@ -180,6 +192,7 @@ class PortOrOff(click.ParamType[int | str]):
 def serve(
     config_file: Path | None,
     demo: bool,
+    prometheus_url: str | None,
     secure_port: int | None,
     http_port: int | None,
     grpc_port: int | str | None,
@@ -192,8 +205,14 @@ def serve(
 
     With the Kubernetes API in use, the checks of `gpu-autoscaler preflight` run first: another
     provider owning the external metrics APIService stops the start (exit 1) unless --skip-preflight
-    or --take-over; other problems are logged as warnings.
+    or --take-over; other problems are logged as warnings. --prometheus-url: docs/try-it.md.
     """
+    if prometheus_url is not None:
+        from autoscaler.commands import read_only
+
+        read_only.refuse_cluster_flags(config_file, demo, secure_port, grpc_port, skip_preflight, take_over)
+        configure_logging("info")
+        return read_only.serve_read_only(prometheus_url, http_port, bind_address, state_dir)
     overrides: dict[str, Any] = {
         "preflight.on_start": False if skip_preflight else None,
         "preflight.take_over": True if take_over else None,

@@ -43,4 +43,6 @@ BUFFERS = web.AppKey("capacity_buffers", BufferActuator)
 SCORECARD = web.AppKey("scorecard", LiveScorecard)
 # Each pool's NodeClaim launch record, for its API and the page; absent without the NodeClaim watch.
 LAUNCHES = web.AppKey("launches", LaunchRecord)
+# A line every page opens with (the read-only trial says that nothing is served to the cluster).
+NOTICE = web.AppKey("notice", str)
 USER = web.RequestKey("user", User)

@@ -25,7 +25,7 @@ from autoscaler.provider import MetricInfo, Snapshot, not_served
 from autoscaler.quantity import format_quantity
 from autoscaler.web.buffer_views import buffers_section
 from autoscaler.web.charts import ZOOM_HOURS, ChartCache, band_level, format_labels, number, render_chart
-from autoscaler.web.keys import BUFFERS, CLOCK, LAUNCHES, SCORECARD, SNAPSHOTS, UNPLACED
+from autoscaler.web.keys import BUFFERS, CLOCK, LAUNCHES, NOTICE, SCORECARD, SNAPSHOTS, UNPLACED
 from autoscaler.web.launch_views import launch_panel, launches_json
 from autoscaler.web.notes import notes_html
 from autoscaler.web.scorecard_views import scorecard_panel
@@ -60,6 +60,8 @@ def _duration(seconds: float) -> str:
 
 
 def page(request: web.Request, title: str, body: str, *, status: int = 200) -> web.Response:
+    if NOTICE in request.app:
+        body = f'<p class="notice">{escape(request.app[NOTICE])}</p>\n{body}'
     html = f"""<!DOCTYPE html>
 <html lang="en">
 <head>

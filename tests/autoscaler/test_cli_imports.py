@@ -26,7 +26,10 @@ print(json.dumps(sorted({name.split(".")[0] for name in sys.modules} & set(json.
 """
 
 
-LIGHT_HELP = (["--help"], ["serve", "--help"], ["check-config", "--help"], ["preflight", "-h"], ["backtest", "-h"])
+LIGHT_HELP = (
+    ["--help"], ["serve", "--help"], ["check-config", "--help"], ["preflight", "-h"], ["backtest", "-h"],
+    ["report", "-h"],
+)  # fmt: skip
 
 
 @pytest.mark.parametrize("arguments", [*LIGHT_HELP, ["forecast", "-h"]])
@@ -51,6 +54,6 @@ def test_every_command_runs_through_the_group():
     context = click.Context(main)
     commands = {name: main.get_command(context, name) for name in main.list_commands(context)}
     assert sorted(commands) == [
-        "backtest", "check-config", "forecast", "preflight", "serve", "simulate", "simulate-cold-start",
+        "backtest", "check-config", "forecast", "preflight", "report", "serve", "simulate", "simulate-cold-start",
     ]  # fmt: skip
     assert all(isinstance(command, click.Command) for command in commands.values())
