@@ -90,9 +90,10 @@ class ClusterState:
         """Give the Ready GPUs to waiting real work in arrival order, then to placeholders."""
         if self.fluid_running > self.fluid_wanted:  # fluid demand fell: those GPUs are released
             self.fluid_running = self.fluid_wanted
-        if self.fluid_running + self.pods_running > capacity + 1e-9:  # a node was reclaimed
-            self._evict(now, self.fluid_running + self.pods_running - capacity)
         free = capacity - self.fluid_running - self.pods_running  # placeholders do not count: preempted
+        if free < -1e-9:  # a node was reclaimed
+            self._evict(now, -free)
+            free = capacity - self.fluid_running - self.pods_running
         fluid_waiting = self.fluid_wanted - self.fluid_running
         if fluid_waiting > 1e-9 and self._fluid_waiting_since == math.inf:
             self._fluid_waiting_since = now

@@ -198,6 +198,7 @@ def _sweep_figures(sweep: dict[str, Outcome]) -> dict[str, dict[str, float]]:
         text: {
             "provisioned_gpu_hours": _round(outcome.totals.provisioned / 3600),
             "short_gpu_minutes": _round(outcome.totals.short / 60),
+            **({} if outcome.cost is None else {"cost": _round(outcome.cost, 2)}),
         }
         for text, outcome in sweep.items()
     }
