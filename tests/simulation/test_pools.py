@@ -17,7 +17,7 @@ from autoscaler.simulation.lead_times import parse_lead_time_distribution
 from autoscaler.simulation.policies import parse_policies
 from autoscaler.simulation.pool_set import PoolSet, PoolSetConfig
 from autoscaler.simulation.pools import PoolSpec, Scarcity, load_pools, single_pool
-from autoscaler.simulation.report import build_report
+from autoscaler.simulation.report import _sweep_figures, build_report
 from autoscaler.simulation.runner import SimulationConfig, SimulationResult, simulate
 
 ORIGIN = pd.Timestamp("2024-03-01T00:00:00Z")
@@ -186,3 +186,11 @@ def test_scarcity_is_checked():
         Scarcity(launch_failure_rate=1.0)
     with pytest.raises(ValueError, match="--spot-interruptions"):
         Scarcity(spot_interruptions_per_node_hour=-1.0)
+
+
+def test_a_sweeps_runs_report_their_cost_with_pools():
+    pools = (_pool("a", 100, limit_gpus=16, price_per_gpu_hour=2.0), _pool("b", 10, gpus=4, price_per_gpu_hour=5.0))
+    outcome = _run(np.full(120, 24.0), _config(pools)).runs["reactive"].outcome
+    plain = _run(np.full(120, 24.0), _config(None)).runs["reactive"].outcome
+    assert _sweep_figures({"static_buffer:0": outcome})["static_buffer:0"]["cost"] == 72.0
+    assert "cost" not in _sweep_figures({"static_buffer:0": plain})["static_buffer:0"]
