@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: run test lint system-deps bench keda-stubs clean
+.PHONY: run test lint docs system-deps traces bench keda-stubs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,14 +21,22 @@ run: $(STAMP)
 system-deps:
 	@scripts/install-system-deps.sh
 
+## traces: download the public traces the tests read (pinned sha256) into $GPU_TRACES_DIR (tests/traces.py)
+traces: $(STAMP)
+	$(BIN)/python -m tests.traces fetch
+
 ## lint: ruff, mypy and the package layering contracts
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-## test: everything the suite needs, then lint and the whole test suite
-test: $(STAMP) system-deps lint
+## docs: the documentation site (mkdocs.yml) into build/site; --strict fails on any broken link or anchor
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+## test: everything the suite needs, then lint, the documentation site and the whole test suite
+test: $(STAMP) system-deps lint docs
 	$(BIN)/pytest
 
 ## bench: speed and memory figures (prints them; not part of the suite)
@@ -40,4 +48,4 @@ keda-stubs: $(STAMP)
 	PYTHON=$(BIN)/python scripts/generate-keda-stubs.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache test-artifacts
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache test-artifacts build/site

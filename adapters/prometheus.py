@@ -19,7 +19,6 @@ from types import TracebackType
 from typing import Any, ClassVar, Self, TypeVar, cast
 from urllib.parse import urlparse
 
-import numpy as np
 import pandas as pd
 import requests
 import urllib3
@@ -28,6 +27,7 @@ from prometheus_api_client.prometheus_connect import PrometheusConnect
 from requests.auth import AuthBase
 from urllib3.util.retry import Retry
 
+from adapters.prometheus_matrix import MatrixError, decode_matrix
 from adapters.promql import (
     MAX_POINTS_PER_REQUEST,
     RawSeries,
@@ -197,7 +197,10 @@ class PrometheusSource:
             result = self._client().custom_query_range(
                 promql, start_time=start, end_time=end, step=promql_duration(step), params=params
             )
-            return _decode_matrix(result)
+            try:
+                return decode_matrix(result)
+            except MatrixError as error:
+                raise PrometheusBadResponse(str(error)) from None
 
         return await self._with_retries(call, f"query_range {promql[:120]!r}")
 
@@ -326,26 +329,3 @@ def _reason(error: requests.RequestException) -> object:
     # urllib3 wraps the cause in MaxRetryError("Max retries exceeded"), misleading with retries off.
     wrapped = error.args[0] if error.args else None
     return wrapped.reason if isinstance(wrapped, urllib3.exceptions.MaxRetryError) else error
-
-
-def _decode_matrix(result: Any) -> list[RawSeries]:
-    """Validate the ``data.result`` of a range query and decode its sample strings."""
-    if not isinstance(result, list):
-        raise PrometheusBadResponse(f"expected a matrix result, got {type(result).__name__}")
-    decoded: list[RawSeries] = []
-    for item in result:
-        if not isinstance(item, dict) or not isinstance(item.get("metric"), dict):
-            raise PrometheusBadResponse("matrix entry without a metric object")
-        values = item.get("values", [])  # a series with only native histograms has no float samples
-        if not isinstance(values, list):
-            raise PrometheusBadResponse("matrix entry whose values are not a list")
-        try:
-            samples = np.array(values, dtype=object).reshape(len(values), 2) if values else np.empty((0, 2))
-            # Sample values are strings so that NaN and +-Inf survive JSON; float() parses all of them.
-            timestamps = samples[:, 0].astype(np.float64)
-            numbers = samples[:, 1].astype(str).astype(np.float64)
-        except (ValueError, TypeError) as error:
-            raise PrometheusBadResponse(f"undecodable samples: {error}") from error
-        labels = {str(key): str(value) for key, value in item["metric"].items()}
-        decoded.append(RawSeries(labels=labels, timestamps=timestamps, values=numbers))
-    return decoded

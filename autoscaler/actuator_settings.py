@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from autoscaler.quantity import Count
 from autoscaler.selectors import SelectorError, validate_key, validate_value
 from autoscaler.server_settings import STRICT, LeaseTimings
 
@@ -60,7 +61,7 @@ class BufferPoolSettings(_Strict):
     name: str
     # The PodTemplate of one chunk; created if absent (never changed when present).
     pod_template: str | None = None
-    gpus_per_chunk: int = Field(ge=1, le=1024)
+    gpus_per_chunk: Count = Field(ge=1, le=1024)
     gpu_resource: str = "nvidia.com/gpu"
     # The served metric and the labels of its series that size this buffer (defaults: gpu_headroom,
     # {nodepool: <pool>}).
@@ -112,7 +113,7 @@ class CapacityBufferSettings(_Strict):
     pools: tuple[BufferPoolSettings, ...] = ()
     lease: LeaseSettings = LeaseSettings()
     # A write refused with 409 Conflict is retried from a fresh read, at most this many times in a row.
-    conflict_retries: int = Field(default=3, ge=0, le=20)
+    conflict_retries: Count = Field(default=3, ge=0, le=20)
 
     @model_validator(mode="after")
     def _unique(self) -> CapacityBufferSettings:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 
 from adapters.dra_claims import DEFAULT_DEVICE_CLASSES
 from adapters.gpu_units import WHOLE_GPU, GpuUnits
+from autoscaler.quantity import Number
 from autoscaler.server_settings import STRICT
 
 
@@ -49,6 +50,6 @@ class ResourceClaimSettings(BaseModel):
     enabled: bool = True
     # DeviceClass -> GPUs one of its devices is: a number, or "mig-profile" (by the MIG profile the
     # request's CEL selector names, as MIG resources count). Classes not named are not GPUs.
-    device_classes: dict[str, Annotated[float, Field(gt=0)] | Literal["mig-profile"]] = Field(
+    device_classes: dict[str, Annotated[Number, Field(gt=0)] | Literal["mig-profile"]] = Field(
         default_factory=lambda: dict(DEFAULT_DEVICE_CLASSES)
     )

@@ -182,6 +182,7 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
             def windows(start: datetime, horizon: timedelta) -> list[ScheduledWindow]:
                 return declared_windows(declared, start, horizon)
 
+        scorecard = live_scorecard(settings, inputs if kube is not None else None, prometheus)
         yield Pipeline(
             metrics=metric_infos(settings),
             plans=metric_plans(settings),
@@ -196,7 +197,8 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
             unplaced=unplaced,
             lead_times=inputs.lead_times if inputs is not None else None,
             launches=inputs.launches if inputs is not None and settings.inputs and settings.inputs.nodeclaims else None,
-            scorecard=live_scorecard(settings, inputs if kube is not None else None, prometheus),
+            scorecard=scorecard,
+            live_ledger=scorecard.pool_ledger if scorecard is not None else None,
         )
 
 

@@ -14,7 +14,7 @@ from adapters.types import NODEPOOL_LABEL, ScheduledWindow, Signal
 from autoscaler import policy
 from autoscaler.provider import MetricInfo
 from autoscaler.scorecard import ServiceTarget
-from autoscaler.service_levels import ReplayFunction, TuningSettings
+from autoscaler.service_levels import LiveLedgerFunction, ReplayFunction, TuningSettings
 
 
 class SignalSource(Protocol):
@@ -107,6 +107,8 @@ class RefreshInputs:
     pending_placement: PendingPlacementFunction | None = None
     # Replays a target's levels (the simulator's controller model); without it, targets serve their quantile.
     replay: ReplayFunction | None = None
+    # A pool's live minute ledger (the scorecard's), which calibrates a target on what happened.
+    live_ledger: LiveLedgerFunction | None = None
 
 
 def windows_for(labels: Mapping[str, str], windows: Sequence[ScheduledWindow]) -> list[ScheduledWindow]:

@@ -65,6 +65,19 @@ class Decision:
         return replace(self, value=value, explanation=explanation, adjustments=(*self.adjustments, adjustment))
 
 
+def figure(value: float | None, digits: int = 2) -> str:
+    """A number as explanations and the page write it: ``digits`` decimals, but three significant
+    digits below 1, so that a request rate of 0.00633 reads 0.00633, not 0.01.
+
+    One function for both, so the figure an explanation ends on reads exactly as the served value does.
+    """
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    if 0 < abs(value) < 1:
+        return f"{value:.{max(digits, 3)}g}"
+    return f"{value:.{digits}f}"
+
+
 def lead_slice(forecast: Forecast, now: datetime, lead_time: timedelta) -> np.ndarray:
     """Positions of forecast steps that cover ``[now, now + lead_time]`` (at least one step).
 
@@ -115,7 +128,7 @@ def forecast_demand(
     scheduled = sum(window.gpus for window in open_windows)
     peak_at = forecast.timestamps[int(np.flatnonzero(mask)[peak_position])]
     parts = [
-        f"p{round(quantile * 100)} forecast of model {forecast.model} peaks at {statistical:.2f} "
+        f"p{round(quantile * 100)} forecast of model {forecast.model} peaks at {figure(statistical)} "
         f"at {peak_at:%H:%M} UTC within the {minutes} min lead time"
     ]
     if open_windows:
@@ -154,7 +167,8 @@ def headroom(demand: Decision, requested_now: float, source: str = "") -> Decisi
     return replace(
         demand,
         value=value,
-        explanation=f"{demand.value:.2f} GPUs forecast minus {requested_now:.2f} requested now{of} = {value:.2f} "
+        explanation=f"{figure(demand.value)} GPUs forecast minus {figure(requested_now)} requested now{of} = "
+        f"{figure(value)} "
         f"placeholder GPUs ({demand.explanation})",
     )
 
@@ -163,7 +177,7 @@ def drop_residue(decision: Decision) -> Decision:
     """A count of GPUs below ``GPU_RESIDUE`` served as 0."""
     if not 0 < decision.value < GPU_RESIDUE:
         return decision
-    text = f"{decision.explanation}; {decision.value:.2g} GPUs is forecast residue, served as 0"
+    text = f"{decision.explanation}; {figure(decision.value)} GPUs is forecast residue, served as 0"
     return decision.adjusted("residue", 0.0, "below 0.01 GPU", text)
 
 
@@ -230,8 +244,8 @@ def limit_step_down(
     if decision.value >= floor:
         return decision
     text = (
-        f"{decision.explanation}; stepping down from {previous_value:.2f} by at most "
-        f"{max_decrease_per_minute:g} per minute (target {decision.value:.2f})"
+        f"{decision.explanation}; stepping down from {figure(previous_value)} by at most "
+        f"{max_decrease_per_minute:g} per minute (target {figure(decision.value)}): {figure(floor)} now"
     )
     return decision.adjusted("step_down", floor, "max_decrease_per_minute", text)
 
@@ -271,7 +285,7 @@ def replicas_for(rate: Decision, capacity: ReplicaCapacity | None, target_utiliz
     return replace(
         rate,
         value=float(replicas),
-        explanation=f"{rate.value:.2f} requests/s / {capacity.requests_per_second:.2f} per replica at "
+        explanation=f"{figure(rate.value)} requests/s / {figure(capacity.requests_per_second)} per replica at "
         f"{target_utilization:g}% GPU utilisation (Huber fit on {capacity.samples} points) = {replicas} replicas "
         f"({rate.explanation})",
     )

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from autoscaler.quantity import is_normal_number
 from autoscaler.scorecard import (
     MINUTE_S,
     MinuteLedger,
@@ -278,8 +279,8 @@ def _waits(figures: Any) -> dict[str, Any]:
 
 
 def _non_negative(value: Any, where: str, *, signed: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{where}: {value!r} is not a finite number")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not is_normal_number(value):
+        raise ValueError(f"{where}: {value!r} is not a finite number (nor subnormal)")
     if value < 0 and not signed:
         raise ValueError(f"{where}: {value!r} is not a finite number >= 0")
     return float(value)

@@ -7,7 +7,8 @@ single assignment, so a reader sees either the old snapshot or the new one, neve
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
@@ -19,6 +20,10 @@ from autoscaler.selectors import Operator, Selector
 
 # Past its staleness TTL a metric serves its last value (hold), a static value, or an error (503).
 FallbackMode = Literal["hold", "static", "error"]
+# The longest Retry-After of a warm-up answer. client-go (kubectl, the HPA controller) waits as long as
+# Retry-After says and retries a GET up to 10 times: a minute-long value would hold an HPA worker for
+# ten minutes. A short one keeps it to seconds, and kubectl gets the value once the forecast is in.
+RETRY_AFTER_MAX_S = 10
 
 
 class ProviderError(Exception):
@@ -37,6 +42,26 @@ class MetricUnavailable(ProviderError):
     def __init__(self, metric: str, reason: str) -> None:
         super().__init__(reason)
         self.metric = metric
+
+
+class MetricWarmingUp(MetricUnavailable):
+    """No forecast has been served yet; the first is due by ``due`` (ask again in ``retry_after_s``)."""
+
+    def __init__(self, metric: str, due: datetime, now: datetime) -> None:
+        left = math.ceil((due - now).total_seconds())
+        when = f"{due.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
+        late = f"was due by {when} and is late (see /readyz?verbose)"
+        timing = f"is due by {when} (in {left} s)" if left > 0 else late
+        message = f"gpu-autoscaler is warming up: the first forecast {timing}; no value of {metric!r} yet"
+        super().__init__(metric, message)
+        self.due = due
+        self.retry_after_s = min(max(left, 1), RETRY_AFTER_MAX_S)
+
+
+def not_served(metric: str, served: Iterable[str], noun: str = "external metric") -> str:
+    """Why a metric name is unknown: this configuration does not serve it, and what it does serve."""
+    names = ", ".join(sorted(served)) or "none"
+    return f"{noun} {metric!r} is not served by this configuration; served: {names}"
 
 
 @dataclass(frozen=True)
@@ -178,9 +203,19 @@ class SnapshotProvider:
         self.snapshot = snapshot
         self._clock = clock or (lambda: datetime.now(UTC))
         self._on_swap: list[Callable[[], None]] = []
+        # While no value has been served: when the first forecast is due (the refresher says); None
+        # otherwise, and then a metric without series is a 404, not a warm-up.
+        self.first_forecast_due: datetime | None = None
+
+    def expect_first_forecast(self, due: datetime) -> None:
+        """Warming up: until a snapshot with values is swapped in, metrics answer that it is due by ``due``."""
+        if not any(self.snapshot.series.values()):
+            self.first_forecast_due = due
 
     def swap(self, snapshot: Snapshot) -> None:
         self.snapshot = snapshot
+        if any(snapshot.series.values()):
+            self.first_forecast_due = None
         for listener in tuple(self._on_swap):
             listener()
 
@@ -197,12 +232,15 @@ class SnapshotProvider:
         key = name.lower()
         info = snapshot.metrics.get(key)
         if info is None:
-            raise MetricNotFound(name, f"external metric {name!r} is not served by gpu-autoscaler")
+            raise MetricNotFound(name, not_served(name, snapshot.metrics))
         matching = [
             series
             for series in snapshot.candidates(key, selector)
             if (series.namespace is None or series.namespace == namespace) and selector.matches(series.labels)
         ]
+        due = self.first_forecast_due
+        if not matching and due is not None and not any(snapshot.series.values()):
+            raise MetricWarmingUp(name, due, self._clock())
         if not matching:
             # An empty list makes the HPA report an error anyway; a 404 says why.
             raise MetricNotFound(

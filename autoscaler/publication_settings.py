@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from autoscaler.quantity import Count
 from autoscaler.server_settings import STRICT, Duration, LeaseTimings
 
 
@@ -45,7 +46,7 @@ class PublicationSettings(BaseModel):
     namespace: str = Field(default="gpu-autoscaler", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
     # Series are hashed into this many objects; 16 keeps 1,000 series to 16 writes a refresh, at most
     # about 100 KiB an object (measured: docs/high-availability.md). Changing it starts new objects.
-    shards: int = Field(default=16, ge=1, le=4096)
+    shards: Count = Field(default=16, ge=1, le=4096)
     # What the APIs serve: this replica's own refreshes (local) or the published objects (objects),
     # so that every replica gives one answer.
     serve_from: Literal["local", "objects"] = "local"
@@ -53,7 +54,7 @@ class PublicationSettings(BaseModel):
     # others set false and read. With sharding every replica publishes the shards it owns.
     publish: bool = True
     # Attempts of one object's update when it meets 409 Conflicts (each after a fresh read).
-    write_attempts: int = Field(default=3, ge=1, le=10)
+    write_attempts: Count = Field(default=3, ge=1, le=10)
     sharding: ShardingSettings = ShardingSettings()
 
     @model_validator(mode="after")

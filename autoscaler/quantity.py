@@ -1,6 +1,10 @@
 """Formatting served values as Kubernetes quantity strings ("12", "1500m"), and reading numbers from
 outside strictly: plain decimals only, finite and normal (Python's ``float`` would take "1_000",
-"infinity" and subnormals such as 1e-320, none of which a manifest or a saved value means)."""
+"infinity" and subnormals such as 1e-320, none of which a manifest or a saved value means).
+
+:data:`Number` and :data:`Count` are the settings' number fields: a YAML number or plain decimal
+text, never a boolean, ``1_000``, ``infinity``, NaN or a subnormal; pydantic's error names the field.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,9 @@ import math
 import re
 import sys
 from decimal import ROUND_CEILING, Decimal
+from typing import Annotated
+
+from pydantic import AfterValidator, BeforeValidator
 
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
@@ -23,6 +30,23 @@ def parse_decimal(text: str) -> float | None:
         return None
     value = float(text)
     return value if is_normal_number(value) else None
+
+
+def _plain_number(value: object) -> object:
+    """A number as YAML or JSON writes one, or plain decimal text; pydantic converts what passes."""
+    if isinstance(value, bool) or (isinstance(value, str) and not _DECIMAL.fullmatch(value)):
+        raise ValueError("expected a plain decimal number (not 1_000, infinity, a boolean or text)")
+    return value
+
+
+def _normal(value: float) -> float:
+    if not is_normal_number(value):
+        raise ValueError("must be finite and not subnormal (no infinity, NaN or 0 < |x| < 2.2e-308)")
+    return value
+
+
+Number = Annotated[float, BeforeValidator(_plain_number), AfterValidator(_normal)]
+Count = Annotated[int, BeforeValidator(_plain_number)]
 
 
 def format_quantity(value: float) -> str:

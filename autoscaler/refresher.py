@@ -83,7 +83,7 @@ class Refresher:
         self._wake = asyncio.Event()
         # Series forgotten since the last refresh: their workers drop the models they hold for them.
         self._dropped: set[SeriesKey] = set()
-        self.levels = TargetLevels(inputs.replay, inputs.refresh.interval.total_seconds())
+        self.levels = TargetLevels(inputs.replay, inputs.refresh.interval.total_seconds(), inputs.live_ledger)
 
     @property
     def settings(self) -> RefreshSettings:
@@ -212,6 +212,7 @@ class Refresher:
     async def run(self, ready: Callable[[], None] | None = None) -> None:
         """Refresh forever; a failing refresh is logged and retried at the next interval."""
         while True:
+            self.provider.expect_first_forecast(self.clock() + self.settings.fit_timeout)  # while none is served
             try:
                 snapshot = await self.refresh_once()
                 if ready is not None and any(snapshot.series.values()):
@@ -220,6 +221,7 @@ class Refresher:
                 raise
             except Exception:
                 log.exception("refresh failed; keeping the previous snapshot")
+            self.provider.expect_first_forecast(self.clock() + self.settings.interval + self.settings.fit_timeout)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.settings.interval.total_seconds())
             self._wake.clear()
@@ -322,7 +324,9 @@ class Refresher:
             previous=self._previous.get(previous_key),
             capacity=result.capacity,
         )
-        decision = self.levels.decide(plan, fitted.key, situation, now.timestamp())
+        decision = self.levels.decide(
+            plan, fitted.key, situation, now.timestamp(), signal.labels.get(NODEPOOL_LABEL, "")
+        )
         if decision is None:
             log.warning("%s%s: no replica capacity can be learned yet", plan.metric, dict(signal.labels))
             return None

@@ -31,6 +31,8 @@ from typing import Literal
 
 import numpy as np
 
+from forecast.durations import parse_duration
+
 MINUTE_S = 60.0
 DAY_S = 86400.0
 
@@ -226,6 +228,27 @@ def parse_fraction_target(text: str) -> ServiceTarget:
     if not 0.0 < percent < 100.0:
         raise TargetError(f"target {text!r}: the share of minutes short must be above 0 % and below 100 %")
     return ServiceTarget("minutes_short_fraction", percent / 100.0)
+
+
+_WINDOW_P95 = "window-p95="
+
+
+def parse_target_text(text: str) -> ServiceTarget:
+    """A target as the simulator's policies write it: ``1%`` (the share of minutes short, as
+    :func:`parse_fraction_target`) or ``window-p95=2m`` (window pods started within 2 minutes at p95)."""
+    if text.strip().startswith(_WINDOW_P95):
+        duration = text.strip().removeprefix(_WINDOW_P95)
+        try:
+            seconds = parse_duration(duration).total_seconds()
+        except ValueError as error:
+            raise TargetError(f"target {text!r}: {error}") from None
+        return make_target("window_start_delay_p95_s", seconds)
+    if not text.strip().endswith("%"):
+        raise TargetError(
+            f"target {text!r}: write the share of minutes short as a percentage (e.g. '1%') or the window "
+            f"start delay p95 as {_WINDOW_P95}DURATION (e.g. '{_WINDOW_P95}2m')"
+        )
+    return parse_fraction_target(text)
 
 
 def make_target(kind: str, value: float) -> ServiceTarget:

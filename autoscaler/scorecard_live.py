@@ -24,6 +24,7 @@ from adapters.types import NODEPOOL_LABEL, AdapterError
 from autoscaler import scorecard_store
 from autoscaler.pool_scorecard import PoolScorecard
 from autoscaler.provider import Snapshot
+from autoscaler.scorecard import MinuteLedger
 from autoscaler.scorecard_capacity import PoolCapacity
 from autoscaler.scorecard_pods import MAX_TRACKED, Outcome, PodOutcomes
 
@@ -63,6 +64,11 @@ class LiveScorecard:
     def owned_cards(self) -> dict[str, PoolScorecard]:
         """The scorecards of the pools this replica scores now (another replica's are not exported)."""
         return {pool: card for pool, card in self.cards.items() if self.owns(pool)}
+
+    def pool_ledger(self, pool: str) -> MinuteLedger | None:
+        """The minute ledger of a pool this replica scores (None otherwise): a target calibrates on it."""
+        card = self.cards.get(pool) if self.owns(pool) else None
+        return None if card is None else card.ledger()
 
     def card(self, pool: str) -> PoolScorecard:
         return self.cards.setdefault(pool, PoolScorecard())

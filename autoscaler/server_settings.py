@@ -9,6 +9,7 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from autoscaler.quantity import Count
 from forecast.durations import parse_duration
 
 
@@ -67,12 +68,12 @@ DEMO_GRPC_PORT = 9443
 
 class ServerSettings(_Strict):
     bind_address: str = "0.0.0.0"  # noqa: S104 - in-cluster the service must listen on the pod IP
-    secure_port: int = Field(default=6443, ge=0, le=65535)  # 0: any free port (tests)
+    secure_port: Count = Field(default=6443, ge=0, le=65535)  # 0: any free port (tests)
     # None switches the plain port off; 0 picks any free port (tests).
-    http_port: int | None = Field(default=8080, ge=0, le=65535)
+    http_port: Count | None = Field(default=8080, ge=0, le=65535)
     # KEDA's external scaler (gRPC over TLS, same serving certificate as secure_port). None switches it
     # off (the default outside the demo, which serves it on DEMO_GRPC_PORT); 0 picks any free port (tests).
-    grpc_port: int | None = Field(default=None, ge=0, le=65535)
+    grpc_port: Count | None = Field(default=None, ge=0, le=65535)
     # CA bundle that KEDA's client certificate (trigger key tlsClientCert) must chain to: when set the
     # gRPC port requires mutual TLS; when unset it asks for no client certificate. The demo sets its CA.
     grpc_client_ca_file: Path | None = None
@@ -96,9 +97,9 @@ class ServerSettings(_Strict):
     # HTTP parser limits. Longer request lines are answered 414, longer header lines or more headers
     # 431. The request line holds the label selector: 64 KiB leaves room for the selector parser's own
     # 16 KiB limit even percent-encoded. The aggregator sends one X-Remote-Group header per group.
-    max_request_line_bytes: int = Field(default=65_536, ge=1_024, le=1_048_576)
-    max_header_field_bytes: int = Field(default=16_384, ge=1_024, le=1_048_576)
-    max_headers: int = Field(default=256, ge=16, le=10_000)
+    max_request_line_bytes: Count = Field(default=65_536, ge=1_024, le=1_048_576)
+    max_header_field_bytes: Count = Field(default=16_384, ge=1_024, le=1_048_576)
+    max_headers: Count = Field(default=256, ge=16, le=10_000)
 
     @model_validator(mode="after")
     def _grpc_identity(self) -> ServerSettings:

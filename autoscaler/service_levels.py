@@ -21,9 +21,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoscaler.scorecard import MinuteLedger, ServiceTarget, ShortFigures
+from autoscaler.scorecard import MinuteLedger, ServiceTarget, ShortFigures, wait_figures
 
 DAY_S = 86400.0
+_NO_WINDOWS = np.zeros(0)
 # Buffers up to this share of the largest demand (plus a node): past it a buffer costs more than any
 # target on the GPU traces in docs/service-levels.md needs.
 BUFFER_SHARE = 0.3
@@ -72,9 +73,13 @@ class LedgerPrefix:
 
     def __init__(self, ledger: MinuteLedger) -> None:
         self.starts = ledger.starts
+        short = ledger.short_gpu_seconds > 1e-6  # as scorecard.short_figures counts a minute short
         self.short = np.concatenate([[0.0], np.cumsum(ledger.short_gpu_seconds)])
-        self.minutes_short = np.concatenate([[0], np.cumsum(ledger.short_gpu_seconds > 1e-6)])
+        self.minutes_short = np.concatenate([[0], np.cumsum(short)])
         self.held = np.concatenate([[0.0], np.cumsum(ledger.held_gpu_seconds)])
+        # For each minute, the first minute from it on with no GPU short (len when none is).
+        clear_at = np.where(short, len(short), np.arange(len(short)))
+        self.next_clear = np.minimum.accumulate(clear_at[::-1])[::-1] if len(short) else clear_at
 
     def window(self, start_s: float, end_s: float) -> tuple[ShortFigures, float]:
         first = int(np.searchsorted(self.starts, start_s, side="left"))
@@ -86,18 +91,48 @@ class LedgerPrefix:
         )
         return figures, float(self.held[last] - self.held[first])
 
+    def window_start_delays(self, window_starts: np.ndarray) -> np.ndarray:
+        """For each window run starting at these times, the seconds until capacity covered every GPU
+        requested (the start of the first minute from its start on with none short, the ledger's
+        end when none is): on a ledger of fluid demand, how long its pods waited for capacity. A
+        window that starts in a minute with nothing short waited 0 s."""
+        if not len(self.starts):
+            return np.zeros(0)
+        starts = np.asarray(window_starts, dtype=np.float64)
+        minute = np.searchsorted(self.starts, starts, side="right") - 1
+        starts, minute = starts[minute >= 0], minute[minute >= 0]
+        clear = self.next_clear[minute]
+        end = self.starts[-1] + 60.0
+        clear_s = np.where(clear < len(self.starts), self.starts[np.minimum(clear, len(self.starts) - 1)], end)
+        return np.asarray(np.maximum(clear_s - starts, 0.0), dtype=np.float64)
+
+    def attained(self, target: ServiceTarget, start_s: float, end_s: float, window_starts: np.ndarray) -> float | None:
+        """The figure ``target`` is stated on over ``[start_s, end_s)``; window delays of the runs
+        that started in it."""
+        figures, _ = self.window(start_s, end_s)
+        if target.kind != "window_start_delay_p95_s":
+            return target.attained(figures)
+        runs = window_starts[(window_starts >= start_s) & (window_starts < end_s)]
+        return target.attained(figures, wait_figures(self.window_start_delays(runs)))
+
 
 def choose(
-    prefixes: Mapping[str, LedgerPrefix], target: ServiceTarget, asked: float, window_start_s: float, now_s: float
+    prefixes: Mapping[str, LedgerPrefix],
+    target: ServiceTarget,
+    asked: float,
+    window_start_s: float,
+    now_s: float,
+    window_starts: np.ndarray = _NO_WINDOWS,
 ) -> tuple[str, bool, float]:
     """The candidate to serve from ``now_s``, judged over ``[window_start_s, now_s)``: the cheapest
     (fewest held GPU-seconds) that met the level asked; if none did, the one that came closest (of
     equals, the cheapest). Ties go to the first in order. Also whether it met the level, and what it
-    attained (infinite when the window holds nothing to judge)."""
+    attained (infinite when the window holds nothing to judge: no minute, or for a window start
+    delay target, no window run)."""
     judged = []
     for text, prefix in prefixes.items():
-        figures, held = prefix.window(window_start_s, now_s)
-        attained = target.attained(figures)
+        _, held = prefix.window(window_start_s, now_s)
+        attained = prefix.attained(target, window_start_s, now_s, window_starts)
         judged.append((text, math.inf if attained is None else attained, held))
     met = [entry for entry in judged if entry[1] <= asked + 1e-12]
     text, attained, _ = min(met, key=lambda entry: entry[2]) if met else min(judged, key=lambda e: (e[1], e[2]))
@@ -116,12 +151,6 @@ def prefixes_of(candidates: Mapping[str, MinuteLedger]) -> dict[str, LedgerPrefi
     return {text: LedgerPrefix(ledger) for text, ledger in candidates.items()}
 
 
-def _judgeable(candidates: Mapping[str, MinuteLedger], target: ServiceTarget) -> dict[str, LedgerPrefix]:
-    if target.kind == "window_start_delay_p95_s":
-        raise ValueError("walk-forward tuning judges targets on the minute ledger; window delays are not in it")
-    return prefixes_of(candidates)
-
-
 def walk_forward(
     candidates: Mapping[str, MinuteLedger],
     target: ServiceTarget,
@@ -131,21 +160,23 @@ def walk_forward(
     *,
     calibrate: bool,
     history_from_s: float,
+    window_starts: np.ndarray = _NO_WINDOWS,
 ) -> list[Choice]:
     """The choice for each period of ``settings.every_s`` from ``decisions_from_s`` to ``end_s``, each
-    judged over ``[max(history_from_s, now - window), now)`` (:func:`choose`). Calibrating, the level
-    asked moves after each period by what the chosen candidate attained in it."""
-    prefixes = _judgeable(candidates, target)
+    judged over ``[max(history_from_s, now - window), now)`` (:func:`choose`; ``window_starts``: the
+    window runs' start times, for a window start delay target). Calibrating, the level asked moves
+    after each period by what the chosen candidate attained in it."""
+    prefixes = prefixes_of(candidates)
     asked = target.value
     choices: list[Choice] = []
     now = decisions_from_s
     while now < end_s:
         following = min(now + settings.every_s, end_s)
-        text, met, _ = choose(prefixes, target, asked, max(history_from_s, now - settings.window_s), now)
+        judged_from = max(history_from_s, now - settings.window_s)
+        text, met, _ = choose(prefixes, target, asked, judged_from, now, window_starts)
         choices.append(Choice(now, following, text, asked, met))
         if calibrate:
-            figures, _ = prefixes[text].window(now, following)
-            attained = target.attained(figures)
+            attained = prefixes[text].attained(target, now, following, window_starts)
             if attained is not None:
                 asked = calibrated(asked, target, attained, settings)
         now = following
@@ -185,3 +216,5 @@ class ReplayRequest:
 # The simulator's controller model over each level's headroom (autoscaler/simulation/replay.py):
 # injected, since the core sits below the simulator.
 ReplayFunction = Callable[[ReplayRequest], dict[str, MinuteLedger]]
+# A pool's live minute ledger (autoscaler/scorecard_live.py), None where this replica does not score it.
+LiveLedgerFunction = Callable[[str], MinuteLedger | None]

@@ -24,6 +24,7 @@ from autoscaler.policy import PlanKind
 from autoscaler.preflight_settings import PreflightSettings
 from autoscaler.provider import FallbackMode
 from autoscaler.publication_settings import PublicationSettings
+from autoscaler.quantity import Count, Number
 from autoscaler.selectors import SelectorError, parse_selector, validate_key, validate_value
 from autoscaler.server_settings import STRICT, Duration, ServerSettings
 from autoscaler.target_settings import TargetSettings
@@ -90,7 +91,7 @@ class PrometheusSettings(_Strict):
 
     url: str
     timeout: Duration = timedelta(seconds=30)
-    retries: int = Field(default=3, ge=0, le=20)
+    retries: Count = Field(default=3, ge=0, le=20)
     backoff_initial: Duration = timedelta(milliseconds=500)
     backoff_max: Duration = timedelta(seconds=10)
     bearer_token_file: Path | None = None
@@ -99,7 +100,7 @@ class PrometheusSettings(_Strict):
     ca_file: Path | None = None
     insecure_skip_verify: bool = False
     headers: dict[str, str] = {}
-    max_workers: int = Field(default=4, ge=1, le=64)
+    max_workers: Count = Field(default=4, ge=1, le=64)
 
     @model_validator(mode="after")
     def _consistent(self) -> PrometheusSettings:
@@ -144,7 +145,7 @@ class SignalSettings(_Strict):
     # slices), time-sliced resources with the device plugin's replicas (adapters/gpu_units.py).
     resource: str | tuple[str, ...] | None = None
     mig: bool | None = None
-    time_slicing: dict[str, Annotated[int, Field(ge=1)]] = {}
+    time_slicing: dict[str, Annotated[Count, Field(ge=1)]] = {}
     # gpus_requested: namespaces whose pods are left out (the placeholders', for one).
     exclude_namespaces: tuple[str, ...] = ()
     # Presets split by nodepool: the kube_node_labels label that names a node's pool.
@@ -199,24 +200,24 @@ class MetricSettings(_Strict):
     # rate: upper-quantile forecast over the lead time (for inference HPAs);
     # replicas: the rate forecast divided by one replica's capacity, learned from history.
     kind: PlanKind
-    quantile: float = Field(default=0.9, gt=0.5, lt=1.0)
+    quantile: Number = Field(default=0.9, gt=0.5, lt=1.0)
     description: str = ""
     # After staleness_ttl without a successful pull: keep serving the last value (hold), serve
     # fallback_value (static), or answer 503 so the HPA keeps its replicas (error).
     fallback: FallbackMode = "hold"
-    fallback_value: float | None = None
+    fallback_value: Number | None = None
     staleness_ttl: Duration = timedelta(minutes=15)
-    min_value: float | None = None
-    max_value: float | None = None
+    min_value: Number | None = None
+    max_value: Number | None = None
     # Falls are paced to at most this much per minute (rises pass at once); null: no pacing.
-    max_decrease_per_minute: float | None = Field(default=None, gt=0)
+    max_decrease_per_minute: Number | None = Field(default=None, gt=0)
     # headroom: the namespace of the placeholder pods, whose ResourceQuota requests.nvidia.com/gpu
     # caps the value; NodePool limits cap it too when the series has a nodepool label.
     placeholder_namespace: str | None = None
     # replicas: per-service GPU utilisation (%) and replica count signals, matched by labels.
     utilization_signal: str | None = None
     replicas_signal: str | None = None
-    target_utilization: float = Field(default=60.0, gt=0, le=100)
+    target_utilization: Number = Field(default=60.0, gt=0, le=100)
     # headroom: a service level to meet instead of a fixed quantile.
     target: TargetSettings | None = None
 
@@ -242,12 +243,12 @@ class ForecastSettings(_Strict):
     refit_every: Duration | None = None
     fit_timeout: Duration = timedelta(seconds=60)
     # None: one less than the CPUs the process may use (its cgroup limit), at least 1.
-    workers: int | None = Field(default=None, ge=1, le=64)
+    workers: Count | None = Field(default=None, ge=1, le=64)
     # Used when Karpenter's NodeClaims have not taught the service a lead time yet.
     default_lead_time: Duration = timedelta(minutes=5)
-    lead_time_quantile: float = Field(default=0.9, gt=0, le=1)
+    lead_time_quantile: Number = Field(default=0.9, gt=0, le=1)
     # Fewer samples than this never lower the lead time below the default (docs/launch-outcomes.md).
-    lead_time_min_samples: int = Field(default=3, ge=1)
+    lead_time_min_samples: Count = Field(default=3, ge=1)
     # Covers what follows a forecast before a node is asked for: up to one refresh interval, the
     # HPA's 15 s sync and scale-up ramp, and Karpenter's batching (the simulator shows 30 s is short).
     lead_time_margin: Duration = timedelta(seconds=90)
@@ -259,7 +260,7 @@ class WindowSettings(_Strict):
     name: str
     cron: str
     timezone: str = "UTC"
-    gpus: float = Field(gt=0)
+    gpus: Number = Field(gt=0)
     duration: Duration
     namespace: str = ""
     labels: dict[str, str] = {}
@@ -308,7 +309,7 @@ class KubernetesInputsSettings(_Strict):
 class DemoSettings(_Strict):
     enabled: bool = False
     # Simulated minutes per real second: 1.0 replays the trace in real time.
-    speed: float = Field(default=1.0, gt=0, le=10_000)
+    speed: Number = Field(default=1.0, gt=0, le=10_000)
 
 
 class Settings(_Strict):

@@ -3,11 +3,16 @@
 Environment variables ``GPU_AUTOSCALER_<SECTION>__<FIELD>`` override the file, e.g.
 ``GPU_AUTOSCALER_SERVER__SECURE_PORT=7443``. Values are parsed as YAML scalars, so lists and
 numbers work (``GPU_AUTOSCALER_AUTH__ALLOWED_NAMES='[front-proxy-client]'``).
+
+Numbers are YAML 1.2's (decimal ints, decimal floats, ``.inf``, ``.nan``), not YAML 1.1's, which
+PyYAML reads by default: ``1_000``, ``1:30`` (base 60: 90), ``010`` (octal: 8) and ``0x1f`` stay text,
+which a number field refuses naming the field (``quantity.Number``, ``quantity.Count``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,6 +24,42 @@ from autoscaler.settings import Settings
 
 ENV_PREFIX = "GPU_AUTOSCALER_"
 ENV_NESTING = "__"
+
+
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+
+
+class _SettingsLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2's core-schema numbers instead of YAML 1.1's."""
+
+
+_SettingsLoader.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag not in (_INT, _FLOAT)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_SettingsLoader.add_implicit_resolver(_INT, re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
+_SettingsLoader.add_implicit_resolver(
+    _FLOAT,
+    re.compile(
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+0123456789."),
+)
+
+
+def _decimal_int(loader: yaml.SafeLoader, node: yaml.Node) -> int:
+    """The resolver lets only decimal digits through: base 10 ("010" is 10, as in YAML 1.2)."""
+    assert isinstance(node, yaml.ScalarNode)  # noqa: S101 - the int tag resolves scalars only
+    return int(loader.construct_scalar(node))
+
+
+_SettingsLoader.add_constructor(_INT, _decimal_int)
+
+
+def read_yaml(text: str) -> Any:
+    """``text`` as YAML, numbers as YAML 1.2 reads them (module docstring)."""
+    return yaml.load(text, Loader=_SettingsLoader)  # noqa: S506 - a SafeLoader with other number resolvers
 
 
 class SettingsError(Exception):
@@ -44,7 +85,7 @@ def apply_env_overrides(raw: dict[str, Any], environ: Mapping[str, str]) -> dict
         if not all(path):
             continue
         try:
-            value = yaml.safe_load(text) if text else ""
+            value = read_yaml(text) if text else ""
         except yaml.YAMLError:
             value = text
         _set_path(merged, path, value)
@@ -83,7 +124,7 @@ def load_settings(
         except OSError as error:
             raise SettingsError(f"cannot read settings file {path}: {error.strerror or error}") from None
         try:
-            raw = yaml.safe_load(text)
+            raw = read_yaml(text)
         except yaml.YAMLError as error:
             mark = getattr(error, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -22,6 +22,7 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
+from datetime import timedelta
 
 import numpy as np
 
@@ -29,6 +30,8 @@ from autoscaler import policy
 from autoscaler.plans import MetricPlan
 from autoscaler.scorecard import MinuteLedger, ServiceTarget
 from autoscaler.service_levels import (
+    LedgerPrefix,
+    LiveLedgerFunction,
     ReplayFunction,
     ReplayRequest,
     TuningSettings,
@@ -78,8 +81,11 @@ def describe(candidate: str) -> str:
 class LevelTuner:
     """One (metric, series) served to a target: its record, and the candidate it serves."""
 
-    def __init__(self, target: ServiceTarget, tuning: TuningSettings, gpus_per_node: int, step_s: float) -> None:
+    def __init__(
+        self, target: ServiceTarget, tuning: TuningSettings, gpus_per_node: int, step_s: float, pool: str = ""
+    ) -> None:
         self.target = target
+        self.pool = pool  # whose live scorecard calibrates it
         self.tuning = tuning
         self.gpus_per_node = gpus_per_node
         self.step_s = step_s
@@ -93,6 +99,8 @@ class LevelTuner:
         self._rows: deque[np.ndarray] = deque(maxlen=capacity)
         self._lead_time_s = 0.0
         self._grid_basis: float | None = None  # the demand the buffer grid is sized on
+        # Start times of the declared window runs seen (a window start delay target judges them).
+        self._window_starts: set[float] = set()
         # Each candidate's replayed ledger (times in seconds since the epoch) up to ``_replayed_to``.
         self._ledgers: dict[str, MinuteLedger] = {}
         self._replayed_to: float | None = None
@@ -108,13 +116,22 @@ class LevelTuner:
         return int(self.chosen.removeprefix(BUFFER_PREFIX)) if self.chosen.startswith(BUFFER_PREFIX) else None
 
     def record(
-        self, now_s: float, requested: float, headroom: Sequence[float], lead_time_s: float, due_gpus: float = 0.0
+        self,
+        now_s: float,
+        requested: float,
+        headroom: Sequence[float],
+        lead_time_s: float,
+        due_gpus: float = 0.0,
+        window_starts: Sequence[float] = (),
     ) -> None:
         if self._times and now_s <= self._times[-1]:
             return  # a repeated or earlier refresh adds nothing
         self._times.append(now_s)
         self._rows.append(np.array([requested, due_gpus, *headroom], dtype=np.float64))
         self._lead_time_s = lead_time_s
+        self._window_starts.update(window_starts)
+        if len(self._times) == self._times.maxlen:  # the record's oldest moment moves on
+            self._window_starts = {start for start in self._window_starts if start >= self._times[0]}
 
     def due(self, now_s: float) -> bool:
         if not self._times or now_s - self._times[0] < MIN_RECORD_S:
@@ -171,25 +188,56 @@ class LevelTuner:
             self._ledgers[candidate] = shifted.between(oldest, np.inf)
         self._replayed_to = request.start_s + len(request.requested) * request.step_s
 
-    def take(self, now_s: float, replayed: dict[str, MinuteLedger], request: ReplayRequest) -> None:
-        """Calibrate on what the candidate served attained since the last choice, then choose again."""
+    def take(
+        self, now_s: float, replayed: dict[str, MinuteLedger], request: ReplayRequest, live: MinuteLedger | None = None
+    ) -> None:
+        """Calibrate on what the candidate served attained since the last choice (in the pool's live
+        scorecard when it covers most of that period, else in the replay), then choose again."""
         self._extend(request, replayed)
         prefixes = prefixes_of(self._ledgers)
-        if self.chosen_at is not None and self.chosen in prefixes:
-            figures, _ = prefixes[self.chosen].window(self.chosen_at, now_s)
-            attained = self.target.attained(figures)
+        window_starts = np.asarray(sorted(self._window_starts), dtype=np.float64)
+        live_prefix = LedgerPrefix(live) if live is not None and len(live) else None
+        if self.chosen_at is not None:
+            attained = _covered(live_prefix, self.target, self.chosen_at, now_s, window_starts)
+            if attained is None and self.chosen in prefixes:
+                attained = prefixes[self.chosen].attained(self.target, self.chosen_at, now_s, window_starts)
             if attained is not None:
                 self.asked = calibrated(self.asked, self.target, attained, self.tuning)
         window_start = max(self._times[0], now_s - self.tuning.window_s)
-        chosen, met, attained = choose(prefixes, self.target, self.asked, window_start, now_s)
+        so_far = _covered(live_prefix, self.target, window_start, now_s, window_starts)
+        chosen, met, attained = choose(prefixes, self.target, self.asked, window_start, now_s, window_starts)
         self.chosen, self.chosen_at = chosen, now_s
         days = (now_s - window_start) / 86400.0
         outcome = "met" if met else "came closest to"
         self.reason = (
             f"chosen by replaying {len(CANDIDATE_LEVELS)} levels and {len(prefixes) - len(CANDIDATE_LEVELS)} "
-            f"buffers over the last {days:.1f} days: {describe(chosen)} {outcome} {self.asked * 100:.2g} % asked, "
-            f"with {attained * 100:.2g} % of minutes short, at least cost"
+            f"buffers over the last {days:.1f} days: {describe(chosen)} {outcome} the level asked "
+            f"({figure(self.target, self.asked)}) with {figure(self.target, attained)}, at least cost"
+            + ("" if so_far is None else f"; live: {figure(self.target, so_far)} in the pool's scorecard")
         )
+
+
+def _covered(
+    prefix: LedgerPrefix | None, target: ServiceTarget, start_s: float, end_s: float, window_starts: np.ndarray
+) -> float | None:
+    """What a live ledger attained over the period, when it scored at least half of its minutes."""
+    if prefix is None or end_s <= start_s:
+        return None
+    figures, _ = prefix.window(start_s, end_s)
+    if figures.minutes_scored < 0.5 * (end_s - start_s) / 60.0:
+        return None
+    return prefix.attained(target, start_s, end_s, window_starts)
+
+
+def figure(target: ServiceTarget, value: float) -> str:
+    """A value of the figure ``target`` is stated on, in words."""
+    if not np.isfinite(value):
+        return "nothing to judge yet" if target.kind == "window_start_delay_p95_s" else "no minute judged"
+    if target.kind == "minutes_short_fraction":
+        return f"{value * 100:.2g} % of minutes short"
+    if target.kind == "short_gpu_minutes_per_day":
+        return f"{value:.3g} short GPU-minutes a day"
+    return f"a window start delay p95 of {value:.0f} s"
 
 
 def _arrays(ledger: MinuteLedger) -> tuple[np.ndarray, ...]:
@@ -199,9 +247,12 @@ def _arrays(ledger: MinuteLedger) -> tuple[np.ndarray, ...]:
 class TargetLevels:
     """The tuners of every (metric, series) with a target; plans without one pass straight through."""
 
-    def __init__(self, replay: ReplayFunction | None, step_s: float) -> None:
+    def __init__(
+        self, replay: ReplayFunction | None, step_s: float, live_ledger: LiveLedgerFunction | None = None
+    ) -> None:
         self.replay = replay
         self.step_s = step_s
+        self.live_ledger = live_ledger
         self._tuners: dict[tuple[str, object], LevelTuner] = {}
 
     def levels(self, plan: MetricPlan) -> tuple[float, ...]:
@@ -216,14 +267,14 @@ class TargetLevels:
         return plan.quantile if level is None else level
 
     def decide(
-        self, plan: MetricPlan, key: object, situation: policy.Situation, now_s: float
+        self, plan: MetricPlan, key: object, situation: policy.Situation, now_s: float, pool: str = ""
     ) -> policy.Decision | None:
         """The plan's decision; with a target, the tuned candidate's (every level's is recorded)."""
         if plan.target is None or self.replay is None:
             return policy.decide(plan.rule, situation)
         tuner = self._tuners.get((plan.metric, key))
         if tuner is None:
-            tuner = LevelTuner(plan.target, plan.tuning, plan.target_gpus_per_node, self.step_s)
+            tuner = LevelTuner(plan.target, plan.tuning, plan.target_gpus_per_node, self.step_s, pool)
             self._tuners[(plan.metric, key)] = tuner
         decisions = [policy.decide(replace(plan.rule, quantile=level), situation) for level in CANDIDATE_LEVELS]
         if tuner.level is not None:
@@ -234,12 +285,18 @@ class TargetLevels:
             return None
         values = [decision.value if decision is not None else np.nan for decision in decisions]
         if all(np.isfinite(values)) and np.isfinite(situation.requested_now):
-            lead_time = situation.lead_time.value
-            due = sum(window.gpus for window in policy.windows_due(situation.windows, situation.now, lead_time))
-            tuner.record(now_s, situation.requested_now, values, lead_time.total_seconds(), due)
+            self._record(tuner, situation, values, now_s)
         chosen = describe(tuner.chosen)
         explanation = f"{served.explanation}; target: {plan.target.describe()}: {chosen} ({tuner.reason})"
         return replace(served, explanation=explanation)
+
+    def _record(self, tuner: LevelTuner, situation: policy.Situation, values: list[float], now_s: float) -> None:
+        lead_time = situation.lead_time.value
+        due = sum(window.gpus for window in policy.windows_due(situation.windows, situation.now, lead_time))
+        # Window runs that start by the next refresh or just did (each is judged once, by its start).
+        seen_from, seen_to = situation.now - timedelta(seconds=2 * self.step_s), situation.now + lead_time
+        starts = [window.start.timestamp() for window in situation.windows if seen_from < window.start <= seen_to]
+        tuner.record(now_s, situation.requested_now, values, lead_time.total_seconds(), due, starts)
 
     def forget(self, key: object) -> None:
         for tuner_key in [tuner_key for tuner_key in self._tuners if tuner_key[1] == key]:
@@ -260,5 +317,5 @@ class TargetLevels:
                 log.warning("%s: replaying the target's candidates failed (%s); keeping %s", metric, error, kept)
                 tuner.chosen_at = now_s  # tried again at the next period, not every refresh
                 continue
-            tuner.take(now_s, ledgers, request)
+            tuner.take(now_s, ledgers, request, self.live_ledger(tuner.pool) if self.live_ledger else None)
             log.info("%s%s: target %s: %s", metric, key, tuner.target.describe(), tuner.reason)

@@ -13,8 +13,8 @@ import threading
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import BrokenExecutor, Executor, ProcessPoolExecutor
-from multiprocessing import get_context
 from multiprocessing.connection import wait
+from multiprocessing.context import SpawnContext, SpawnProcess
 from pathlib import Path
 from types import FrameType
 from typing import TypeVar
@@ -86,7 +86,32 @@ def start_simulation_worker() -> None:
     exit_with_parent()
 
 
+class _SigintIgnoringProcess(SpawnProcess):
+    """A worker that ignores SIGINT from its first instruction: Ctrl-C in a terminal reaches the whole
+    process group, and the server, not its workers, decides what it means (it shuts the pool down).
+
+    An ignored signal stays ignored across exec, and Python leaves an ignored SIGINT alone at start,
+    so the parent ignores it for the instant of the spawn (a signal disposition is only changed from
+    the main thread; elsewhere the worker's initializer ignores it, after its imports).
+    """
+
+    def start(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            super().start()
+            return
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            super().start()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
+class _WorkerContext(SpawnContext):
+    Process = _SigintIgnoringProcess
+
+
 def _start_worker() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     single_threaded_libraries()
     _lower_priority()
     exit_with_parent()
@@ -139,7 +164,7 @@ def default_workers(root: Path = Path("/sys/fs/cgroup")) -> int:
 
 def forecast_pool(workers: int) -> ProcessPoolExecutor:
     # "spawn": forked children of a process with live threads and sockets are unsafe.
-    return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"), initializer=_start_worker)
+    return ProcessPoolExecutor(max_workers=workers, mp_context=_WorkerContext(), initializer=_start_worker)
 
 
 def forecast_pools(workers: int) -> list[ProcessPoolExecutor]:
@@ -226,8 +251,10 @@ class ForecastPools:
         self.pools[shard] = self.new_pool()
 
     def shutdown(self) -> None:
+        """Stop every pool now: a fit still running is of no use to a server that is stopping, and
+        waiting for it (Python joins the pools' threads at exit) would hold the exit for its length."""
         for pool in self.pools:
-            pool.shutdown(wait=False, cancel_futures=True)
+            terminate(pool)
 
 
 def process_pools(workers: int) -> ForecastPools:

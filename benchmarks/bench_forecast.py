@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import data_helpers  # importable once the path above is set
 
 from forecast.engine import EngineResult, fit_select_predict
+from tests import traces
 
 STEPS_14D = 14 * 288
 SLIDE = 72  # 6 h
@@ -57,8 +58,8 @@ def main() -> None:
     parser.add_argument("--series", type=int, default=200)
     parser.add_argument("--workers", type=int, default=0, help="0 = run in this process")
     args = parser.parse_args()
-    if not data_helpers.data_available():
-        sys.exit(f"public traces not found under {data_helpers.DATA_DIR}")
+    if absent := traces.missing():
+        sys.exit(traces.missing_message(absent))
     inputs = _series(args.series)
     print(f"{len(inputs)} series of {STEPS_14D} points (14 days at 5 min), horizon 12 steps, q=0.9")
     print(f"RSS after loading traces: {_rss_mb():.0f} MB")

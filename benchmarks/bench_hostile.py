@@ -11,7 +11,9 @@ Starts ``gpu-autoscaler serve`` (the demo, free ports) and, once it is ready, me
    case 2), then after 5,000 distinct valid triggers at the metadata limit (24 KiB each: what the
    trigger cache could hold if it were not bounded in bytes).
 
-Prints one line per figure. The generator shares the machine's cores with the server.
+Prints one line per figure, and what the server counted (``gpu_autoscaler_grpc_requests_total`` for
+the refused messages, ``gpu_autoscaler_grpc_trigger_cache_bytes``). The generator shares the
+machine's cores with the server.
 """
 
 from __future__ import annotations
@@ -78,6 +80,19 @@ def rss_mb(pid: int) -> float:
     found = re.search(r"VmRSS:\s+(\d+) kB", status)
     assert found
     return int(found.group(1)) / 1024
+
+
+def exported(http_port: str, sample: str) -> float:
+    """A sample's value on the ops port's /metrics (0 when not exported yet)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=10) as response:
+        for line in response.read().decode().splitlines():
+            if line.startswith(sample + " "):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+REFUSED = 'gpu_autoscaler_grpc_requests_total{code="RESOURCE_EXHAUSTED",method="GetMetrics"}'
+CACHE = "gpu_autoscaler_grpc_trigger_cache_bytes"
 
 
 def https_latencies_ms(state: Path, port: str, count: int) -> np.ndarray:
@@ -164,6 +179,7 @@ def main() -> None:
                 f"HTTPS under case 1 ({len(payload) / 1e6:.1f} MB GetMetrics from 2 threads, answers {codes}): "
                 f"p50 {np.median(loaded):.2f} ms, p90 {np.percentile(loaded, 90):.2f} ms, p50 {ratio:.2f}x idle"
             )
+            print(f"counted by the server: {REFUSED} {exported(ports['http'], REFUSED):.0f}")
 
             before = rss_mb(process.pid)
             codes = {}
@@ -184,6 +200,7 @@ def main() -> None:
                     send_counted(send, payload, codes)
             after_cache = rss_mb(process.pid)
             print(f"RSS after 5,000 distinct triggers at the 24 KiB limit (answers {codes}): {after_cache:.0f} MB")
+            print(f"{CACHE} {exported(ports['http'], CACHE):.0f}")
         finally:
             process.terminate()
             process.wait(timeout=60)

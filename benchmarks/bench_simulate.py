@@ -35,6 +35,7 @@ from autoscaler.simulation.lead_times import parse_lead_time_distribution
 from autoscaler.simulation.policies import parse_policies
 from autoscaler.simulation.runner import SimulationConfig, simulate
 from forecast.durations import parse_positive_duration
+from tests import traces
 
 GOAL_S = 60.0
 
@@ -47,8 +48,8 @@ def main() -> None:
     parser.add_argument("--refit-every", default=None, help="default: none between selections")
     parser.add_argument("--reselect-every", default="6h")
     args = parser.parse_args()
-    if not data_helpers.data_available():
-        sys.exit(f"shared traces not found under {data_helpers.DATA_DIR}")
+    if absent := traces.missing():
+        sys.exit(traces.missing_message(absent))
     specs = parse_policies(args.policies)
     if args.core_only:
         specs = tuple(spec for spec in specs if not spec.forecasting)

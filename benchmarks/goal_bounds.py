@@ -48,6 +48,7 @@ from autoscaler.simulation.lead_times import parse_lead_time_distribution
 from autoscaler.simulation.policies import scheduled_gpus
 from autoscaler.simulation.provisioner import PoolConfig
 from autoscaler.simulation.runner import simulation_period
+from tests import traces
 
 QUANTILE = 0.9
 STEPS_PER_DAY = 288  # 5-minute steps
@@ -289,8 +290,8 @@ def main() -> None:
     parser.add_argument("--buffers", help="headroom: static buffers to simulate, e.g. 36,38,39,40")
     parser.add_argument("--quantiles", help="headroom: quantiles of the conditional and binned buffers, e.g. 0.99")
     args = parser.parse_args()
-    if not data_helpers.data_available():
-        sys.exit(f"the traces are not at {data_helpers.DATA_DIR} (set GPU_AUTOSCALER_DATA)")
+    if absent := traces.missing():
+        sys.exit(traces.missing_message(absent))
     if args.bound == "quantile":
         quantile_bounds()
     else:

@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tests.data_helpers import DATA_DIR, helios_running_gpus, write_csv
+from tests import traces
+from tests.data_helpers import helios_running_gpus, write_csv
 
 TARGETS = ("1%", "0.3%")
 RIVALS = ("auto-slo:", "static_buffer@", "scheduled_buffer@", "reactive_max@")
@@ -47,7 +48,7 @@ COMMON = (
 
 
 def dlrm_pods(out: Path) -> Path:
-    frame = pd.read_csv(DATA_DIR / "alibaba_dlrm_v2025" / "disaggregated_DLRM_trace.csv.gz")
+    frame = pd.read_csv(traces.path("alibaba_dlrm_v2025/disaggregated_DLRM_trace.csv.gz"))
     end = float(np.nanmax(frame[["creation_time", "scheduled_time", "deletion_time"]].to_numpy()))
     gpu = frame[frame.gpu_request > 0]
     arrival = gpu.scheduled_time.fillna(0.0)
@@ -59,7 +60,7 @@ def dlrm_pods(out: Path) -> Path:
 
 def genai_busy_gpus(out: Path) -> Path:
     frame = pd.read_csv(
-        DATA_DIR / "alibaba_genai_v2026" / "lora_request_trace.csv.gz", usecols=["gmt_create", "exec_time_seconds"]
+        traces.path("alibaba_genai_v2026/lora_request_trace.csv.gz"), usecols=["gmt_create", "exec_time_seconds"]
     )
     minute = pd.to_datetime(frame.gmt_create, utc=True).dt.floor("min")
     busy = frame.groupby(minute).exec_time_seconds.sum() / 60.0
@@ -72,7 +73,7 @@ def trace_arguments(name: str, out: Path) -> list[str]:
     if name == "helios":
         return ["--input", str(write_csv(helios_running_gpus(), out / "helios_running_gpus.csv.gz")), *window]
     if name == "alibaba":
-        return ["--pods", str(DATA_DIR / "alibaba_gpu_v2023" / "openb_pod_list_default.csv.gz"), *window]
+        return ["--pods", str(traces.path("alibaba_gpu_v2023/openb_pod_list_default.csv.gz")), *window]
     if name == "dlrm":
         return ["--pods", str(dlrm_pods(out))]
     if name == "genai":

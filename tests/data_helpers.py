@@ -1,4 +1,4 @@
-"""Real demand series derived from the shared public traces (see ../shared/data/README.md, beside the repository).
+"""Real demand series derived from the public traces (``tests/traces.py`` lists them and fetches them).
 
 Each loader returns a float64 series on a tz-aware UTC DatetimeIndex at one-minute steps, derived
 exactly as the data README describes. ``trace(name, step)`` aggregates by mean to a coarser step.
@@ -14,21 +14,24 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-# The traces live in shared/ beside the repository (where CI puts them too); the variable overrides.
-DATA_DIR = Path(os.environ.get("GPU_AUTOSCALER_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+if __package__ in (None, ""):  # run as a script: the repository root makes ``tests`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests import traces
+
 # Anonymised Alibaba seconds are counted from this instant (an arbitrary, fixed choice).
 ALIBABA_ORIGIN = pd.Timestamp("2023-01-01T00:00:00Z")
 
 
-def data_available() -> bool:
-    return (DATA_DIR / "helios_earth_2020").is_dir()
+def helios_paths() -> list[Path]:
+    """The 16 Helios Earth virtual clusters' per-minute sequences (``TracesMissing`` if one is absent)."""
+    return [traces.path(f"helios_earth_2020/earth_{vc}_cluster_sequence_vc.csv.gz") for vc in traces.HELIOS_VCS]
 
 
 def _minute_series(values: np.ndarray, start: pd.Timestamp) -> pd.Series:
@@ -40,20 +43,20 @@ def _minute_series(values: np.ndarray, start: pd.Timestamp) -> pd.Series:
 def helios_running_gpus() -> pd.Series:
     """Helios Earth: running GPUs summed over the 16 published VCs, per minute (May 2020)."""
     total: pd.Series | None = None
-    for path in sorted((DATA_DIR / "helios_earth_2020").glob("earth_*_cluster_sequence_vc.csv.gz")):
+    for path in helios_paths():
         frame = pd.read_csv(path, usecols=["time", "running_gpu_num"])
         part = pd.Series(
             frame["running_gpu_num"].to_numpy(dtype=np.float64),
             index=pd.DatetimeIndex(pd.to_datetime(frame["time"]), tz="UTC"),
         )
         total = part if total is None else total.add(part, fill_value=0.0)
-    assert total is not None, f"no Helios files under {DATA_DIR}"
+    assert total is not None
     return total.asfreq("1min").astype(np.float64)
 
 
 @functools.cache
 def _alibaba_pods() -> pd.DataFrame:
-    return pd.read_csv(DATA_DIR / "alibaba_gpu_v2023" / "openb_pod_list_default.csv.gz")
+    return pd.read_csv(traces.path("alibaba_gpu_v2023/openb_pod_list_default.csv.gz"))
 
 
 def _alibaba_window() -> tuple[int, int]:
@@ -89,7 +92,7 @@ def alibaba_pod_creations() -> pd.Series:
 @functools.cache
 def genai_lora_requests() -> pd.Series:
     """Alibaba GenAI LoRA trace: image-generation requests per minute, zeros where none arrived."""
-    frame = pd.read_csv(DATA_DIR / "alibaba_genai_v2026" / "lora_request_trace.csv.gz", usecols=["gmt_create"])
+    frame = pd.read_csv(traces.path("alibaba_genai_v2026/lora_request_trace.csv.gz"), usecols=["gmt_create"])
     created = pd.to_datetime(frame["gmt_create"], format="mixed").dt.floor("min")
     counts = created.value_counts().sort_index()
     index = pd.date_range(counts.index.min(), counts.index.max(), freq="1min")

@@ -74,7 +74,11 @@ def make_pki(directory: Path) -> PKI:
 
 def without_common_name(pki: PKI, directory: Path) -> Client:
     """A client certificate from the client CA with no CN, only ``O=system:masters`` (the probe's)."""
-    authority = pki.serving_ca_pair
+    return issued_without_common_name(pki.serving_ca_pair, directory)
+
+
+def issued_without_common_name(authority: KeyPair, directory: Path) -> Client:
+    """A client certificate from ``authority`` with no CN, only ``O=system:masters``."""
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.now(UTC)
     certificate = (

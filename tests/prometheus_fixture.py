@@ -19,8 +19,9 @@ Prometheus) takes about 5 s.
 
 Fixtures: ``prometheus`` (session-wide, never killed), ``prometheus_restartable`` (a private instance
 per test, for kill/restart tests) and ``fault_proxy`` (a proxy in front of ``prometheus``).
-Without the ``prometheus``/``promtool`` binaries or the trace data the tests are skipped, unless the
-``CI`` environment variable is set, where that is an error.
+Without the ``prometheus``/``promtool`` binaries the tests are skipped, unless the ``CI`` environment
+variable is set, where that is an error. The traces come from ``tests/traces.py``; without them the
+session stops before any test runs (``tests/conftest.py``).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ import pandas as pd
 import pytest
 from aiohttp import ClientSession, ClientTimeout, web
 
-from tests.data_helpers import DATA_DIR  # one definition of where the traces are
+from tests import traces
 from tests.eventually import eventually_sync
 
 TRACE_DAYS = 14
@@ -108,23 +109,15 @@ def binaries_or_skip() -> tuple[str, str]:
     return str(found[0]), str(found[1])
 
 
-def helios_or_skip() -> None:
-    """Skips (or fails under CI) when the Helios Earth trace, which backfills derive from, is missing."""
-    if not (DATA_DIR / "helios_earth_2020").is_dir():
-        _skip_or_fail(f"trace data not found under {DATA_DIR} (set GPU_AUTOSCALER_DATA)")
-
-
 def load_trace(end: pd.Timestamp, days: int = TRACE_DAYS) -> FixtureTrace:
     """Read the real traces and shift their last ``days`` days to end at ``end`` (a whole minute)."""
-    if not all((DATA_DIR / folder).is_dir() for folder in ("helios_earth_2020", "alibaba_genai_v2026")):
-        _skip_or_fail(f"trace data not found under {DATA_DIR} (set GPU_AUTOSCALER_DATA)")
     minutes = days * 1440
     index = pd.date_range(end=end, periods=minutes, freq="1min", tz="UTC")
     columns: dict[str, dict[str, np.ndarray]] = {"running": {}, "pending": {}}
     allocatable: dict[str, float] = {}
     for vc in NODEPOOL_OF_VC:
         frame = pd.read_csv(
-            DATA_DIR / "helios_earth_2020" / f"earth_{vc}_cluster_sequence_vc.csv.gz",
+            traces.path(f"helios_earth_2020/earth_{vc}_cluster_sequence_vc.csv.gz"),
             usecols=["running_gpu_num", "pending_gpu_num", "total_gpu_num"],
         ).tail(minutes)
         columns["running"][vc] = frame["running_gpu_num"].to_numpy(np.float64)
@@ -139,7 +132,7 @@ def load_trace(end: pd.Timestamp, days: int = TRACE_DAYS) -> FixtureTrace:
     utilization.loc[gap[0] : gap[1], gap_vc] = np.nan
 
     requests = pd.read_csv(
-        DATA_DIR / "alibaba_genai_v2026" / "lora_request_trace.csv.gz", usecols=["gmt_create", "predict_type"]
+        traces.path("alibaba_genai_v2026/lora_request_trace.csv.gz"), usecols=["gmt_create", "predict_type"]
     )
     created = pd.to_datetime(requests["gmt_create"]).dt.floor("min")
     counters = {}

@@ -21,7 +21,7 @@ import aiohttp
 import numpy as np
 import pandas as pd
 
-from tests.data_helpers import DATA_DIR
+from tests.data_helpers import helios_paths
 from tests.fakekube import FakeKube, RecordedRequest
 from tests.prometheus_fixture import BackfillSeries, die_with_parent, free_port, write_blocks
 
@@ -41,7 +41,7 @@ def real_series(count: int, days: int) -> list[pd.Series]:
         pd.read_csv(path, usecols=["time", "running_gpu_num"], parse_dates=["time"]).set_index("time")[
             "running_gpu_num"
         ]
-        for path in sorted((DATA_DIR / "helios_earth_2020").glob("earth_*_cluster_sequence_vc.csv.gz"))
+        for path in helios_paths()
     ]
     per_vc = [frame.resample("5min").mean().astype(float) for frame in frames]
     points = days * 288

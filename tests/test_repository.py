@@ -80,3 +80,31 @@ def test_the_size_check_finds_what_is_too_long(tmp_path):
     body = "\n".join(f"    x{i} = {i}" for i in range(60))
     (tmp_path / "forecast" / "long.py").write_text(f"def long() -> None:\n{body}\n" + "\n" * 340)
     assert oversized(tmp_path) == ["forecast/long.py: 401 lines", "forecast/long.py: long is 61 lines"]
+
+
+# The README is the front door (issue #29): short, and every relative link in it leads somewhere. The
+# rest is the documentation site, which `make test` builds with --strict (broken links and anchors fail).
+MAX_README_LINES = 250
+
+
+def test_readme_is_short_and_its_links_resolve():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= MAX_README_LINES
+    targets = re.findall(r"\]\(([^)\s]+)\)", text)
+    relative = [target for target in targets if not re.match(r"[a-z]+:", target)]
+    assert "docs/images/demo-page.png" in relative
+    for target in relative:
+        path = target.split("#")[0]
+        assert (ROOT / path).exists(), target
+
+
+def test_make_test_builds_the_documentation_strictly():
+    makefile = (ROOT / "Makefile").read_text()
+    test_target = re.search(r"^test:(.*)$", makefile, re.M)
+    assert test_target is not None and "docs" in test_target.group(1).split()
+    docs_recipe = re.search(r"^docs:.*\n\t(.*)$", makefile, re.M)
+    assert docs_recipe is not None
+    command = docs_recipe.group(1)
+    # --quiet would hide the warnings that --strict turns into a failure: the build would pass.
+    assert "mkdocs build --strict" in command and "--quiet" not in command and " -q" not in command
+    assert (ROOT / "mkdocs.yml").exists()

@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import numpy as np
-import pandas as pd
 
 from autoscaler.commands.output import emit
 from autoscaler.commands.progress import progress_bar
-from forecast.backtest import AUTO, METRICS, BacktestRun, run_backtest_records, summarize
-from forecast.durations import parse_positive_duration, steps_in
-from forecast.io import SeriesFileError, aggregate, read_series_csv
+
+if TYPE_CHECKING:  # the forecast engine (pandas, scikit-learn, statsmodels) is imported when the command runs
+    from forecast.backtest import BacktestRun
 
 
 def _table(report: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    from forecast.backtest import AUTO, METRICS
 
     table = Table(
         title=f"{report['input']}: {report['points']} points at {report['step_seconds']} s, "
@@ -47,6 +47,9 @@ def _cell(value: float | None) -> str:
 def _plot(run: BacktestRun, path: Path) -> None:
     """Actual vs forecast and the upper band of automatic selection at the longest horizon."""
     import matplotlib
+    import numpy as np
+
+    from forecast.backtest import AUTO
 
     matplotlib.use("Agg")  # no display: write a file
     import matplotlib.pyplot as plt
@@ -94,6 +97,12 @@ def backtest(
     plot_path: Path | None,
 ) -> None:
     """Rolling-origin backtest of every model and of automatic selection."""
+    import pandas as pd
+
+    from forecast.backtest import run_backtest_records, summarize
+    from forecast.durations import parse_positive_duration, steps_in
+    from forecast.io import SeriesFileError, aggregate, read_series_csv
+
     try:
         step_delta = pd.Timedelta(parse_positive_duration(step))
         horizon_steps = {

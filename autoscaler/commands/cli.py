@@ -1,19 +1,84 @@
-"""The ``gpu-autoscaler`` command line."""
+"""The ``gpu-autoscaler`` command line.
+
+``--help`` (and each command's) answers in well under a second: this module imports only click, and
+the other commands' modules (which import pandas, scikit-learn, statsmodels, the Kubernetes client,
+gRPC) are imported when one of them runs. ``tests/autoscaler/test_cli_imports.py`` holds it.
+"""
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from autoscaler import __version__
 from autoscaler.commands.errors import CommandFailed
-from autoscaler.settings import Settings
-from autoscaler.settings_loader import SettingsError, load_settings
+
+if TYPE_CHECKING:
+    from autoscaler.settings import Settings
+
+# Commands in their own modules: name -> (module, attribute, the command's one-line help, as its
+# docstring starts; a test checks they agree), imported only when the command runs.
+LAZY_COMMANDS: Mapping[str, tuple[str, str, str]] = {
+    "backtest": (
+        "autoscaler.commands.backtest",
+        "backtest",
+        "Rolling-origin backtest of every model and of automatic selection.",
+    ),
+    "forecast": (
+        "autoscaler.commands.forecast",
+        "forecast_command",
+        "Pull one query's history from Prometheus and print the forecast the service would make.",
+    ),
+    "preflight": (
+        "autoscaler.commands.preflight",
+        "preflight_command",
+        "Check the cluster before installing or starting: the external metrics APIService's owner, RBAC, "
+        "the extension-apiserver-authentication ConfigMap and the CRDs the configuration reads.",
+    ),
+    "simulate": (
+        "autoscaler.commands.simulate",
+        "simulate_command",
+        "Simulate GPU pre-provisioning (placeholders or a CapacityBuffer) under several policies and compare them.",
+    ),
+    "simulate-cold-start": (
+        "autoscaler.commands.cold_start",
+        "cold_start_command",
+        "Requests that arrive while a scaled-to-zero inference Deployment has no Ready replica.",
+    ),
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose ``LAZY_COMMANDS`` are imported when run; its help lists them without importing."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *LAZY_COMMANDS])
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in LAZY_COMMANDS and cmd_name not in self.commands:
+            module, attribute, _ = LAZY_COMMANDS[cmd_name]
+            self.add_command(getattr(importlib.import_module(module), attribute), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = [name for name in self.list_commands(ctx) if name in LAZY_COMMANDS or not self.commands[name].hidden]
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = [(name, self._short_help(name, limit)) for name in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+    def _short_help(self, name: str, limit: int) -> str:
+        if name in self.commands:
+            return self.commands[name].get_short_help_str(limit)
+        # Shortened exactly as click shortens the command's own help, without importing it.
+        return click.Command(name, help=LAZY_COMMANDS[name][2]).get_short_help_str(limit)
 
 
 class JsonFormatter(logging.Formatter):
@@ -60,7 +125,7 @@ def configure_logging(level: str, fmt: str = "text") -> None:
     server_logger.filters[:] = [MalformedRequestFilter()]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="gpu-autoscaler")
 def main() -> None:
     """Predictive GPU autoscaler: forecasts GPU demand and serves it to HPAs on the external metrics API.
@@ -176,25 +241,9 @@ def check_config(config_file: Path) -> None:
 
 def _load_settings(config_file: Path | None, overrides: dict[str, Any]) -> Settings:
     """Settings that cannot be used (unreadable, not YAML, invalid) are a usage error."""
+    from autoscaler.settings_loader import SettingsError, load_settings  # pydantic and the Kubernetes client
+
     try:
         return load_settings(config_file, overrides=overrides)
     except SettingsError as error:
         raise click.UsageError(str(error)) from None
-
-
-def _register_commands() -> None:
-    # Each command lives in its own module; registering here keeps `--help` listing all of them.
-    from autoscaler.commands.backtest import backtest
-    from autoscaler.commands.cold_start import cold_start_command
-    from autoscaler.commands.forecast import forecast_command
-    from autoscaler.commands.preflight import preflight_command
-    from autoscaler.commands.simulate import simulate_command
-
-    main.add_command(backtest)
-    main.add_command(forecast_command)
-    main.add_command(preflight_command)
-    main.add_command(simulate_command)
-    main.add_command(cold_start_command)
-
-
-_register_commands()

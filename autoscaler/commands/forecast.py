@@ -6,19 +6,19 @@ import asyncio
 import json
 import math
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import numpy as np
-import pandas as pd
-from rich.console import Console
-from rich.table import Table
 
-from adapters.prometheus import PrometheusClientSettings, PrometheusError, PrometheusSource
-from adapters.promql import SignalQuery
 from autoscaler.commands.errors import CommandFailed
-from forecast.durations import parse_positive_duration
-from forecast.engine import EngineResult, fit_select_predict
+
+if TYPE_CHECKING:  # imported when the command runs, so that `--help` stays light
+    import numpy as np
+    import pandas as pd
+
+    from adapters.prometheus import PrometheusClientSettings
+    from adapters.promql import SignalQuery
+    from forecast.engine import EngineResult
 
 
 def parse_moment(text: str | None) -> datetime:
@@ -39,6 +39,8 @@ def parse_moment(text: str | None) -> datetime:
 
 
 def _duration(ctx: click.Context, param: click.Parameter, value: str) -> timedelta:
+    from forecast.durations import parse_positive_duration
+
     try:
         return parse_positive_duration(value)
     except ValueError as error:
@@ -64,6 +66,8 @@ def history_summary(series: pd.Series) -> dict[str, Any]:
 
 
 async def _pull(settings: PrometheusClientSettings, query: SignalQuery, start: datetime, end: datetime) -> list[Any]:
+    from adapters.prometheus import PrometheusSource
+
     async with PrometheusSource(settings) as prometheus:
         return await prometheus.backfill(query, start, end)
 
@@ -116,6 +120,9 @@ def forecast_command(
     timeout: timedelta,
 ) -> None:
     """Pull one query's history from Prometheus and print the forecast the service would make."""
+    from adapters.prometheus import PrometheusClientSettings
+    from adapters.promql import SignalQuery
+
     try:
         settings = PrometheusClientSettings(
             url=prometheus_url,
@@ -141,6 +148,8 @@ def _pull_one_series(
 ) -> pd.Series:
     """The query's one series over ``start``-``end``; Prometheus failing or answering nothing is a
     runtime failure, several series a usage error (the query must aggregate them)."""
+    from adapters.prometheus import PrometheusError
+
     try:
         signals = asyncio.run(_pull(settings, query, start, end))
     except PrometheusError as error:
@@ -158,6 +167,8 @@ def _pull_one_series(
 
 
 def _fit_select_predict(series: pd.Series, horizon_steps: int, quantile: float) -> EngineResult:
+    from forecast.engine import fit_select_predict
+
     try:
         return fit_select_predict(
             series,
@@ -190,6 +201,9 @@ def _document(
 
 
 def _print_table(document: dict[str, Any], result: EngineResult, quantile: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     summary, forecast = document["history"], result.forecast
     console = Console()
     console.print(

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from autoscaler.commands.errors import CommandFailed
-from autoscaler.settings import Settings
+
+if TYPE_CHECKING:  # --help stays light: the settings import pydantic and the Kubernetes client
+    from autoscaler.settings import Settings
 
 
 async def _run(settings: Settings) -> list[Any]:

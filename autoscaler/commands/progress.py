@@ -5,8 +5,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-from forecast.types import ProgressCallback
+if TYPE_CHECKING:  # forecast.types imports pandas; `--help` does not need it
+    from forecast.types import ProgressCallback
 
 
 @contextmanager

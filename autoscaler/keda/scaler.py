@@ -40,7 +40,7 @@ from autoscaler.keda.metadata import (
     shown,
     trigger_fields,
 )
-from autoscaler.provider import MetricNotFound, MetricUnavailable, SnapshotProvider
+from autoscaler.provider import MetricNotFound, MetricUnavailable, SnapshotProvider, not_served
 from autoscaler.web.auth import AccessDenied, Authorizer, User
 from autoscaler.web.certificates import common_name, organizations
 from autoscaler.web.external_metrics import namespace_fault
@@ -127,8 +127,7 @@ class ExternalScaler(ExternalScalerServicer):
         except MetadataError as error:
             raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, str(error)) from None
         if trigger.metric.lower() not in self._provider.snapshot.metrics:
-            message = f"external metric {trigger.metric!r} is not served by gpu-autoscaler"
-            raise Refusal(grpc.StatusCode.NOT_FOUND, message)
+            raise Refusal(grpc.StatusCode.NOT_FOUND, not_served(trigger.metric, self._provider.snapshot.metrics))
         return trigger
 
     async def allowed_trigger(self, ref: pb.ScaledObjectRef, context: Context) -> Trigger:

@@ -19,7 +19,7 @@ import grpc
 
 from autoscaler.keda.core_log import core_log
 from autoscaler.keda.externalscaler_pb2_grpc import add_ExternalScalerServicer_to_server
-from autoscaler.keda.interceptor import RequestMetrics
+from autoscaler.keda.interceptor import MAX_REQUEST_BYTES, RequestMetrics
 from autoscaler.keda.scaler import RECHECK_INTERVAL_S, ExternalScaler
 from autoscaler.provider import SnapshotProvider
 from autoscaler.server_settings import ServerSettings
@@ -31,10 +31,6 @@ from autoscaler.web.tls import ServingFiles
 log = logging.getLogger(__name__)
 
 CLIENT_CA_SETTING = "server.grpc_client_ca_file"
-# KEDA's messages are a few hundred bytes; this leaves room for every metadata limit (metadata.MAX_BYTES).
-# gRPC refuses a larger message (RESOURCE_EXHAUSTED) from its length prefix, before reading it whole: a
-# 2.5 MB one read and refused in Python made the HTTPS API's median 14 times slower on 2 cores.
-MAX_REQUEST_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -122,6 +118,7 @@ async def serving_grpc(
     )
     scaler = ExternalScaler(provider, recheck_interval_s=recheck_interval_s, authorizer=authorizer)
     add_ExternalScalerServicer_to_server(scaler, server)
+    self_metrics.grpc_trigger_cache_bytes.set_function(lambda: scaler.cached_triggers[1])
     address = _address(settings.bind_address, settings.grpc_port)
     try:
         port = server.add_secure_port(address, credentials)

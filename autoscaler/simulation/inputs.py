@@ -106,6 +106,10 @@ class Workload:
     def index(self) -> pd.DatetimeIndex:
         return pd.DatetimeIndex(self.origin + pd.to_timedelta(np.arange(self.steps) * self.step_s, unit="s"))
 
+    def window_starts_s(self) -> np.ndarray:
+        """The declared windows' start times, in seconds from the origin (as the run's clock)."""
+        return np.asarray([(pd.Timestamp(window.start) - self.origin).total_seconds() for window in self.windows])
+
 
 # ----------------------------------------------------------------------------- schedules
 

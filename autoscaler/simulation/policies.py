@@ -14,7 +14,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from autoscaler.scorecard import ServiceTarget, TargetError, parse_fraction_target
+from autoscaler.scorecard import ServiceTarget, TargetError, parse_target_text
 from autoscaler.simulation.hpa import SYNC_PERIOD_S
 from autoscaler.simulation.inputs import Workload
 from forecast.durations import parse_positive_duration
@@ -54,7 +54,7 @@ _PARAMETER = {
     "scheduled_buffer": "N (GPUs)",
     "reactive_max": "W (a duration)",
     "auto": "Q (a quantile)",
-    "auto-slo": "TARGET (a share of minutes short, e.g. 1%)",
+    "auto-slo": "TARGET (a share of minutes short, e.g. 1%, or window-p95=DURATION)",
 }
 _TUNABLE_NAMES: dict[str, PolicyName] = {
     "static_buffer": "static_buffer",
@@ -100,7 +100,7 @@ def parse_policy(text: str) -> PolicySpec:
                 f"policy {text!r}: only {' and '.join(sorted(TUNABLE))} can be tuned to a target (NAME@TARGET)"
             )
         try:
-            target = parse_fraction_target(target_text)
+            target = parse_target_text(target_text)
         except TargetError as error:
             raise ValueError(f"policy {text!r}: {error}") from None
         return PolicySpec(text, _TUNABLE_NAMES[tuned_name], target=target)
@@ -135,7 +135,7 @@ def parse_policy(text: str) -> PolicySpec:
         return PolicySpec(text, "auto", quantile=quantile)
     if name == "auto-slo":
         try:
-            return PolicySpec(text, "auto-slo", target=parse_fraction_target(parameter))
+            return PolicySpec(text, "auto-slo", target=parse_target_text(parameter))
         except TargetError as error:
             raise ValueError(f"policy {text!r}: {error}") from None
     return PolicySpec(text, name)

@@ -63,11 +63,11 @@ def policy_figures(
     figures["gpu_allocation"] = None if allocation is None else _round(allocation, 4)
     if windows:
         figures["window_start_delay_p95_s"] = _maybe_round(wait_figures(run.outcome.window_start_delays).p95_s)
-    if run.spec.target is not None:
-        attained = run.spec.target.attained(shorts)
+    if run.spec.target is not None:  # window start delays as the runs' pods started (not the ledger's proxy)
+        attained = run.spec.target.attained(shorts, window_delays := wait_figures(run.outcome.window_start_delays))
         figures["target"] = {"kind": run.spec.target.kind, "value": run.spec.target.value}
         figures["attained"] = None if attained is None else _round(attained, 5)
-        figures["met"] = run.spec.target.met(shorts)
+        figures["met"] = run.spec.target.met(shorts, window_delays)
         figures["choices"] = _choice_counts(run)
     # Waits are read as the live scorecard reads capacity waits (scorecard.wait_figures).
     if pods:

@@ -67,8 +67,7 @@ class SimulationConfig:
     actuation: Actuation = field(default_factory=Actuation)
     seed: int = 0
     tuning: TuningSettings = field(default_factory=TuningSettings)
-    # Several pools (in weight order) or scarce capacity: None runs the one plain pool above.
-    pools: tuple[PoolSpec, ...] | None = None
+    pools: tuple[PoolSpec, ...] | None = None  # in weight order; None: the one plain pool above
     scarcity: Scarcity = field(default_factory=Scarcity)
 
 
@@ -380,6 +379,7 @@ def _run_tuned(
             config.tuning,
             calibrate=spec.name == "auto-slo",
             history_from_s=period.start,
+            window_starts=workload.window_starts_s(),
         )
         metrics = {
             choice.candidate: _candidate_metric(choice.candidate, policy_jobs, planning, workload) for choice in choices

@@ -2,8 +2,9 @@
 
 - ``external_metrics``: the ``external.metrics.k8s.io/v1beta1`` API on the secure port;
   ``responses`` builds its Kubernetes documents (discovery, ``metav1.Status``, metric lists).
-- ``inspection`` (JSON, described by ``openapi``) and ``page`` (HTML, with ``charts``): what is served
-  and why, both reading ``views`` of the current snapshot.
+- ``inspection`` (JSON, described by ``openapi``) and ``page`` (HTML, with ``charts``, and ``notes``:
+  the forecast's notes in plain words): what is served and why, both reading ``views`` of the current
+  snapshot.
 - ``probes``: ``/healthz``, ``/livez``, ``/readyz`` (state in ``readiness``) and ``/metrics``
   (``self_metrics``: the service's own registry).
 - ``middleware``: Kubernetes-style errors, request metrics and authentication for every request;

@@ -16,12 +16,14 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MultipleLocator
 
+from autoscaler.policy import figure
 from autoscaler.provider import Snapshot
 from autoscaler.web.views import SeriesView
 
 MAX_CACHED_CHARTS = 256
 
-ChartKey = tuple[str, tuple[tuple[str, str], ...], float]
+# (metric, labels, history seconds, zoomed)
+ChartKey = tuple[str, tuple[tuple[str, str], ...], float, bool]
 
 
 class ChartCache:
@@ -104,37 +106,76 @@ def band_level(view: SeriesView) -> float | None:
     return max(view.forecast.quantiles)
 
 
-def number(value: float | None, digits: int = 2) -> str:
-    """Fixed decimals; small values (request rates) keep three significant digits instead."""
-    if value is None or not math.isfinite(value):
-        return "n/a"
-    if 0 < abs(value) < 1:
-        return f"{value:.{max(digits, 3)}g}"
-    return f"{value:.{digits}f}"
+# Numbers on the page read exactly as the explanations write them (one function, the policy's).
+number = figure
 
 
-def render_chart(view: SeriesView) -> str:
+# The default view: the last hour of history and the forecast up to the lead time, where the value
+# is decided. The whole history is the same chart unzoomed.
+ZOOM_HOURS = 1.0
+
+
+def render_chart(view: SeriesView, *, zoomed: bool = False) -> str:
     """History, forecast mean, upper band, scheduled windows and the served value as inline SVG.
 
-    Uses a bare ``Figure`` (no pyplot), so nothing global is touched and threads may call it.
+    ``zoomed``: the axes span the last ``ZOOM_HOURS`` and the lead time, and the forecast is drawn up to
+    the lead time (the caller passes that much history). Uses a bare ``Figure`` (no pyplot), so nothing
+    global is touched and threads may call it.
     """
     figure = Figure(figsize=(10, 3.6), dpi=96, layout="constrained")
     axes = figure.add_subplot()
-    computed_at = view.series.timestamp
-    time_axis = TimeAxis(computed_at)
+    time_axis = TimeAxis(view.series.timestamp)
+    lead_end = _lead_end(view, time_axis)
+    until = (lead_end or 0.25) if zoomed else None  # no lead time known: a quarter of an hour ahead
     if len(view.history):
         history_hours = time_axis.hours(pd.DatetimeIndex(view.history.index))
         axes.plot(history_hours, view.history.to_numpy(dtype=float), color=OBSERVED, linewidth=1.4, label="observed")
+    _draw_forecast(axes, time_axis, view, until)
+    _draw_windows(axes, time_axis, view)
+    _draw_served(axes, view)
+    axes.axvline(0.0, color=MARKER, linestyle=":", linewidth=1.2, label="forecast made")
+    if view.lead_time_seconds:
+        axes.axvline(lead_end, color=MARKER, linestyle="-.", linewidth=1.0, label="+ lead time")
+    if until is not None:
+        axes.set_xlim(-ZOOM_HOURS, until + 0.04 * (ZOOM_HOURS + until))
+    time_axis.apply(axes)
+    axes.set_xlabel("time (UTC)")
+    axes.set_ylabel(view.info.unit or view.info.name)
+    axes.grid(alpha=0.3)
+    axes.margins(y=0.08)
+    figure.legend(loc="outside upper center", fontsize=8, ncols=5, frameon=False)
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg", metadata={"Date": None})
+    return inline_svg(buffer.getvalue(), title=f"{view.info.name} {format_labels(view.labels)}")
+
+
+def _lead_end(view: SeriesView, time_axis: TimeAxis) -> float:
+    """Where the steps the value was decided on end, in the chart's hours: one lead time after the decision
+    (which may come a little after the newest data point, the chart's origin)."""
+    lead_hours = view.lead_time_seconds / 3600 if view.lead_time_seconds else 0.0
+    decided = time_axis.hour(view.provenance.decided_at) if view.provenance is not None else 0.0
+    return max(decided, 0.0) + lead_hours
+
+
+def _draw_forecast(axes: Axes, time_axis: TimeAxis, view: SeriesView, until: float | None) -> None:
+    """The forecast mean and its upper band; only the steps up to ``until`` hours, if given (the steps the
+    served value is decided on; at least two, so that there is a line)."""
+    if view.forecast is None:
+        return
+    steps = time_axis.hours(view.forecast.timestamps)
+    shown = np.ones(len(steps), dtype=bool)
+    if until is not None:
+        shown = (steps <= until + 1e-9) | (np.arange(len(steps)) < 2)
+    steps, mean = steps[shown], view.forecast.mean[shown]
+    axes.plot(steps, mean, color=FORECAST, linestyle="--", linewidth=1.6, label="forecast mean")
     level = band_level(view)
-    if view.forecast is not None:
-        steps = time_axis.hours(view.forecast.timestamps)
-        axes.plot(steps, view.forecast.mean, color=FORECAST, linestyle="--", linewidth=1.6, label="forecast mean")
-        if level is not None:
-            upper = view.forecast.quantiles[level]
-            axes.fill_between(
-                steps, view.forecast.mean, upper, color=FORECAST, alpha=0.22, label=f"p{level * 100:g} band"
-            )
-            axes.plot(steps, upper, color=FORECAST, linewidth=0.9)
+    if level is not None:
+        upper = view.forecast.quantiles[level][shown]
+        axes.fill_between(steps, mean, upper, color=FORECAST, alpha=0.22, label=f"p{level * 100:g} band")
+        axes.plot(steps, upper, color=FORECAST, linewidth=0.9)
+
+
+def _draw_windows(axes: Axes, time_axis: TimeAxis, view: SeriesView) -> None:
     for position, window in enumerate(view.windows):
         start = time_axis.hour(window.start)
         axes.axvspan(
@@ -154,19 +195,6 @@ def render_chart(view: SeriesView) -> str:
             fontsize=8,
             clip_on=True,
         )
-    _draw_served(axes, view)
-    axes.axvline(0.0, color=MARKER, linestyle=":", linewidth=1.2, label="forecast made")
-    if view.lead_time_seconds:
-        axes.axvline(view.lead_time_seconds / 3600, color=MARKER, linestyle="-.", linewidth=1.0, label="+ lead time")
-    time_axis.apply(axes)
-    axes.set_xlabel("time (UTC)")
-    axes.set_ylabel(view.info.unit or view.info.name)
-    axes.grid(alpha=0.3)
-    axes.margins(y=0.08)
-    figure.legend(loc="outside upper center", fontsize=8, ncols=5, frameon=False)
-    buffer = io.StringIO()
-    figure.savefig(buffer, format="svg", metadata={"Date": None})
-    return inline_svg(buffer.getvalue(), title=f"{view.info.name} {format_labels(view.labels)}")
 
 
 def _draw_served(axes: Axes, view: SeriesView) -> None:

@@ -10,13 +10,13 @@ import re
 
 from aiohttp import web
 
-from autoscaler.provider import MetricNotFound, MetricUnavailable
+from autoscaler.provider import MetricNotFound, MetricUnavailable, MetricWarmingUp
 from autoscaler.selectors import SelectorError, parse_selector
 from autoscaler.web import responses
 from autoscaler.web.auth import AccessDenied
 from autoscaler.web.keys import ACCESS, METRICS_PROVIDER, SELF_METRICS, USER
 from autoscaler.web.middleware import method_not_allowed
-from autoscaler.web.responses import status_response
+from autoscaler.web.responses import status_response, warming_up_response
 
 PREFIX = f"/apis/{responses.GROUP}/{responses.VERSION}"
 # Namespace names are DNS-1123 labels; kube-apiserver's message for one that is not.
@@ -89,6 +89,8 @@ async def get_external_metric(request: web.Request) -> web.Response:
         series = request.app[METRICS_PROVIDER].get_metric(namespace, metric, selector)
     except MetricNotFound as error:
         return status_response(404, str(error), name=metric, kind="ExternalMetricValueList")
+    except MetricWarmingUp as error:
+        return warming_up_response(metric, str(error), error.retry_after_s)
     except MetricUnavailable as error:
         return status_response(503, str(error), name=metric, kind="ExternalMetricValueList")
     return web.json_response(responses.external_metric_value_list(metric, series))

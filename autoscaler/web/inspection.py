@@ -18,7 +18,7 @@ import pandas as pd
 from aiohttp import web
 
 from adapters.types import ScheduledWindow
-from autoscaler.provider import Snapshot
+from autoscaler.provider import Snapshot, not_served
 from autoscaler.selectors import EVERYTHING, Selector, SelectorError, parse_selector
 from autoscaler.web.buffer_views import buffers_json
 from autoscaler.web.keys import BUFFERS, CLOCK, SNAPSHOTS
@@ -154,7 +154,7 @@ async def get_forecast(request: web.Request) -> web.Response:
     metric = request.match_info["metric"]
     info = find_metric(snapshot, metric)
     if info is None:
-        return status_response(404, f"metric {metric!r} is not served by gpu-autoscaler")
+        return status_response(404, not_served(metric, snapshot.metrics, noun="metric"))
     try:
         history = parse_history(request.query.get("history"))
         views = views_of(snapshot, info, request.app[CLOCK](), history, request.query.get("labelSelector"))

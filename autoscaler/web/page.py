@@ -10,24 +10,33 @@ from __future__ import annotations
 
 import asyncio
 import math
-import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from html import escape
 from importlib import resources
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import pandas as pd
 from aiohttp import web
 
 from adapters.pool_matching import UnplacedDemand
-from autoscaler.provider import MetricInfo, Snapshot
+from autoscaler.provider import MetricInfo, Snapshot, not_served
+from autoscaler.quantity import format_quantity
 from autoscaler.web.buffer_views import buffers_section
-from autoscaler.web.charts import ChartCache, band_level, format_labels, number, render_chart
+from autoscaler.web.charts import ZOOM_HOURS, ChartCache, band_level, format_labels, number, render_chart
 from autoscaler.web.keys import BUFFERS, CLOCK, LAUNCHES, SCORECARD, SNAPSHOTS, UNPLACED
 from autoscaler.web.launch_views import launch_panel, launches_json
+from autoscaler.web.notes import notes_html
 from autoscaler.web.scorecard_views import scorecard_panel
-from autoscaler.web.views import InspectionError, SeriesView, find_metric, parse_history, views_of
+from autoscaler.web.views import (
+    DEFAULT_HISTORY,
+    InspectionError,
+    SeriesView,
+    find_metric,
+    parse_history,
+    views_of,
+)
 
 REFRESH_SECONDS = 30
 CHARTS = web.AppKey("ui_charts", ChartCache)
@@ -188,7 +197,7 @@ def _models_table(view: SeriesView) -> str:
 def _in_words(view: SeriesView) -> str:
     """A sentence a person can check against the chart, then the policy's own explanation."""
     level = view.quantile if view.quantile is not None else band_level(view)
-    parts = [f"HPAs read {number(view.value)}."]
+    parts = [f"HPAs read {number(view.value)} (the quantity {format_quantity(view.value)}: milli-units, rounded up)."]
     if view.lead_time_seconds is not None and level is not None:
         source = f": {view.lead_time_source}" if view.lead_time_source else ""
         parts.append(
@@ -204,42 +213,7 @@ def _in_words(view: SeriesView) -> str:
     return " ".join(parts)
 
 
-SHOWN_NOTES = 3
-
-
-# Times in notes ("window 2026-11-20T02:00:00+00:00 ... not identifiable") differ where the note does not.
-_NOTE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2})?(?:\.\d+)?(?:[+-]\d{2}:\d{2}|Z)?")
-
-
-def collapse_notes(notes: Sequence[str]) -> list[str]:
-    """Notes that differ only in their times become one line with a count and the first and last time."""
-    groups: dict[str, list[str]] = {}
-    for note in notes:
-        groups.setdefault(_NOTE_TIME.sub("…", note), []).append(note)
-    lines = []
-    for shape, members in groups.items():
-        if len(members) == 1:
-            lines.append(members[0])
-            continue
-        times = [time for note in members for time in _NOTE_TIME.findall(note)]
-        span = f", {times[0]} to {times[-1]}" if times else ""
-        lines.append(f"{shape} ({len(members)} times{span})")
-    return lines
-
-
-def _notes(notes: Sequence[str]) -> str:
-    """The forecast's notes, repeats collapsed; past a few, the rest fold away (``<details>`` needs no script)."""
-    if not notes:
-        return ""
-    items = [f"<li>{escape(note)}</li>" for note in collapse_notes(notes)]
-    shown = f'<ul class="notes">{"".join(items[:SHOWN_NOTES])}</ul>'
-    if len(items) <= SHOWN_NOTES:
-        return shown
-    rest = len(items) - SHOWN_NOTES
-    return f"{shown}<details><summary>{rest} more notes</summary><ul>{''.join(items[SHOWN_NOTES:])}</ul></details>"
-
-
-def series_section(view: SeriesView, chart: str | None, panel: str = "") -> str:
+def series_section(view: SeriesView, chart: str | None, panel: str = "", *, zoomed: bool = False) -> str:
     facts = [
         _fact("Served value", number(view.value), "served"),
         _fact("Model", view.model or "-", "model"),
@@ -248,11 +222,12 @@ def series_section(view: SeriesView, chart: str | None, panel: str = "") -> str:
     ]
     if view.fit_seconds is not None:
         facts.append(_fact("Fit", f"{view.fit_seconds:.2f} s"))
-    notes = _notes(view.notes)
+    notes = notes_html(view.notes)
     level = band_level(view)
     caption = (
-        "Observed history, forecast mean"
+        ("The last hour of observed history, forecast mean" if zoomed else "Observed history, forecast mean")
         + (f" and p{level * 100:g} band" if level is not None else "")
+        + (" up to the lead time" if zoomed else "")
         + ", scheduled windows (shaded) and the served value: a red line, or for headroom the red band "
         "above the GPUs requested now."
     )
@@ -273,16 +248,54 @@ def series_section(view: SeriesView, chart: str | None, panel: str = "") -> str:
     )
 
 
+@dataclass(frozen=True)
+class ChartSpan:
+    """What the charts show: by default the last hour and the lead time (zoomed), else the ``history`` asked
+    for and the whole forecast. Either way the page links to the other, keeping the label selector."""
+
+    history: timedelta
+    zoomed: bool
+    selector: str | None = None
+
+    @classmethod
+    def of(cls, history: str | None, selector: str | None) -> ChartSpan:
+        """From the page's query; raises InspectionError for a bad ``history``."""
+        if history is None:
+            return cls(timedelta(hours=ZOOM_HOURS), True, selector)
+        return cls(parse_history(history), False, selector)
+
+    def href(self, metric: str, history: str | None) -> str:
+        query = {key: value for key, value in (("labelSelector", self.selector), ("history", history)) if value}
+        return metric_href(metric) + (f"?{urlencode(query)}" if query else "")
+
+    def controls(self, metric: str, views: Sequence[SeriesView]) -> str:
+        if not self.zoomed:
+            shown = f"Charts show {_duration(self.history.total_seconds())} of history and the whole forecast."
+            link = f'<a href="{escape(self.href(metric, None))}">Zoom on the last hour and the lead time</a>'
+            return f'<p class="chart-span">{escape(shown)} {link}</p>'
+        # The longest history any series holds (at least the inspection API's default), in whole hours.
+        spans = [view.provenance.history.index for view in views if view.provenance and len(view.provenance.history)]
+        longest = max((float((index[-1] - index[0]) / pd.Timedelta(hours=1)) for index in spans), default=0.0)
+        hours = max(math.ceil(longest), round(DEFAULT_HISTORY.total_seconds() / 3600))
+        whole = f'<a href="{escape(self.href(metric, f"{hours}h"))}">Show the whole history ({_hours(hours)})</a>'
+        shown = "Charts show the last hour and the lead time, where the served value is decided."
+        return f'<p class="chart-span">{escape(shown)} {whole}</p>'
+
+
+def _hours(hours: int) -> str:
+    return f"{hours / 24:g} days" if hours >= 48 else f"{hours} h"
+
+
 async def charts_for(
-    request: web.Request, snapshot: Snapshot, views: Sequence[SeriesView], history: timedelta
+    request: web.Request, snapshot: Snapshot, views: Sequence[SeriesView], history: timedelta, *, zoomed: bool
 ) -> list[str | None]:
     cache = request.app[CHARTS]
 
     async def one(view: SeriesView) -> str | None:
         if not len(view.history) and view.forecast is None:
             return None
-        key = (view.info.name, tuple(sorted(view.labels.items())), history.total_seconds())
-        return await cache.get(snapshot, key, lambda: render_chart(view))
+        key = (view.info.name, tuple(sorted(view.labels.items())), history.total_seconds(), zoomed)
+        return await cache.get(snapshot, key, lambda: render_chart(view, zoomed=zoomed))
 
     return list(await asyncio.gather(*(one(view) for view in views)))
 
@@ -295,9 +308,11 @@ def metric_body(
     unplaced: Sequence[UnplacedDemand] = (),
     scored: Mapping[str, Mapping[str, Mapping[str, object]]] | None = None,
     launched: Mapping[str, Mapping[str, object]] | None = None,
+    span: ChartSpan | None = None,
 ) -> str:
     """``scored``: each pool's scorecard periods (``scorecard_views.scorecard_json``), shown with its series;
-    ``launched``: each pool's launch record (``launch_views.pool_json``), likewise."""
+    ``launched``: each pool's launch record (``launch_views.pool_json``), likewise; ``span``: what the
+    charts show, and the link to the other view (none: the whole history asked for)."""
     unit = f" ({escape(info.unit)})" if info.unit else ""
     header = (
         f'<header class="page"><h1>{escape(info.name)}</h1><p>{escape(info.description)}{unit}</p>'
@@ -305,13 +320,17 @@ def metric_body(
     ) + unplaced_note(unplaced)
     if not views:
         return header + "<p>No series yet: the first forecast has not been made.</p>"
+    zoomed = span is not None and span.zoomed
     panels = [
         scorecard_panel((scored or {}).get(view.labels.get("nodepool", "")))
         + launch_panel((launched or {}).get(view.labels.get("nodepool", "")))
         for view in views
     ]
-    sections = (series_section(view, chart, panel) for view, chart, panel in zip(views, charts, panels, strict=True))
-    return header + "".join(sections)
+    sections = (
+        series_section(view, chart, panel, zoomed=zoomed)
+        for view, chart, panel in zip(views, charts, panels, strict=True)
+    )
+    return header + (span.controls(info.name, views) if span is not None else "") + "".join(sections)
 
 
 async def index_page(request: web.Request) -> web.Response:
@@ -330,19 +349,20 @@ async def metric_page(request: web.Request) -> web.Response:
     name = request.match_info["metric"]
     info = find_metric(snapshot, name)
     if info is None:
-        message = f"The metric {name!r} is not served by gpu-autoscaler."
+        message = not_served(name, snapshot.metrics, noun="The metric") + "."
         return page(request, "not found", _error_body("Metric not found", message), status=404)
+    selector = request.query.get("labelSelector")
     try:
-        history = parse_history(request.query.get("history"))
-        views = views_of(snapshot, info, request.app[CLOCK](), history, request.query.get("labelSelector"))
+        span = ChartSpan.of(request.query.get("history"), selector)
+        views = views_of(snapshot, info, request.app[CLOCK](), span.history, selector)
     except InspectionError as error:
         return page(request, "bad request", _error_body("Bad request", str(error)), status=400)
-    charts = await charts_for(request, snapshot, views, history)
+    charts = await charts_for(request, snapshot, views, span.history, zoomed=span.zoomed)
     scorecard = request.app.get(SCORECARD)
     scored = scorecard.figures(request.app[CLOCK]()) if scorecard is not None else None
     launches = launches_json(request.app.get(LAUNCHES), request.app[CLOCK]())["pools"]
     launched = {pool["pool"]: pool for pool in launches}
-    body = metric_body(snapshot, info, views, charts, _unplaced(request), scored, launched)
+    body = metric_body(snapshot, info, views, charts, _unplaced(request), scored, launched, span)
     return page(request, info.name, body)
 
 

@@ -117,6 +117,14 @@ def status_response(code: int, message: str, **details: str) -> web.Response:
     return web.json_response(status(code, message, **details), status=code)
 
 
+def warming_up_response(metric: str, message: str, retry_after_s: int) -> web.Response:
+    """A 503 ``metav1.Status`` with ``Retry-After``, in the header and in ``details.retryAfterSeconds``
+    (where client-go's ``SuggestsClientDelay`` reads it)."""
+    document = status(503, message, name=metric, kind="ExternalMetricValueList")
+    document["details"]["retryAfterSeconds"] = retry_after_s
+    return web.json_response(document, status=503, headers={"Retry-After": str(retry_after_s)})
+
+
 def invalid_parameter_response(parameter: str, message: str) -> web.Response:
     """A 400 ``metav1.Status`` naming the query parameter at fault as its cause, as kube-apiserver does."""
     document = status(400, message)

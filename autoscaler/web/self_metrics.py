@@ -303,6 +303,11 @@ class SelfMetrics:
             ["method"],
             registry=self.registry,
         )
+        self.grpc_trigger_cache_bytes = Gauge(
+            "gpu_autoscaler_grpc_trigger_cache_bytes",
+            "Weight of the KEDA scaler's parsed-trigger cache (characters of its keys plus an overhead per entry)",
+            registry=self.registry,
+        )
         self.grpc_handshake_failures = Counter(
             "gpu_autoscaler_grpc_handshake_failures",
             "TLS handshakes the gRPC port refused (read from gRPC core's log; the reason is in the service's log)",

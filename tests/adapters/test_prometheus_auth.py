@@ -126,7 +126,7 @@ async def test_basic_auth_is_sent(fake_prometheus: FakePrometheus) -> None:
         ("timeout", PrometheusUnavailable, 2, "query timed out"),
         ("too_many", PrometheusQueryError, 1, "too many samples"),
         ("not_found", PrometheusBadResponse, 2, "404 page not found"),
-        ("bad_samples", PrometheusBadResponse, 2, "undecodable samples"),
+        ("bad_samples", PrometheusBadResponse, 2, r"series \{\}: a sample is not a \[timestamp, value\] pair"),
         ("no_data", PrometheusBadResponse, 2, "not a Prometheus API result"),
     ],
 )

@@ -20,8 +20,12 @@ from tests.eventually import eventually
 
 
 class DemoProcess:
-    def __init__(self, state: Path, *, env: Mapping[str, str] | None = None, config: Path | None = None) -> None:
-        """``env`` is added to the environment; with ``config`` the service runs that file, not the demo."""
+    def __init__(
+        self, state: Path, *, env: Mapping[str, str] | None = None, config: Path | None = None, session: bool = False
+    ) -> None:
+        """``env`` is added to the environment; with ``config`` the service runs that file, not the demo;
+        with ``session`` it leads a process group of its own, as a shell's foreground job does."""
+        self.session = session
         self.state = state
         self.env = dict(env or {})
         self.config = config
@@ -48,6 +52,7 @@ class DemoProcess:
             stderr=subprocess.STDOUT,
             text=True,
             env={**os.environ, **self.env},
+            start_new_session=self.session,
         )
         assert self.process.stdout is not None
         lines = self.lines

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import aiohttp
 import pytest
 
-from tests.autoscaler.conftest import RunningServer
+from autoscaler.provider import empty_snapshot
+from tests.autoscaler.conftest import METRICS, RunningServer, fixed_snapshot
 
 PREFIX = "/apis/external.metrics.k8s.io/v1beta1"
 
@@ -112,10 +115,69 @@ async def test_unknown_metric_is_a_404_status(api_server):
     assert body == status(
         404,
         "NotFound",
-        "external metric 'no_such_metric' is not served by gpu-autoscaler",
+        "external metric 'no_such_metric' is not served by this configuration; "
+        "served: gpu_demand_forecast, gpu_headroom, request_rate_forecast",
         name="no_such_metric",
         kind="ExternalMetricValueList",
     )
+
+
+def warming_up(message: str, retry_after: int, metric: str = "gpu_demand_forecast") -> dict:
+    document = status(503, "ServiceUnavailable", message, name=metric, kind="ExternalMetricValueList")
+    document["details"]["retryAfterSeconds"] = retry_after
+    return document
+
+
+async def get_with_retry_after(server: RunningServer, path: str) -> tuple[int, str | None, dict]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(server.base_url + path, ssl=server.ssl_context(server.pki.alice)) as response,
+    ):
+        return response.status, response.headers.get("Retry-After"), await response.json()
+
+
+async def test_warm_up_is_a_503_status_saying_when_the_first_forecast_is_due(api_server):
+    provider, now = api_server.provider, api_server.clock.now  # 08:00:30
+    provider.swap(empty_snapshot(METRICS))
+    provider.expect_first_forecast(now + timedelta(seconds=42))
+    path = f"{PREFIX}/namespaces/default/gpu_demand_forecast"
+    assert await get_with_retry_after(api_server, path) == (
+        503,
+        "10",  # at most RETRY_AFTER_MAX_S: client-go clients wait that long, up to 10 times
+        warming_up(
+            "gpu-autoscaler is warming up: the first forecast is due by 2026-11-22T08:01:12Z (in 42 s); "
+            "no value of 'gpu_demand_forecast' yet",
+            10,
+        ),
+    )
+    api_server.clock.now = now + timedelta(seconds=38)
+    code, retry_after, body = await get_with_retry_after(api_server, path + "?labelSelector=pool%3Da100")
+    assert (code, retry_after, body["details"]["retryAfterSeconds"]) == (503, "4", 4)
+    assert "(in 4 s)" in body["message"]
+    api_server.clock.now = now + timedelta(seconds=50)
+    assert await get_with_retry_after(api_server, path) == (
+        503,
+        "1",
+        warming_up(
+            "gpu-autoscaler is warming up: the first forecast was due by 2026-11-22T08:01:12Z and is late "
+            "(see /readyz?verbose); no value of 'gpu_demand_forecast' yet",
+            1,
+        ),
+    )
+    # A metric the configuration does not serve is still a 404 that says so.
+    code, _, body = await get(api_server, f"{PREFIX}/namespaces/default/replicas_forecast")
+    assert (code, body["reason"]) == (404, "NotFound")
+    assert body["message"] == (
+        "external metric 'replicas_forecast' is not served by this configuration; "
+        "served: gpu_demand_forecast, gpu_headroom, request_rate_forecast"
+    )
+    # The first snapshot with values ends the warm-up: values, and a selector matching nothing is a 404 again.
+    provider.swap(fixed_snapshot())
+    assert provider.first_forecast_due is None
+    code, _, body = await get(api_server, path)
+    assert code == 200 and len(body["items"]) == 2
+    code, _, body = await get(api_server, path, labelSelector="pool=v100")
+    assert (code, body["reason"]) == (404, "NotFound")
 
 
 async def test_selector_matching_nothing_is_a_404_not_an_empty_list(api_server):

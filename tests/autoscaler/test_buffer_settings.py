@@ -92,9 +92,9 @@ def test_the_demo_takes_buffers_only_as_a_dry_run(tmp_path):
     assert load_settings(write(tmp_path, dry), environ={}).actuators.capacity_buffers.dry_run
 
 
-def test_the_readme_example_is_valid_settings(tmp_path):
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## Pre-provisioning with CapacityBuffers", 1)[1]
+def test_the_documented_example_is_valid_settings(tmp_path):
+    page = (Path(__file__).resolve().parents[2] / "docs" / "pre-provisioning.md").read_text()
+    section = page.split("## Pre-provisioning with CapacityBuffers", 1)[1]
     block = section.split("```yaml\n", 1)[1].split("```", 1)[0]
     buffers = load_settings(write(tmp_path, SERVED + block), environ={}).actuators.capacity_buffers
     assert buffers is not None and buffers.dry_run

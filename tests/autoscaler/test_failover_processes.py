@@ -36,7 +36,7 @@ from autoscaler.publication_settings import ShardingSettings
 from autoscaler.settings import ForecastSettings
 from tests.eventually import eventually
 from tests.fakekube import FakeKube
-from tests.prometheus_fixture import PrometheusServer, binaries_or_skip, helios_or_skip
+from tests.prometheus_fixture import PrometheusServer, binaries_or_skip
 from tests.service_replicas import (
     FAMILY,
     NAMESPACE,
@@ -53,7 +53,7 @@ from tests.service_replicas import (
     writes_of,
 )
 
-pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
+pytestmark = [pytest.mark.prometheus, pytest.mark.slow, pytest.mark.traces]
 
 SERIES, SHARDS, DAYS = 16, 8, 1  # few series, one day of 5-minute history: the first selection is quick
 METRICS = ("gpu_demand_forecast", "gpu_headroom")
@@ -103,7 +103,6 @@ def config(prometheus_url: str, kubeconfig: Path) -> dict[str, Any]:
 def prometheus_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One backfilled Prometheus for the file's tests (the replicas only read it)."""
     prometheus, promtool = binaries_or_skip()
-    helios_or_skip()
     work = tmp_path_factory.mktemp("failover-prometheus")
     series = real_series(SERIES, DAYS)
     server = PrometheusServer(

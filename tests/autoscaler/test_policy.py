@@ -15,9 +15,7 @@ from autoscaler.kube_inputs import declared_windows
 from autoscaler.policy import Cap, Decision
 from autoscaler.settings import WindowSettings
 from forecast.types import Forecast
-from tests.data_helpers import DATA_DIR
-
-DATA = f"{DATA_DIR}/alibaba_genai_v2026/"
+from tests import trace_slices
 
 
 def flat_forecast(start: datetime, upper: list[float], step=timedelta(minutes=5)) -> Forecast:
@@ -150,18 +148,9 @@ def test_step_down_is_paced_and_rises_pass_at_once():
     assert policy.limit_step_down(Decision(10, "d"), previous, later, None).value == 10
 
 
-def genai_per_replica() -> pd.DataFrame:
-    """Alibaba GenAI Stable-Diffusion serving: per sample, mean GPU duty cycle over pods and QPS per pod."""
-    duty = pd.read_csv(DATA + "pod_gpu_duty_cycle_anon.csv.gz")
-    qps = pd.read_csv(DATA + "qps.csv.gz")
-    per_sample = duty.groupby("timestamp_anon").agg(utilization=("value", "mean"), pods=("container_ip", "nunique"))
-    per_sample = per_sample.join(qps.groupby("timestamp_anon")["value"].sum().rename("qps"), how="inner")
-    per_sample["qps_per_pod"] = per_sample["qps"] / per_sample["pods"]
-    return per_sample
-
-
 def test_replica_capacity_learned_on_real_serving_data_predicts_held_out_utilization():
-    data = genai_per_replica()
+    # Alibaba GenAI Stable-Diffusion serving: per sample, mean GPU duty cycle over pods and QPS per pod.
+    data = trace_slices.frame("genai_serving_per_sample")
     train, test = data.iloc[: len(data) // 2], data.iloc[len(data) // 2 :]
     capacity = policy.learn_replica_capacity(train["utilization"], train["qps_per_pod"], target_utilization=20.0)
     assert capacity is not None and capacity.slope > 0

@@ -122,6 +122,7 @@ def test_the_document_round_trips_through_json() -> None:
         ({"coverage_totals": {"m": [3, 2]}}, "coverage_totals.m: 3 covered of 2 judged"),
         ({"judgments": []}, "judgments: not a JSON object"),
         ({"judgments": {"m": {"at": [T0], "served": [1.0], "realized": [float("inf")]}}}, "judgments.m.realized: inf"),
+        ({"totals": {"short_gpu_seconds": 1e-320}}, r"totals.short_gpu_seconds: 1e-320 is not a finite number \(nor "),
     ],
 )
 def test_a_corrupt_document_is_refused_naming_the_field(change: dict[str, object], message: str) -> None:

@@ -174,9 +174,9 @@ def test_namespaces_kubernetes_would_reject_are_400(demo, namespace):
         "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
     )
     assert document == status(400, "BadRequest", f'invalid namespace "{shown}": {rule}')
-    # A valid name reaches the metric: served (200), or 404 while its first forecast is pending.
+    # A valid name reaches the metric: served (200), or 503 (warming up) while its first forecast is pending.
     code, _, body = exchange(demo, get(f"{PREFIX}/namespaces/default-1/gpu_headroom"), secure=True)
-    assert code in (200, 404) and "invalid namespace" not in body.decode(), (code, body)
+    assert code in (200, 503) and "invalid namespace" not in body.decode(), (code, body)
 
 
 @pytest.mark.parametrize(
@@ -200,7 +200,13 @@ def test_namespaces_kubernetes_would_reject_are_400(demo, namespace):
             "invalid labelSelector: ",
             "labelSelector",
         ),
-        ("/api/v1/forecasts/no_such_metric", 404, "metric 'no_such_metric' is not served by gpu-autoscaler", None),
+        (
+            "/api/v1/forecasts/no_such_metric",
+            404,
+            "metric 'no_such_metric' is not served by this configuration; "
+            "served: gpu_demand_forecast, gpu_headroom, request_rate_forecast",
+            None,
+        ),
     ],
 )
 def test_inspection_errors_are_statuses(demo, path, code, message, field):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,8 @@ import yaml
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from tests.autoscaler.conftest import RunningServer
+from autoscaler.provider import empty_snapshot
+from tests.autoscaler.conftest import METRICS, RunningServer, fixed_snapshot
 from tests.pki import Client
 
 PREFIX = "/apis/external.metrics.k8s.io/v1beta1"
@@ -90,7 +93,38 @@ async def test_kubectl_unknown_metric_is_not_found(kubeconfig):
     code, _, stderr = await kubectl_raw(kubeconfig, f"{PREFIX}/namespaces/default/nope")
     assert code == 1
     assert "Error from server (NotFound)" in stderr
-    assert "external metric 'nope' is not served by gpu-autoscaler" in stderr
+    assert (
+        "external metric 'nope' is not served by this configuration; "
+        "served: gpu_demand_forecast, gpu_headroom, request_rate_forecast"
+    ) in stderr
+
+
+@pytest.mark.kubectl
+async def test_kubectl_waits_out_the_warm_up_and_reads_the_first_forecast(api_server, kubeconfig):
+    """client-go retries a 503 after its Retry-After: kubectl answers the value once it is served."""
+    api_server.provider.swap(empty_snapshot(METRICS))
+    api_server.provider.expect_first_forecast(api_server.clock.now + timedelta(seconds=2))  # Retry-After: 2
+    started = time.monotonic()
+    reading = asyncio.create_task(kubectl_raw(kubeconfig, f"{PREFIX}/namespaces/default/gpu_headroom"))
+    await asyncio.sleep(1.0)
+    api_server.provider.swap(fixed_snapshot())
+    code, stdout, stderr = await reading
+    assert code == 0, stderr
+    assert json.loads(stdout)["items"][0]["value"] == "500m"
+    assert time.monotonic() - started >= 2.0  # it waited as told, then asked again
+
+
+@pytest.mark.kubectl
+@pytest.mark.slow
+async def test_kubectl_shows_the_warm_up_status_when_the_forecast_is_late(api_server, kubeconfig):
+    api_server.provider.swap(empty_snapshot(METRICS))
+    api_server.provider.expect_first_forecast(api_server.clock.now - timedelta(seconds=5))  # Retry-After: 1
+    code, _, stderr = await kubectl_raw(kubeconfig, f"{PREFIX}/namespaces/default/gpu_demand_forecast")
+    assert code == 1
+    assert stderr == (
+        "Error from server (ServiceUnavailable): gpu-autoscaler is warming up: the first forecast was due by "
+        "2026-11-22T08:00:25Z and is late (see /readyz?verbose); no value of 'gpu_demand_forecast' yet\n"
+    )
 
 
 @pytest.mark.kubectl

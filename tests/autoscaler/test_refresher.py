@@ -21,6 +21,7 @@ from autoscaler.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProv
 from autoscaler.refresher import Refresher
 from autoscaler.selectors import EVERYTHING, Selector, parse_selector
 from autoscaler.workers import ForecastPools
+from tests import trace_slices
 from tests.eventually import eventually
 
 METRICS = (MetricInfo("gpu_demand_forecast", "demand"), MetricInfo("gpu_headroom", "headroom"))
@@ -199,9 +200,7 @@ class GenAISource:
     name = "serving"
 
     def __init__(self) -> None:
-        from tests.autoscaler.test_policy import genai_per_replica
-
-        data = genai_per_replica()
+        data = trace_slices.frame("genai_serving_per_sample")  # a committed slice (tests/data/traces)
         # The samples are 57 s apart in anonymised time; lay them on a 1-minute grid ending now.
         self.data = data.reset_index(drop=True)
 

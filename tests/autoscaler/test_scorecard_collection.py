@@ -161,8 +161,8 @@ async def test_the_scorecard_carries_on_across_a_restart_and_a_corrupt_pool_star
     with caplog.at_level(logging.ERROR):
         restored.restore()
     assert (
-        f"scorecard: {path}: pool h100: waits.seconds: 'soon' is not a finite number; its scorecard starts empty"
-        in caplog.text
+        f"scorecard: {path}: pool h100: waits.seconds: 'soon' is not a finite number (nor subnormal); "
+        "its scorecard starts empty" in caplog.text
     )
     assert sorted(restored.cards) == ["a100"]
     assert restored.cards["a100"].document() == card.cards["a100"].document()

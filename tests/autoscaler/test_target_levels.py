@@ -15,7 +15,7 @@ from adapters.types import ScheduledWindow
 from autoscaler import policy
 from autoscaler.commands.cli import main
 from autoscaler.plans import MetricPlan
-from autoscaler.scorecard import parse_fraction_target, short_figures
+from autoscaler.scorecard import MinuteLedger, make_target, parse_fraction_target, short_figures
 from autoscaler.service_levels import ReplayRequest, TuningSettings, buffer_grid
 from autoscaler.settings import Settings
 from autoscaler.simulation.replay import replay_levels
@@ -96,7 +96,7 @@ def test_a_tuner_chooses_the_cheapest_level_that_met_the_target_and_calibrates()
     # cheapest of all (0.6) is chosen.
     tuner.take(now, ledgers, request)
     assert tuner.level == 0.6
-    assert "p60 met 1 % asked" in tuner.reason
+    assert "p60 met the level asked (1 % of minutes short) with 0.42 % of minutes short" in tuner.reason
     # At 0.3 %, the surge's minutes count: 0.95 is the cheapest level that met it.
     strict = LevelTuner(parse_fraction_target("0.3%"), TuningSettings(), gpus_per_node=8, step_s=STEP_S)
     for minute in range(DAY_MINUTES + 1):
@@ -185,6 +185,8 @@ def test_check_config_refuses_a_bad_target_naming_the_field(tmp_path) -> None:
         ({"short_gpu_minutes_per_day": -5}, "metrics.gpu_headroom.target.short_gpu_minutes_per_day"),
         ({"minutes_short": "1%", "short_gpu_minutes_per_day": 5}, "exactly one"),
         ({"window_start_delay": "5m"}, "metrics.gpu_headroom.target.window_start_delay"),
+        ({"window_start_delay_p95": "-2m"}, "metrics.gpu_headroom.target.window_start_delay_p95"),
+        ({"window_start_delay_p95": "2m", "minutes_short": "1%"}, "exactly one"),
     ):
         document = {
             "metrics": {"gpu_headroom": {"signal": "gpus_requested", "kind": "headroom", "target": target}},
@@ -208,6 +210,15 @@ def test_check_config_refuses_a_bad_target_naming_the_field(tmp_path) -> None:
     )
     target = good.metrics["m"].target
     assert target is not None and target.service_target() == parse_fraction_target("0.3%")
+    windowed = Settings.model_validate(
+        {
+            "prometheus": {"url": "http://127.0.0.1:9090"},
+            "signals": [{"name": "s", "preset": "gpus_requested"}],
+            "metrics": {"m": {"signal": "s", "kind": "headroom", "target": {"window_start_delay_p95": "2m"}}},
+        }
+    )
+    late = windowed.metrics["m"].target
+    assert late is not None and late.service_target() == make_target("window_start_delay_p95_s", 120.0)
     assert target.tuning() == TuningSettings()  # calibration off unless calibration_gain is set
 
 
@@ -292,7 +303,10 @@ async def test_a_buffer_is_served_with_the_windows_due_when_it_is_cheapest() -> 
 
     await levels.tune_due(now.timestamp() + 86400, run, 10.0)
     assert (tuner.chosen, tuner.level, tuner.buffer_gpus) == ("buffer:9", None, 9)
-    assert "a buffer of 9 GPUs plus the windows due met 0.3 % asked, with 0 % of minutes short" in tuner.reason
+    assert (
+        "a buffer of 9 GPUs plus the windows due met the level asked (0.3 % of minutes short) with 0 % of minutes short"
+        in tuner.reason
+    )
     # Served through policy.decide: the buffer above the GPUs requested now, plus a window due in 3
     # minutes (16 GPUs); a window due after the lead time is not held yet.
     later = now + timedelta(days=1, minutes=1)
@@ -308,8 +322,10 @@ async def test_a_buffer_is_served_with_the_windows_due_when_it_is_cheapest() -> 
     )
     assert ": a buffer of 9 GPUs plus the windows due (chosen by replaying 11 levels and" in decision.explanation
     assert levels.level(plan, "series") == plan.quantile  # no quantile decides a buffer's value
-    # The record holds the windows due with each refresh, as the buffers' replay adds them.
+    # The record holds the windows due with each refresh, as the buffers' replay adds them, and the
+    # runs about to start (a window start delay target judges them).
     assert tuner._rows[-1][1] == 16.0
+    assert tuner._window_starts == {windows[0].start.timestamp()}
     request = tuner.replay_request()
     assert request.headroom["buffer:9"][-1] == 25.0
 
@@ -329,3 +345,85 @@ def test_demand_past_the_grid_sizes_it_again_and_replays_the_whole_record() -> N
     again = tuner.replay_request()
     assert again.start_s == start  # the new buffers have no ledgers: everything is replayed
     assert max(tuner.buffers()) == 160 and "buffer:160" in again.headroom  # 30 % of 1.5 x 400 and a node: 188
+
+
+def test_the_live_scorecard_calibrates_a_target_and_shows_its_attainment() -> None:
+    """The replay says the level served met 1 %, but the pool's live ledger counts 72 minutes short a
+    day (5 %): with calibration on, the level asked drops to its floor; the reason states the live
+    attainment. A live ledger covering less than half of the period is not used."""
+    demand = _surge_day(2)
+    rows = _headroom_by_level(demand)
+    start = 1_700_000_000.0
+    first_choice = start + DAY_MINUTES * STEP_S
+    later = first_choice + 86400
+
+    def tuner_after_a_day(live: MinuteLedger | None) -> LevelTuner:
+        tuner = LevelTuner(parse_fraction_target("1%"), TuningSettings(gain=1.0), 8, STEP_S, pool="a100")
+        for minute in range(DAY_MINUTES + 1):
+            tuner.record(start + minute * STEP_S, demand[minute], rows[minute], 300.0)
+        request = tuner.replay_request()
+        tuner.take(first_choice, replay_levels(request), request)
+        for minute in range(DAY_MINUTES + 1, 2 * DAY_MINUTES):
+            tuner.record(start + minute * STEP_S, demand[minute], rows[minute], 300.0)
+        second = tuner.replay_request()
+        tuner.take(later, replay_levels(second), second, live)
+        return tuner
+
+    minutes = np.arange(first_choice, later, 60.0)
+    short = np.where(np.arange(len(minutes)) % 20 == 0, 60.0, 0.0)  # one minute in 20 short: 5 %
+    live = MinuteLedger(minutes, short, np.full(len(minutes), 60.0 * 48), np.full(len(minutes), 60.0 * 40))
+    calibrated_live = tuner_after_a_day(live)
+    assert calibrated_live.asked == pytest.approx(0.001)  # 0.01 + (0.01 - 0.05), floored at 0.1 x the target
+    assert calibrated_live.reason.endswith("; live: 5 % of minutes short in the pool's scorecard")
+    replayed = tuner_after_a_day(None)
+    assert replayed.asked > 0.01 and "live:" not in replayed.reason
+    sparse = MinuteLedger(minutes[:600], short[:600], live.held_gpu_seconds[:600], live.used_gpu_seconds[:600])
+    assert tuner_after_a_day(sparse).asked == replayed.asked
+
+
+async def test_the_refresher_passes_each_pool_its_live_ledger() -> None:
+    levels = TargetLevels(replay_levels, STEP_S, live_ledger=lambda pool: None if pool != "a100" else _one_minute())
+    plan = MetricPlan(metric="gpu_headroom", signal="gpus", kind="headroom", target=parse_fraction_target("1%"))
+    now = datetime(2026, 11, 27, tzinfo=UTC)
+    situation = policy.Situation(
+        forecast=_forecast(now, {level: 50.0 for level in CANDIDATE_LEVELS}),
+        now=now,
+        lead_time=policy.LeadTime(timedelta(minutes=5), "configured"),
+        requested_now=40.0,
+    )
+    levels.decide(plan, "series", situation, now.timestamp(), "a100")
+    assert levels._tuners[("gpu_headroom", "series")].pool == "a100"
+    seen: list[MinuteLedger | None] = []
+    tuner = levels._tuners[("gpu_headroom", "series")]
+    original = tuner.take
+
+    def spy(now_s: float, replayed: object, request: ReplayRequest, live: MinuteLedger | None = None) -> None:
+        seen.append(live)
+        original(now_s, replayed, request, live)  # type: ignore[arg-type]
+
+    tuner.take = spy  # type: ignore[method-assign]
+    for minute in range(1, DAY_MINUTES + 1):
+        tuner.record(now.timestamp() + minute * STEP_S, 40.0, [1.0] * len(CANDIDATE_LEVELS), 300.0)
+
+    async def run(key: object, function: object, request: ReplayRequest, timeout_s: float) -> object:
+        return replay_levels(request)
+
+    await levels.tune_due(now.timestamp() + 86400, run, 10.0)
+    assert len(seen) == 1 and seen[0] is not None and len(seen[0]) == 1
+
+
+def _one_minute() -> MinuteLedger:
+    return MinuteLedger(np.asarray([0.0]), np.zeros(1), np.zeros(1), np.zeros(1))
+
+
+def test_a_pools_live_ledger_is_its_scorecards_for_the_pools_this_replica_scores() -> None:
+    from autoscaler.scorecard_live import LiveScorecard
+
+    scorecard = LiveScorecard(headroom_metrics=["gpu_headroom"])
+    for minute in range(4):
+        scorecard.card("a100").sample(minute * 60.0, short=2.0 if minute == 1 else 0.0, held=48.0, used=40.0)
+    ledger = scorecard.pool_ledger("a100")
+    assert ledger is not None and ledger.short_gpu_seconds.tolist() == [0.0, 120.0, 0.0]
+    assert scorecard.pool_ledger("h100") is None
+    scorecard.owns_pool = lambda pool: pool != "a100"  # another replica scores it
+    assert scorecard.pool_ledger("a100") is None

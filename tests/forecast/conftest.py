@@ -1,29 +1,22 @@
-"""Shared fixtures: shortened real series from the public traces (tests/data_helpers.py)."""
+"""Shared fixtures: shortened real series, committed slices of the public traces (tests/trace_slices.py)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from tests import data_helpers
+from tests import trace_slices
 
 STEPS_PER_DAY = 288
-
-
-def _require_data() -> None:
-    if not data_helpers.data_available():
-        pytest.skip(f"public traces not found under {data_helpers.DATA_DIR}")
 
 
 @pytest.fixture(scope="session")
 def helios_10d() -> pd.Series:
     """Ten days of Helios Earth running GPUs at 5-minute steps (enough for every model)."""
-    _require_data()
-    return data_helpers.trace("helios_running_gpus").iloc[-10 * STEPS_PER_DAY :]
+    return trace_slices.series("helios_running_gpus_5m_last10d")
 
 
 @pytest.fixture(scope="session")
 def lora_trace() -> pd.Series:
     """GenAI LoRA requests per minute at 5-minute steps: a clear daily cycle."""
-    _require_data()
-    return data_helpers.trace("genai_lora_requests_per_min")
+    return trace_slices.series("genai_lora_requests_per_min_5m")

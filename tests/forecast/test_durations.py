@@ -54,9 +54,16 @@ def test_numbers_are_seconds(number: float, expected: timedelta) -> None:
         ("-5m", "expected a number and a unit"),
         ("-5", "must not be negative"),
         (-1, "must not be negative"),
-        ("inf", "must be finite"),
-        ("nan", "must be finite"),
+        ("inf", "expected a number and a unit"),  # not a plain decimal, as "1_000" or other scripts' digits
+        ("nan", "expected a number and a unit"),
+        ("1_000", "expected a number and a unit"),
+        ("\u0661\u0662", "expected a number and a unit"),
+        ("\u0661\u0662m", "expected a number and a unit"),
+        ("0x10", "expected a number and a unit"),
         (float("inf"), "must be finite"),
+        (float("nan"), "must be finite"),
+        ("1e-320", "subnormal"),
+        (1e-320, "subnormal"),
         ("1e300", "longer than 106751 days"),
         ("1e300s", "expected a number and a unit"),  # exponents only in bare numbers
         ("106752d", "longer than 106751 days"),

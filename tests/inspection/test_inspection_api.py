@@ -218,7 +218,12 @@ def status(code: int, reason: str, message: str, field: str | None = None) -> di
 def test_unknown_metric_is_a_404_status_like_an_unknown_route(ops_server: OpsServer):
     code, body = ops_server.get_json("/api/v1/forecasts/no_such_metric")
     assert code == 404
-    assert body == status(404, "NotFound", "metric 'no_such_metric' is not served by gpu-autoscaler")
+    assert body == status(
+        404,
+        "NotFound",
+        "metric 'no_such_metric' is not served by this configuration; "
+        "served: gpu_demand_forecast, gpu_headroom, request_rate_forecast",
+    )
     code, body = ops_server.get_json("/api/v1/no-such-route")
     assert (code, body["kind"], body["reason"]) == (404, "Status", "NotFound")
 

@@ -19,6 +19,7 @@ import pytest
 
 from autoscaler.provider import MetricInfo, ServedSeries, Snapshot
 from autoscaler.web import page as ui
+from autoscaler.web.notes import plain_notes
 from autoscaler.web.scorecard_views import scorecard_panel
 from tests.eventually import eventually_sync
 from tests.inspection.conftest import NOW, WINDOW, OpsServer, RealForecast, build_app, serve_in_thread
@@ -153,9 +154,9 @@ def test_page_reuses_charts_until_the_snapshot_changes(ops_server: OpsServer, mo
     rendered: list[str] = []
     real_render = ui.render_chart
 
-    def counting(view):
+    def counting(view, **options):
         rendered.append(view.info.name)
-        return real_render(view)
+        return real_render(view, **options)
 
     monkeypatch.setattr(ui, "render_chart", counting)
     first = html_of(ops_server, "/ui/gpu_demand_forecast")
@@ -169,7 +170,7 @@ def test_page_reuses_charts_until_the_snapshot_changes(ops_server: OpsServer, mo
 def test_a_slow_chart_does_not_block_the_other_endpoints(ops_server: OpsServer, monkeypatch: pytest.MonkeyPatch):
     rendering = threading.Event()
 
-    def slow(view):
+    def slow(view, **options):
         rendering.set()
         time.sleep(2.5)  # the slow chart is what the other endpoints must not wait for
         return "<svg></svg>"
@@ -282,20 +283,32 @@ def test_headroom_is_drawn_as_the_gap_above_the_gpus_requested_now(ops_server: O
     assert "requested now" not in demand_svg and f"served {ops_server.forecast.demand.value:.2f}" in demand_svg
 
 
-def test_notes_that_differ_only_in_their_times_collapse_into_one_line():
+def test_notes_are_plain_words_with_repeats_grouped():
     notes = [
         "window 2026-11-10T02:00:00+00:00 (64 GPUs) not identifiable in history; kept",
         "removed 64 GPUs of a known job from 2026-11-16T02:00:00+00:00 to 2026-11-16T04:00:00+00:00",
         "window 2026-11-11T02:00:00+00:00 (64 GPUs) not identifiable in history; kept",
         "window 2026-11-12T02:00:00+00:00 (64 GPUs) not identifiable in history; kept",
         "window 2026-11-12T02:00:00+00:00 (32 GPUs) not identifiable in history; kept",
+        "models fitted 12 min ago forecast from the newest data",
+        "held models could not forecast (ValueError: x) at 2026-11-12T03:00:00+00:00",
+        "held models could not forecast (ValueError: x) at 2026-11-12T04:00:00+00:00",
     ]
-    assert ui.collapse_notes(notes) == [
-        "window … (64 GPUs) not identifiable in history; kept (3 times, 2026-11-10T02:00:00+00:00 to "
-        "2026-11-12T02:00:00+00:00)",
-        "removed 64 GPUs of a known job from 2026-11-16T02:00:00+00:00 to 2026-11-16T04:00:00+00:00",
-        "window 2026-11-12T02:00:00+00:00 (32 GPUs) not identifiable in history; kept",
+    assert plain_notes(notes) == [
+        "3 scheduled runs of 64 GPUs, the first at 2026-11-10 02:00 UTC and the last at 2026-11-12 02:00 UTC, "
+        "do not show in the observed history (demand rose by less than half of that during each), so nothing "
+        "was taken out of the history for them before fitting.",
+        "The scheduled run of 64 GPUs from 2026-11-16 02:00 UTC to 2026-11-16 04:00 UTC was taken out of the "
+        "history before fitting, so the model does not learn it; the schedule adds its future runs on top of "
+        "the forecast.",
+        "The scheduled run of 32 GPUs at 2026-11-12 02:00 UTC does not show in the observed history (demand rose "
+        "by less than half of that), so nothing was taken out of the history for it before fitting.",
+        "models fitted 12 min ago forecast from the newest data",
+        "held models could not forecast (ValueError: x) at … (2 times, from 2026-11-12 03:00 UTC to "
+        "2026-11-12 04:00 UTC)",
     ]
+    # No note is left with an ISO time or the engine's shorthand.
+    assert not any(re.search(r"\d{2}:\d{2}:\d{2}|not identifiable|; kept", note) for note in plain_notes(notes))
 
 
 def test_the_scorecard_panel_counts_pods_and_runs_and_escapes_metric_names():

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+from collections.abc import AsyncIterator
 
 import grpc
 import pytest
 
 from autoscaler.keda import externalscaler_pb2 as pb
+from autoscaler.keda import interceptor
 from autoscaler.keda.core_log import CoreLog
 from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerStub
-from autoscaler.keda.interceptor import UNAUTHENTICATED_MESSAGE
+from autoscaler.keda.interceptor import MAX_REQUEST_BYTES, UNAUTHENTICATED_MESSAGE
 from autoscaler.keda.scaler import MAX_DETAILS, TRIGGER_CACHE_BYTES, TRIGGER_OVERHEAD_BYTES
-from autoscaler.keda.server import MAX_REQUEST_BYTES
 from autoscaler.web.throttled_log import ThrottledLogByReason
 from tests.eventually import eventually
 from tests.keda.conftest import TRIGGER, Scaler, ref
@@ -43,18 +45,46 @@ async def refusal(call) -> grpc.aio.AioRpcError:
     return raised.value
 
 
-async def test_a_message_over_the_limit_is_refused_by_grpc_before_it_is_read(stub, scaler):
+async def test_a_message_over_the_limit_is_refused_by_grpc_before_it_is_read_counted_and_logged_once(
+    stub, scaler, caplog
+):
     # The probe's case 1: 180,000 keys, 2.5 MB, under gRPC's default 4 MiB limit.
     metadata = {**TRIGGER, **{f"k{index:06d}": "v" for index in range(180_000)}}
     request = pb.GetMetricsRequest(scaledObjectRef=ref(**metadata), metricName="gpu_headroom")
-    error = await refusal(stub.GetMetrics(request))
-    assert (error.code(), error.details()) == (
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        f"SERVER: Received message larger than max ({request.ByteSize()} vs. {MAX_REQUEST_BYTES})",
-    )
+    with caplog.at_level(logging.INFO):
+        for _ in range(3):
+            error = await refusal(stub.GetMetrics(request))
+            assert (error.code(), error.details()) == (
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"SERVER: Received message larger than max ({request.ByteSize()} vs. {MAX_REQUEST_BYTES})",
+            )
+        # gRPC refuses it from the length prefix, before any handler reads it; the call is counted.
+        await counted(scaler, "GetMetrics", "RESOURCE_EXHAUSTED", 3)
     assert scaler.listening.scaler.cached_triggers == (0, 0)
-    # gRPC refuses it from the length prefix, before any handler: the one refusal the service cannot count.
-    assert requests_total(scaler, "GetMetrics", "RESOURCE_EXHAUSTED") is None
+    (record,) = caplog.records
+    assert (record.name, record.levelname) == (INTERCEPTOR, "WARNING")
+    assert re.fullmatch(
+        r"gRPC GetMetrics from ipv4:127\.0\.0\.1:\d+ refused: its request message did not arrive "
+        r"\(gRPC refuses one over 65536 bytes with RESOURCE_EXHAUSTED, or the caller left\)",
+        record.getMessage(),
+    ), record.getMessage()
+
+
+async def test_a_call_without_a_request_message_is_invalid_argument(scaler, monkeypatch):
+    monkeypatch.setattr(interceptor, "NOT_RECEIVED_GRACE_S", 0.05)
+    async with scaler.channel(scaler.pki.alice) as channel:
+        send = channel.stream_unary(GET_METRICS)  # a raw caller: ends its requests without sending one
+
+        async def nothing() -> AsyncIterator[bytes]:
+            return
+            yield b""
+
+        error = await refusal(send(nothing()))
+    assert (error.code(), error.details()) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "malformed request: the call ended without a request message",
+    )
+    await counted(scaler, "GetMetrics", "INVALID_ARGUMENT", 1)
 
 
 @pytest.mark.parametrize(
@@ -85,6 +115,7 @@ async def test_a_huge_metric_name_is_never_echoed_into_grpc_message(stub, scaler
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         f"SERVER: Received message larger than max ({huge.ByteSize()} vs. {MAX_REQUEST_BYTES})",
     )
+    await counted(scaler, "GetMetrics", "RESOURCE_EXHAUSTED", 1)
     long = pb.GetMetricsRequest(scaledObjectRef=ref(), metricName="x" * 20_000)  # under the message limit
     error = await refusal(stub.GetMetrics(long))
     assert (error.code(), error.details()) == (
@@ -122,6 +153,7 @@ async def test_the_trigger_cache_is_keyed_by_the_fields_that_matter(stub, scaler
         await stub.GetMetricSpec(ref(scalerAddress=f"scaler-{index}:9443", **{f"note{index}": "x" * 1000}))
     fields = len("gpu_headroom") + len("pool=a100") + len("1")
     assert scaler.listening.scaler.cached_triggers == (1, TRIGGER_OVERHEAD_BYTES + fields)
+    assert scaler.sample("gpu_autoscaler_grpc_trigger_cache_bytes", {}) == TRIGGER_OVERHEAD_BYTES + fields
 
 
 async def test_refusals_are_not_cached(stub, scaler):

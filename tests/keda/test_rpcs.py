@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from datetime import timedelta
 
 import grpc
 import pytest
 
 from autoscaler.keda import externalscaler_pb2 as pb
-from autoscaler.provider import ServedSeries
+from autoscaler.provider import ServedSeries, empty_snapshot
 from autoscaler.selectors import SelectorError, parse_selector
 from tests.keda.conftest import ref
 
@@ -156,7 +157,8 @@ async def test_unknown_metric_and_unmatched_selector_are_not_found(stub):
     error = await refusal(stub.GetMetricSpec(ref(metric="no_such_metric")))
     assert (error.code(), error.details()) == (
         grpc.StatusCode.NOT_FOUND,
-        "external metric 'no_such_metric' is not served by gpu-autoscaler",
+        "external metric 'no_such_metric' is not served by this configuration; "
+        "served: gpu_demand_forecast, gpu_headroom, request_rate_forecast",
     )
     error = await refusal(stub.IsActive(ref(labelSelector="pool=v100")))
     assert (error.code(), error.details()) == (
@@ -180,6 +182,19 @@ async def test_a_stale_metric_with_error_fallback_is_unavailable(stub, scaler):
     response = await stub.GetMetrics(metrics_request("gpu_demand_forecast", **every_forecast))
     assert response.metricValues[0].metricValueFloat == 15.25
     assert (await stub.GetMetricSpec(ref())).metricSpecs[0].targetSizeFloat == 1.0
+
+
+async def test_during_warm_up_get_metrics_and_is_active_are_unavailable_saying_when(stub, scaler):
+    scaler.provider.swap(empty_snapshot(tuple(scaler.provider.snapshot.metrics.values())))
+    scaler.provider.expect_first_forecast(scaler.clock.now + timedelta(seconds=42))
+    for call in (stub.GetMetrics(metrics_request()), stub.IsActive(ref())):
+        error = await refusal(call)
+        assert (error.code(), error.details()) == (
+            grpc.StatusCode.UNAVAILABLE,
+            "gpu-autoscaler is warming up: the first forecast is due by 2026-11-22T08:01:12Z (in 42 s); "
+            "no value of 'gpu_headroom' yet",
+        )
+    assert (await stub.GetMetricSpec(ref())).metricSpecs[0].targetSizeFloat == 1.0  # needs no value
 
 
 async def test_a_static_fallback_is_summed_per_series(stub, scaler):

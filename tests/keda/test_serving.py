@@ -1,5 +1,5 @@
 """The gRPC port in the serving process: beside the HTTPS API in ``running``, and in the demo as the
-README tells a user to try it, stopped by SIGTERM."""
+documentation (docs/keda.md) tells a user to try it, stopped by SIGTERM."""
 
 from __future__ import annotations
 
@@ -64,14 +64,14 @@ async def test_running_serves_grpc_beside_https_from_the_same_snapshot(pki, tmp_
         assert 'gpu_autoscaler_grpc_requests_total{code="OK",method="GetMetrics"} 1.0' in text
 
 
-def readme_client() -> str:
-    text = (ROOT / "README.md").read_text()
+def documented_client() -> str:
+    text = (ROOT / "docs" / "keda.md").read_text()
     block = re.search(r"<!-- keda-demo-client -->\n```sh\n\.venv/bin/python - <<'EOF'\n(.*?)EOF\n```", text, re.S)
-    assert block, "the README lacks the KEDA demo client"
+    assert block, "docs/keda.md lacks the KEDA demo client"
     return block.group(1)
 
 
-async def test_the_demo_serves_grpc_to_the_readmes_client_and_stops_on_sigterm(tmp_path):
+async def test_the_demo_serves_grpc_to_the_documented_client_and_stops_on_sigterm(tmp_path):
     demo = DemoProcess(tmp_path / "state")  # the demo, on free ports
     demo.start()
     try:
@@ -80,7 +80,7 @@ async def test_the_demo_serves_grpc_to_the_readmes_client_and_stops_on_sigterm(t
         assert found, demo.start_log
         port = int(found.group(1))
         await demo.wait_ready()
-        script = readme_client().replace('".gpu-autoscaler"', repr(str(demo.state))).replace(":9443", f":{port}")
+        script = documented_client().replace('".gpu-autoscaler"', repr(str(demo.state))).replace(":9443", f":{port}")
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-c", script, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
         )

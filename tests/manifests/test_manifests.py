@@ -806,20 +806,28 @@ def test_dashboard_queries_parse(tmp_path):
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
-# --- README --------------------------------------------------------------------------------------------
+# --- README and the documentation site ----------------------------------------------------------------
 
 
-def test_readme_paths_exist():
-    text = (ROOT / "README.md").read_text()
-    paths = set(re.findall(r"(?<![\w/])manifests/[\w./-]+", text))
-    assert "manifests/overlays/external-metrics-api" in paths
-    for path in paths:
-        assert (ROOT / path.rstrip(".")).exists(), path
+def documented_texts() -> dict[str, str]:
+    """The README and every page of the documentation site (docs/), by path."""
+    pages = sorted((ROOT / "docs").rglob("*.md"))
+    return {path.relative_to(ROOT).as_posix(): path.read_text() for path in [ROOT / "README.md", *pages]}
 
 
-def test_readme_deploy_section_starts_with_the_preflight():
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Deploying to a cluster\n") :]
+def test_documented_manifest_paths_exist():
+    texts = documented_texts()
+    for name, text in texts.items():
+        for path in set(re.findall(r"(?<![\w/])manifests/[\w./-]+", text)):
+            assert (ROOT / path.rstrip(".")).exists(), (name, path)
+    assert "manifests/overlays/external-metrics-api" in texts["README.md"]
+    assert "manifests/overlays/external-metrics-api" in texts["docs/deploying.md"]
+
+
+@pytest.mark.parametrize(("document", "heading"), [("README.md", "## "), ("docs/deploying.md", "# ")])
+def test_the_deploy_section_starts_with_the_preflight(document: str, heading: str):
+    text = (ROOT / document).read_text()
+    section = text[text.index(f"{heading}Deploying to a cluster\n") :]
     first_block = re.search(r"```sh\n(.*?)```", section, re.S)
     assert first_block is not None
     assert first_block.group(1).splitlines()[0] == "gpu-autoscaler preflight"

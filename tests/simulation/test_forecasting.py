@@ -36,12 +36,11 @@ from tests import data_helpers
 STEP = pd.Timedelta(minutes=5)
 # Short lookback and periods keep the fits quick; the cadence logic is the same as the default's.
 CADENCE = ForecastCadence(lookback_s=4.5 * 86400, reselect_every_s=2 * 3600.0, refit_every_s=2 * 3600.0)
+pytestmark = pytest.mark.traces  # the workload is the Helios Earth trace
 
 
 @pytest.fixture(scope="module")
 def workload(tmp_path_factory: pytest.TempPathFactory) -> Workload:
-    if not data_helpers.data_available():
-        pytest.skip(f"public traces not found under {data_helpers.DATA_DIR}")
     series = data_helpers.helios_running_gpus().iloc[: 6 * 1440]
     path = data_helpers.write_csv(series, Path(tmp_path_factory.mktemp("helios")) / "helios.csv.gz")
     # A 16-GPU window every day at 02:00: the history must have its past runs taken out.

@@ -18,14 +18,12 @@ from autoscaler.simulation.inputs import Pods, Workload, make_workload
 from autoscaler.simulation.lead_times import parse_lead_time_distribution
 from autoscaler.simulation.policies import parse_policies
 from autoscaler.simulation.runner import SimulationConfig, simulate
-from tests import data_helpers
+from tests import data_helpers, traces
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not data_helpers.data_available(), reason="shared traces not present"),
+    pytest.mark.traces,
 ]
-
-ALIBABA_PODS = data_helpers.DATA_DIR / "alibaba_gpu_v2023" / "openb_pod_list_default.csv.gz"
 
 
 def _invoke(*args: str) -> dict:
@@ -36,7 +34,7 @@ def _invoke(*args: str) -> dict:
 
 def test_alibaba_pod_list_is_read_directly(tmp_path):
     """The real pod list, cut to the pods deleted in the first three days of its observation window."""
-    pods = pd.read_csv(ALIBABA_PODS)
+    pods = pd.read_csv(traces.path("alibaba_gpu_v2023/openb_pod_list_default.csv.gz"))
     cutoff = pods.deletion_time.min() + 3 * 86400
     short_list = tmp_path / "openb_pod_list_default.csv.gz"
     pods[pods.deletion_time <= cutoff].to_csv(short_list, index=False)

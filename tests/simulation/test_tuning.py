@@ -7,9 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from autoscaler.scorecard import MinuteLedger, parse_fraction_target, short_figures
+from autoscaler.scorecard import MinuteLedger, make_target, parse_fraction_target, short_figures
+from autoscaler.service_levels import LedgerPrefix
 from autoscaler.simulation.forecasting import ForecastCadence
-from autoscaler.simulation.inputs import Pods, make_workload
+from autoscaler.simulation.inputs import Pods, expand_schedules, make_workload, parse_schedule
 from autoscaler.simulation.lead_times import parse_lead_time_distribution
 from autoscaler.simulation.policies import parse_policies, parse_policy
 from autoscaler.simulation.report import build_report, service_level_check
@@ -89,6 +90,32 @@ def test_calibration_asks_more_after_a_miss_and_less_after_hits() -> None:
     assert [choice.asked for choice in default] == [0.01] * 3
 
 
+def test_a_window_start_delay_target_judges_each_run_until_capacity_covered_it() -> None:
+    """Window runs at 01:00 each day; "late" is short for the run's first 3 minutes, "prompt" never."""
+    late = _ledger(4, [0, 0, 0, 0], held_per_minute=10)
+    for day in range(4):
+        late.short_gpu_seconds[day * MINUTES_A_DAY + 60 : day * MINUTES_A_DAY + 63] = 60.0
+    runs = np.asarray([day * DAY_S + 3600.0 for day in range(4)] + [DAY_S + 3630.0])
+    prefix = LedgerPrefix(late)
+    # A run at 01:00 waits the 3 short minutes; one 30 s later waits until 01:03 too; the last
+    # minute of a ledger that is still short counts until its end.
+    assert prefix.window_start_delays(runs).tolist() == [180.0, 180.0, 180.0, 180.0, 150.0]
+    assert prefix.window_start_delays(np.asarray([30.0])).tolist() == [0.0]
+    tail = MinuteLedger(np.asarray([0.0, 60.0]), np.asarray([0.0, 30.0]), np.zeros(2), np.zeros(2))
+    assert LedgerPrefix(tail).window_start_delays(np.asarray([70.0])).tolist() == [50.0]
+    target = make_target("window_start_delay_p95_s", 60.0)
+    candidates = {"late": late, "prompt": _ledger(4, [0, 0, 0, 0], held_per_minute=12)}
+    choices = walk_forward(
+        candidates, target, DAY_S, 4 * DAY_S, TuningSettings(), calibrate=False, history_from_s=0, window_starts=runs
+    )
+    # "late" waited 180 s at p95 in every window judged: the dearer "prompt" (0 s) is served.
+    assert [choice.candidate for choice in choices] == ["prompt"] * 3
+    assert all(choice.met_in_window for choice in choices)
+    # Without a run in the judged period nothing can be judged: the cheapest is served, as "closest".
+    blind = walk_forward(candidates, target, DAY_S, 2 * DAY_S, TuningSettings(), calibrate=False, history_from_s=0)
+    assert [(choice.candidate, choice.met_in_window) for choice in blind] == [("late", False)]
+
+
 def test_walk_forward_refuses_what_it_cannot_judge() -> None:
     with pytest.raises(ValueError, match="at least one candidate"):
         walk_forward({}, parse_fraction_target("1%"), 0.0, DAY_S, TuningSettings(), calibrate=False, history_from_s=0)
@@ -131,9 +158,13 @@ def test_tuned_policies_parse_and_bad_targets_name_the_policy() -> None:
     assert parse_policy("scheduled_buffer@1%").name == "scheduled_buffer"
     assert parse_policy("scheduled_buffer:8").buffer_gpus == 8
     assert parse_policy("reactive_max@1%").heuristic
+    assert parse_policy("auto-slo:window-p95=2m").target == make_target("window_start_delay_p95_s", 120.0)
+    assert parse_policy("scheduled_buffer@window-p95=0s").target == make_target("window_start_delay_p95_s", 0.0)
     for bad, message in (
         ("auto-slo:150%", "below 100 %"),
         ("auto-slo:0.01", "percentage"),
+        ("auto-slo:window-p95=-2m", "invalid duration '-2m'"),
+        ("auto-slo:window-p95=soon", "invalid duration 'soon'"),
         ("oracle@1%", "can be tuned"),
         ("static_buffer@-1%", "percentage"),
         ("auto-slo", "needs a parameter"),
@@ -199,3 +230,29 @@ def test_tuned_policies_run_end_to_end_and_meet_the_target_at_least_cost() -> No
         "policy": slo["gpu_allocation"],
         "reactive": policies["reactive"]["gpu_allocation"],
     }
+
+
+@pytest.mark.slow
+def test_a_window_start_delay_target_runs_end_to_end() -> None:
+    """A nightly 16-GPU window on a flat 40 GPUs: reactive's window pods wait for nodes; with a target
+    of 0 s at p95, auto-slo serves candidates that hold the window's GPUs ahead of it."""
+    origin = pd.Timestamp("2024-03-01T00:00:00Z")
+    days = 6
+    windows, pods = expand_schedules((parse_schedule("0 2 * * *;16;2h"),), origin, days * DAY_S, 8)
+    workload = make_workload("nightly", origin, 60.0, np.full(days * MINUTES_A_DAY, 40.0), pods, windows)
+    config = SimulationConfig(
+        gpus_per_node=8,
+        lead_time_s=300.0,
+        lead_margin_s=90.0,
+        warmup_s=3 * DAY_S,
+        lead_distribution=parse_lead_time_distribution("fixed:5m"),
+        consolidate_after_s=600.0,
+        cadence=ForecastCadence(lookback_s=3 * DAY_S, reselect_every_s=DAY_S, refit_every_s=DAY_S),
+    )
+    result = simulate(workload, parse_policies("reactive,auto-slo:window-p95=0s"), config, workers=2)
+    report = build_report(result, input_name="nightly", pods=True, gpu_hour_price=None)
+    reactive, slo = report["policies"]["reactive"], report["policies"]["auto-slo:window-p95=0s"]
+    assert reactive["window_start_delay_p95_s"] > 300.0  # nodes launched when the pods came
+    assert slo["target"] == {"kind": "window_start_delay_p95_s", "value": 0.0}
+    assert (slo["window_start_delay_p95_s"], slo["attained"], slo["met"]) == (0.0, 0.0, True)
+    assert sum(slo["choices"].values()) == 3
