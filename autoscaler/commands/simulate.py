@@ -5,6 +5,7 @@ and compare them."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 import pandas as pd
@@ -16,9 +17,17 @@ from autoscaler.settings import ForecastSettings
 from autoscaler.simulation.actuation import ACTUATIONS, PLACEHOLDER_GPUS, Actuation, ActuationKind
 from autoscaler.simulation.forecasting import ForecastCadence
 from autoscaler.simulation.hpa import DEFAULT_SCALE_DOWN, DEFAULT_TOLERANCE, HPASpec, ScalingRules, parse_tolerance
-from autoscaler.simulation.inputs import InputError, WindowSchedule, demand_workload, parse_schedule, pod_workload
-from autoscaler.simulation.lead_times import parse_lead_time_distribution
+from autoscaler.simulation.inputs import (
+    InputError,
+    WindowSchedule,
+    Workload,
+    demand_workload,
+    parse_schedule,
+    pod_workload,
+)
+from autoscaler.simulation.lead_times import LeadTimeDistribution, parse_lead_time_distribution
 from autoscaler.simulation.policies import PolicySpec, parse_policies
+from autoscaler.simulation.pools import Scarcity, load_pools, single_pool
 from autoscaler.simulation.report import build_report, plot, render_table
 from autoscaler.simulation.runner import SimulationConfig, SimulationResult, simulate
 from autoscaler.simulation.tuning import TuningSettings
@@ -134,6 +143,29 @@ def _seconds(flag: str, text: str, *, allow_zero: bool = False) -> float:
     show_default=True,
     help="auto-slo's online calibration: the level asked moves by GAIN x (target - attained) each period",
 )
+@click.option(
+    "--pools",
+    "pools_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="several node pools (YAML or JSON: name, weight, gpus_per_node, lead_time, capacity_type, "
+    "price_per_gpu_hour, limit_gpus), tried heaviest first with fallback; cost = each pool's GPU-hours x its price",
+)
+@click.option(
+    "--launch-failure-rate",
+    type=click.FloatRange(0, 1, max_open=True),
+    default=0.0,
+    show_default=True,
+    help="probability that a node launch fails (retried by a new batch, or falling back to the next pool)",
+)
+@click.option(
+    "--spot-interruptions",
+    type=click.FloatRange(0),
+    default=0.0,
+    show_default=True,
+    help="interruptions per spot node-hour (2-minute notice; the node's pods are Pending again); "
+    "without --pools the one pool is a spot pool",
+)
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="processes")
 @click.option("--seed", default=0, show_default=True, type=int)
 def simulate_command(
@@ -167,11 +199,11 @@ def simulate_command(
     tune_gain: float,
     workers: int,
     seed: int,
+    **capacity: Any,
 ) -> None:
     """Simulate GPU pre-provisioning (placeholders or a CapacityBuffer) under several policies and compare them."""
     try:
-        source = _source(input_path, pods_path)
-        _check_nodes_price_and_plot(gpus_per_node, gpu_hour_price, plot_path)
+        source = _source(input_path, pods_path, gpus_per_node, gpu_hour_price, plot_path)
         step_s, lead_s = _seconds("--step", step), _seconds("--lead-time", lead_time)
         specs, windows = _policies(policies, sweep_static, sweep_rolling_max), _windows(schedules)
         distribution = parse_lead_time_distribution(lead_time_distribution or f"fixed:{lead_time}")
@@ -185,9 +217,9 @@ def simulate_command(
             warmup_s=_seconds("--warmup", warmup, allow_zero=True), lead_distribution=distribution,
             consolidate_after_s=_seconds("--consolidate-after", consolidate_after, allow_zero=True),
             cadence=cadence, actuation=actuated, seed=seed, tuning=_tuning(tune_every, tune_window, tune_gain),
+            **_capacity(capacity, gpus_per_node, distribution, gpu_hour_price),
         )  # fmt: skip
-        read = pod_workload if pods_path is not None else demand_workload
-        workload = read(source, pd.Timedelta(seconds=step_s), windows, gpus_per_node)
+        workload = _workload(source, pods_path is not None, step_s, windows, gpus_per_node)
         with progress_bar("simulating") as progress:
             result = simulate(
                 workload, specs, config, workers=workers, progress=progress,
@@ -210,11 +242,38 @@ def _tuning(every: str, window: str, gain: float) -> TuningSettings:
     return tuning
 
 
-def _source(input_path: Path | None, pods_path: Path | None) -> Path:
+def _source(
+    input_path: Path | None, pods_path: Path | None, gpus_per_node: int, price: float | None, plot_path: Path | None
+) -> Path:
     source = pods_path or input_path
     if source is None or (input_path is not None and pods_path is not None):
         raise ValueError("give --input (a demand CSV) or --pods (a pod trace), exactly one of them")
+    _check_nodes_price_and_plot(gpus_per_node, price, plot_path)
     return source
+
+
+def _workload(
+    source: Path, pods: bool, step_s: float, windows: tuple[WindowSchedule, ...], gpus_per_node: int
+) -> Workload:
+    read = pod_workload if pods else demand_workload
+    return read(source, pd.Timedelta(seconds=step_s), windows, gpus_per_node)
+
+
+def _capacity(
+    options: dict[str, Any], gpus_per_node: int, distribution: LeadTimeDistribution, price: float | None
+) -> dict[str, Any]:
+    """``pools`` and ``scarcity`` for the configuration: the pools file's, or the one pool of the flags
+    when launches fail or spot nodes are reclaimed; nothing (the plain pool) otherwise."""
+    pools_path: Path | None = options["pools_path"]
+    scarcity = Scarcity(options["launch_failure_rate"], options["spot_interruptions"])
+    if pools_path is not None:
+        if price is not None:
+            raise ValueError("--gpu-hour-price: with --pools each pool has its own price_per_gpu_hour")
+        return {"pools": load_pools(pools_path), "scarcity": scarcity}
+    if scarcity != Scarcity():
+        spot = scarcity.spot_interruptions_per_node_hour > 0
+        return {"pools": single_pool(gpus_per_node, distribution, spot=spot, price=price), "scarcity": scarcity}
+    return {}
 
 
 def _check_nodes_price_and_plot(gpus_per_node: int, gpu_hour_price: float | None, plot_path: Path | None) -> None:

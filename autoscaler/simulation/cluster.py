@@ -40,6 +40,9 @@ class ClusterState:
         self.placeholders = 0  # GPUs of placeholders or virtual pods wanted
         self.placeholders_running = 0  # of them, GPUs on Ready nodes
         self.chunk_gpus = 1  # GPUs of one placeholder or virtual pod
+        # Pods Pending again after their node was reclaimed: since when; and every such wait, per pod.
+        self.evicted_at: dict[int, float] = {}
+        self.requeued_wait = np.zeros(len(pods))
 
     # -- events ----------------------------------------------------------------------------------
 
@@ -88,6 +91,9 @@ class ClusterState:
         if self.fluid_running > self.fluid_wanted:  # fluid demand fell: those GPUs are released
             self.fluid_running = self.fluid_wanted
         free = capacity - self.fluid_running - self.pods_running  # placeholders do not count: preempted
+        if free < -1e-9:  # a node was reclaimed
+            self._evict(now, -free)
+            free = capacity - self.fluid_running - self.pods_running
         fluid_waiting = self.fluid_wanted - self.fluid_running
         if fluid_waiting > 1e-9 and self._fluid_waiting_since == math.inf:
             self._fluid_waiting_since = now
@@ -103,7 +109,10 @@ class ClusterState:
                 if gpus <= free + 1e-9:
                     free -= gpus
                     self.pods_running += gpus
-                    self.started[pod] = now
+                    if self.evicted_at and pod in self.evicted_at:
+                        self.requeued_wait[pod] += now - self.evicted_at.pop(pod)
+                    else:
+                        self.started[pod] = now
                     heapq.heappush(self._finishing, (now + self._duration[pod], pod))
                 else:
                     still_pending.append(pod)
@@ -117,6 +126,27 @@ class ClusterState:
             self._fluid_waiting_since = math.inf
         chunk = self.chunk_gpus
         self.placeholders_running = min(self.placeholders, max(0, chunk * int(free / chunk + 1e-9)))
+
+    def _evict(self, now: float, excess: float) -> None:
+        """Ready GPUs fell below what runs: fluid demand first, then the pods finishing last, are
+        Pending again (in their arrival order in the queue); a pod keeps the time it had left."""
+        grant = min(self.fluid_running, excess)
+        self.fluid_running -= grant
+        excess -= grant
+        if excess <= 1e-9:
+            return
+        victims: list[int] = []
+        running = sorted(self._finishing, reverse=True)
+        while running and excess > 1e-9:
+            finish, pod = running.pop(0)
+            victims.append(pod)
+            self._duration[pod] = finish - now
+            self.pods_running -= self._gpus[pod]
+            excess -= self._gpus[pod]
+            self.evicted_at[pod] = now
+        heapq.heapify(running)
+        self._finishing = running
+        self._pending = deque(sorted([*self._pending, *victims], key=lambda pod: (self._arrival[pod], pod)))
 
     @property
     def real_waiting(self) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from autoscaler.scorecard import MinuteLedger, integrate_per_minute, window_star
 from autoscaler.simulation.actuation import Actuation, SpareCapacity, spare_capacity
 from autoscaler.simulation.cluster import ClusterState
 from autoscaler.simulation.inputs import Workload
+from autoscaler.simulation.pool_set import PoolSet, PoolSetConfig
 from autoscaler.simulation.provisioner import NodePool, PoolConfig
 
 
@@ -64,13 +65,21 @@ class Outcome:
     ledger: MinuteLedger = field(
         default_factory=lambda: MinuteLedger(np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0))
     )
+    # With several pools (or scarce capacity), per pool over the scored period: held GPU-hours,
+    # cost, node launches, failed launches, spot interruptions; and the cost summed over pools.
+    pools: dict[str, dict[str, float]] = field(default_factory=dict)
+    cost: float | None = None
 
     def scored_ledger(self, period: Period) -> MinuteLedger:
         return self.ledger.between(period.scored_from, period.end)
 
 
 def run_policy(
-    workload: Workload, metric: np.ndarray, period: Period, pool_config: PoolConfig, actuation: Actuation
+    workload: Workload,
+    metric: np.ndarray,
+    period: Period,
+    pool_config: PoolConfig | PoolSetConfig,
+    actuation: Actuation,
 ) -> Outcome:
     """Simulate one policy whose served metric (spare GPUs wanted) is ``metric[step]``, actuated by
     placeholders under an HPA or by a CapacityBuffer."""
@@ -83,8 +92,11 @@ def run_policy(
     rates = _Rates()
     totals = _step_through(workload, period, cluster, pool, spare, scheduled_times, rates)
     capacity_times, capacity_values = rates.capacity()
-    pod_waits, window_pod_waits = _scored_pod_waits(workload, period, cluster.started)
+    pod_waits, window_pod_waits = _scored_pod_waits(workload, period, cluster)
+    pools, cost = _pool_figures(pool, period)
     return Outcome(
+        pools=pools,
+        cost=cost,
         ledger=rates.ledger(period),
         window_start_delays=_window_start_delays(workload, period, cluster.started),
         totals=totals,
@@ -120,15 +132,36 @@ class _Rates:
         return times[changed], capacity[changed]
 
 
+def _pool_figures(pool: NodePool | PoolSet, period: Period) -> tuple[dict[str, dict[str, float]], float | None]:
+    """Per pool figures and the cost in money, with several pools; nothing with one plain pool."""
+    if isinstance(pool, NodePool):
+        return {}, None
+    hours = pool.gpu_hours(period.end)
+    figures = {
+        state.spec.name: {
+            "gpu_hours": hours[state.spec.name],
+            "cost": hours[state.spec.name] * state.spec.price_per_gpu_hour,
+            "node_launches": state.launches,
+            "failed_launches": state.failures,
+            "spot_interruptions": state.interruptions,
+        }
+        for state in pool.pools
+    }
+    return figures, sum(entry["cost"] for entry in figures.values())
+
+
 def _starting_cluster(
-    workload: Workload, period: Period, first_step: int, pool_config: PoolConfig
-) -> tuple[ClusterState, NodePool]:
+    workload: Workload, period: Period, first_step: int, pool_config: PoolConfig | PoolSetConfig
+) -> tuple[ClusterState, NodePool | PoolSet]:
     """The cluster at ``period.start``: the trace's pods and the fluid demand running on just enough
     Ready nodes for them."""
     cluster = ClusterState(workload.pods)
     cluster.start_running(period.start)
     cluster.fluid_wanted = float(workload.base[first_step])
     cluster.fluid_running = cluster.fluid_wanted
+    if isinstance(pool_config, PoolSetConfig):
+        config = replace(pool_config, scored_from=period.scored_from)
+        return cluster, PoolSet(config, ready_gpus=cluster.real_requested, start=period.start)
     pool = NodePool(pool_config, ready=math.ceil(cluster.real_requested / pool_config.gpus_per_node - 1e-9))
     return cluster, pool
 
@@ -147,7 +180,7 @@ def _step_through(
     workload: Workload,
     period: Period,
     cluster: ClusterState,
-    pool: NodePool,
+    pool: NodePool | PoolSet,
     spare: SpareCapacity,
     scheduled_times: list[float],
     rates: _Rates,
@@ -160,7 +193,6 @@ def _step_through(
     deficit is a Pending pod and triggers the provisioner; with them, a trigger or a waiting real pod.
     """
     step_s = workload.step_s
-    gpus_per_node = pool.config.gpus_per_node
     base_values = workload.base.tolist()
     spare_gpus = spare.gpus.tolist()
     spare_start, spare_interval = spare.start, spare.interval
@@ -189,7 +221,7 @@ def _step_through(
         upcoming = scheduled_times[position] if position < len(scheduled_times) else math.inf
         following = min(upcoming, cluster.next_event(), pool.next_event(), end)
         requested, capacity = cluster.real_requested, pool.capacity
-        held = float((pool.ready + pool.launching) * gpus_per_node)
+        held = float(pool.held_gpus)
         current = (max(0.0, requested - capacity), held, cluster.real_running, capacity)
         if current != last_rates:
             last_rates = current
@@ -205,13 +237,18 @@ def _step_through(
     return totals
 
 
-def _scored_pod_waits(workload: Workload, period: Period, started: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _scored_pod_waits(workload: Workload, period: Period, cluster: ClusterState) -> tuple[np.ndarray, np.ndarray]:
     """Seconds each pod arriving in the scored period waited (still waiting: until the end), for the
-    trace's pods and for the declared windows' pods."""
+    trace's pods and for the declared windows' pods: until it first ran, plus every wait after its
+    node was reclaimed."""
     pods = workload.pods
     arrived = (pods.arrival >= period.scored_from) & (pods.arrival < period.end)
-    waits = started - pods.arrival
+    waits = cluster.started - pods.arrival
     waits[np.isnan(waits)] = period.end - pods.arrival[np.isnan(waits)]  # still waiting at the end
+    if cluster.evicted_at or cluster.requeued_wait.any():
+        waits = waits + cluster.requeued_wait
+        for pod, since in cluster.evicted_at.items():  # Pending again at the end
+            waits[pod] += period.end - since
     return waits[arrived & ~pods.from_window], waits[arrived & pods.from_window]
 
 

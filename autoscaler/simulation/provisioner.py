@@ -38,6 +38,7 @@ class NodePool:
     def __init__(self, config: PoolConfig, ready: int = 0) -> None:
         self.config = config
         self.ready = ready
+        self.held_gpus = ready * config.gpus_per_node  # Ready and launching (what is billed)
         self.launches = 0
         self._launching: list[float] = []  # heap of Ready times
         # When each currently empty Ready node became empty; the most recent is reused first.
@@ -83,6 +84,7 @@ class NodePool:
         while timers and timers[0] <= due:
             timers.popleft()
             self.ready -= 1
+            self.held_gpus -= self.config.gpus_per_node
 
     def provision(self, now: float, wanted_gpus: float, triggered: bool = True) -> None:
         """Karpenter's loop for ``wanted_gpus`` requested by pods (Pending or not): pods that do not
@@ -100,6 +102,7 @@ class NodePool:
                 heapq.heappush(self._launching, ready_at)
                 self.launch_times.append(now)
             self.launches += nodes
+            self.held_gpus += nodes * config.gpus_per_node
             self._batch_start = self._batch_close = math.inf
             self._last_deficit = 0.0
             return

@@ -13,6 +13,7 @@ from autoscaler.scorecard import gpu_allocation, short_figures, wait_figures
 from autoscaler.simulation.actuation import BUFFER_RESYNC_OFFSET_S, BUFFER_RESYNC_S, PLACEHOLDER_GPUS, Actuation
 from autoscaler.simulation.engine import Outcome, Period
 from autoscaler.simulation.policies import parse_policy
+from autoscaler.simulation.pool_report import cost_figures, pool_settings
 from autoscaler.simulation.runner import PolicyRun, SimulationResult
 from autoscaler.simulation.versus_reactive import describe as versus_line
 from autoscaler.simulation.versus_reactive import versus_reactive
@@ -76,9 +77,7 @@ def policy_figures(
         waits = wait_figures(run.outcome.window_pod_waits)
         figures["window_pod_wait_p50_s"] = _maybe_round(waits.p50_s)
         figures["window_pod_wait_p95_s"] = _maybe_round(waits.p95_s)
-    if gpu_hour_price is not None:
-        figures["cost"] = _round(totals.provisioned / 3600 * gpu_hour_price, 2)
-    return figures
+    return figures | cost_figures(run.outcome, totals.provisioned, gpu_hour_price)
 
 
 def _choice_counts(run: PolicyRun) -> dict[str, int]:
@@ -151,6 +150,7 @@ def build_report(
         "consolidate_after_seconds": _round(config.consolidate_after_s),
         "declared_windows": len(workload.windows),
         "actuation": actuation_figures(config.actuation),
+        **pool_settings(config),
         "policies": {
             text: policy_figures(run, pods=pods, windows=windows, gpu_hour_price=gpu_hour_price, period=period)
             for text, run in result.runs.items()
@@ -198,6 +198,7 @@ def _sweep_figures(sweep: dict[str, Outcome]) -> dict[str, dict[str, float]]:
         text: {
             "provisioned_gpu_hours": _round(outcome.totals.provisioned / 3600),
             "short_gpu_minutes": _round(outcome.totals.short / 60),
+            **({} if outcome.cost is None else {"cost": _round(outcome.cost, 2)}),
         }
         for text, outcome in sweep.items()
     }
@@ -212,7 +213,7 @@ def render_table(report: dict[str, Any]) -> None:
         f"lead time {report['lead_time_seconds']:g} s ({report['lead_time_distribution']})"
         + (f", actuation {report['actuation']['kind']}" if "actuation" in report else "")
     )
-    columns = list(next(iter(report["policies"].values())))
+    columns = [key for key in next(iter(report["policies"].values())) if key != "pools"]
     table.add_column("policy", no_wrap=True)
     for column in columns:
         table.add_column(_HEADERS.get(column, column), justify="right")

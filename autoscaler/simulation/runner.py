@@ -35,6 +35,8 @@ from autoscaler.simulation.policies import (
     heuristic_headroom,
     parse_policy,
 )
+from autoscaler.simulation.pool_set import PoolSetConfig
+from autoscaler.simulation.pools import PoolSpec, Scarcity
 from autoscaler.simulation.provisioner import BATCH_MAX_S, PoolConfig
 from autoscaler.simulation.sweeps import rolling_max_settings, static_buffer_settings, sweep_until_past
 from autoscaler.simulation.tuning import (
@@ -65,6 +67,8 @@ class SimulationConfig:
     actuation: Actuation = field(default_factory=Actuation)
     seed: int = 0
     tuning: TuningSettings = field(default_factory=TuningSettings)
+    pools: tuple[PoolSpec, ...] | None = None  # in weight order; None: the one plain pool above
+    scarcity: Scarcity = field(default_factory=Scarcity)
 
 
 @dataclass
@@ -104,7 +108,9 @@ def simulation_period(workload: Workload, warmup_s: float, settle_s: float = SET
     return Period(start=start, scored_from=scored_from, end=workload.end_s)
 
 
-def _pool_config(config: SimulationConfig) -> PoolConfig:
+def _pool_config(config: SimulationConfig) -> PoolConfig | PoolSetConfig:
+    if config.pools is not None:
+        return PoolSetConfig(config.pools, config.scarcity, config.consolidate_after_s, seed=config.seed)
     return PoolConfig(
         gpus_per_node=config.gpus_per_node,
         lead_time=config.lead_distribution,
@@ -165,7 +171,7 @@ class _ClusterRuns:
 
     workload: Workload
     period: Period
-    pool_config: PoolConfig
+    pool_config: PoolConfig | PoolSetConfig
     actuation: Actuation
 
     def submit(self, jobs: _Jobs, tag: Tag, metric: np.ndarray) -> None:

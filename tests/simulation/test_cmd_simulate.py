@@ -244,3 +244,39 @@ def test_bad_files_are_usage_errors(tmp_path, demand_csv, pods_csv):
     ]
     for args, message in cases:
         assert_usage_error(_run(*args, "--warmup", "0s", "--policies", "reactive"), message)
+
+
+def test_pools_failures_and_spot_interruptions_on_the_command_line(tmp_path, demand_csv, pods_csv):
+    pools = tmp_path / "pools.yaml"
+    pools.write_text(
+        "pools:\n"
+        "  - {name: spot, weight: 50, gpus_per_node: 8, lead_time: fixed:5m, capacity_type: spot,"
+        " price_per_gpu_hour: 1.5, limit_gpus: 64}\n"
+        "  - {name: od, weight: 10, gpus_per_node: 8, lead_time: fixed:5m, price_per_gpu_hour: 4}\n"
+    )
+    common = ("--warmup", "1d", "--policies", "reactive,static_buffer:8", "--seed", "1")
+    scarce = ("--launch-failure-rate", "0.1", "--spot-interruptions", "0.5")
+    code, out, _ = _invoke("--pods", str(pods_csv), "--pools", str(pools), *scarce, *common)
+    assert code == 0
+    report = json.loads(out)
+    assert [pool["name"] for pool in report["pools"]] == ["spot", "od"]
+    for figures in report["policies"].values():
+        assert figures["cost"] == pytest.approx(sum(pool["cost"] for pool in figures["pools"].values()), abs=0.01)
+        assert figures["pools"]["spot"]["spot_interruptions"] > 0
+        assert figures["pools"]["od"]["spot_interruptions"] == 0
+    assert set(report["versus_reactive"]["static_buffer:8"]) >= {"gpu_allocation", "pending_wait_p95_s", "cost"}
+    # Without --pools the one pool is a spot pool, priced by --gpu-hour-price.
+    code, out, _ = _invoke("--input", str(demand_csv), "--spot-interruptions", "0.5", "--gpu-hour-price", "2", *common)
+    assert code == 0
+    report = json.loads(out)
+    assert report["pools"][0]["capacity_type"] == "spot"
+    assert report["policies"]["reactive"]["cost"] == pytest.approx(
+        report["policies"]["reactive"]["provisioned_gpu_hours"] * 2, abs=0.01
+    )
+    assert_usage_error(
+        _run("--input", str(demand_csv), "--pools", str(pools), "--gpu-hour-price", "2", *common),
+        "with --pools each pool has its own price_per_gpu_hour",
+    )
+    pools.write_text("pools:\n  - {name: a, gpus_per_node: 0, lead_time: fixed:5m}\n")
+    assert_usage_error(_run("--input", str(demand_csv), "--pools", str(pools), *common), "pools.0.gpus_per_node")
+    assert_usage_error(_run("--input", str(demand_csv), "--launch-failure-rate", "1", *common), "--launch-failure-rate")
