@@ -102,6 +102,18 @@ def log_lines(demo: DemoProcess, pattern: str) -> list[str]:
     return [line for line in demo.lines if re.search(pattern, line)]
 
 
+async def logged_once(demo: DemoProcess, pattern: str) -> list[str]:
+    """The lines matching ``pattern``, once one has arrived: a thread reads the process's output, so a
+    line written before the metrics were read may still be on its way (asserting at once failed
+    under load)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if found := log_lines(demo, pattern):
+            return found
+        await asyncio.sleep(0.05)
+    return []
+
+
 def test_the_demo_says_its_plain_port_needs_no_authentication(demo):
     assert re.search(
         r"probes and /metrics on http://127\.0\.0\.1:\d+ \(no authentication: server\.http_auth none; probes open\)",
@@ -137,7 +149,7 @@ async def test_malformed_grpc_requests_are_invalid_argument_counted_and_logged_o
     counted = 'gpu_autoscaler_grpc_requests_total{code="INVALID_ARGUMENT",method="GetMetrics"} 100.0'
     await counted_in_metrics(demo, counted)
     refused = r"malformed gRPC GetMetrics from ipv4:127\.0\.0\.1:\d+ refused: the request message is not valid protobuf"
-    assert len(log_lines(demo, refused)) == 1
+    assert len(await logged_once(demo, refused)) == 1
     assert not log_lines(demo, "DecodeError|Traceback")
 
 
@@ -184,10 +196,11 @@ async def test_refused_handshakes_on_both_ports_are_counted_and_logged_once_per_
     await counted_in_metrics(demo, f'gpu_autoscaler_auth_failures_total{{code="tls"}} {3 * REPEATS}.0')
     await counted_in_metrics(demo, f"gpu_autoscaler_grpc_handshake_failures_total {4 * REPEATS}.0")
     for reason in HANDSHAKE_KINDS["https"].values():
-        lines = log_lines(demo, rf"tls_accept: TLS handshake with 127\.0\.0\.1:\d+ refused: {reason}$")
+        lines = await logged_once(demo, rf"tls_accept: TLS handshake with 127\.0\.0\.1:\d+ refused: {reason}$")
         assert len(lines) == 1, (reason, lines)
     for reason in HANDSHAKE_KINDS["grpc"].values():
-        assert len(log_lines(demo, rf"WARNING grpc\.core: gRPC port: TLS handshake refused: {reason}$")) == 1, reason
+        pattern = rf"WARNING grpc\.core: gRPC port: TLS handshake refused: {reason}$"
+        assert len(await logged_once(demo, pattern)) == 1, reason
     assert not log_lines(demo, "Handshake failed|ssl_transport_security")  # gRPC core's own lines: none
 
 
@@ -227,7 +240,7 @@ async def test_grpc_messages_over_64_kib_are_resource_exhausted_counted_and_logg
         r"gRPC GetMetrics from ipv4:127\.0\.0\.1:\d+ refused: its request message did not arrive "
         r"\(gRPC refuses one over 65536 bytes with RESOURCE_EXHAUSTED, or the caller left\)"
     )
-    assert len(log_lines(demo, refusal)) == 1
+    assert len(await logged_once(demo, refusal)) == 1
     assert await sample_value(demo, "gpu_autoscaler_grpc_trigger_cache_bytes") == 0.0
 
 
@@ -294,7 +307,7 @@ async def test_a_client_certificate_without_a_user_is_refused_on_both_ports(demo
     await counted_in_metrics(demo, 'gpu_autoscaler_auth_failures_total{code="401"} 1.0')
     await counted_in_metrics(demo, f"{grpc_requests('UNAUTHENTICATED', 'IsActive')} 3.0")
     refusal = r"gRPC IsActive from ipv4:127\.0\.0\.1:\d+ refused: no user in its client certificate \(empty CN\)"
-    assert len(log_lines(demo, refusal)) == 1
+    assert len(await logged_once(demo, refusal)) == 1
 
 
 def send_without_reading(demo: DemoProcess, limit_s: float) -> tuple[float, str]:
@@ -321,7 +334,7 @@ async def test_a_client_that_never_reads_is_reset_after_the_idle_timeout(demo):
     assert elapsed < 3 * IDLE_TIMEOUT_S + 4  # stalled for idle_timeout, then seen within a check
     aborted = rf"connection from 127\.0\.0\.1:\d+ aborted: \d+ bytes of answers unread for {IDLE_TIMEOUT_S} s$"
     await demo.wait_for_log(aborted)
-    assert len(log_lines(demo, aborted)) == 1
+    assert len(await logged_once(demo, aborted)) == 1
 
 
 PLAIN = "expected a plain decimal number (not 1_000, infinity, a boolean or text)"
