@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import ssl
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -49,17 +50,17 @@ FORBIDDEN = (
     'group "external.metrics.k8s.io" in the namespace "inference"'
 )
 UNAUTHORIZED = status(401, "Unauthorized")
+EXTERNAL_METRICS = "/apis/external.metrics.k8s.io/v1beta1"
 
 
 def allowed(spec: dict[str, Any]) -> bool:
-    """alice (O=team-a) may read external metrics in "default" only; prometheus may get /metrics and
-    /api/v1/forecasts; nobody else anything."""
+    """alice (O=team-a, by certificate) and bob (group team-b, through the front proxy) may read
+    external metrics in "default" only; prometheus may get /metrics and /api/v1/forecasts; nobody
+    else anything."""
     if "resourceAttributes" in spec:
-        return (
-            spec["user"] == "alice"
-            and spec["groups"] == ["team-a"]
-            and spec["resourceAttributes"]["namespace"] == "default"
-        )
+        return (spec["user"], spec["groups"]) in (("alice", ["team-a"]), ("bob", ["team-b"])) and spec[
+            "resourceAttributes"
+        ]["namespace"] == "default"
     return spec["user"] == PROMETHEUS["username"] and spec["nonResourceAttributes"]["path"] in (
         "/metrics",
         "/api/v1/forecasts",
@@ -83,7 +84,7 @@ def settings(pki: PKI, fake: FakeKube, state: Path) -> dict[str, Any]:
             "client_ca_file": str(pki.client_ca),
             "requestheader_client_ca_file": str(pki.proxy_ca),
             "allowed_names": ["front-proxy-client"],
-            "authorization": "allow-authenticated",
+            "authorization": "kubernetes",
         },
         "kubernetes": {"kubeconfig": str(fake.kubeconfig_path), "request_timeout": "5s"},
         # Nothing listens there: the served value is the restored one.
@@ -189,3 +190,58 @@ async def test_grpc_calls_are_authorized_by_a_subject_access_review_of_the_certi
     metrics = await scrape(service)
     assert 'gpu_autoscaler_grpc_requests_total{code="PERMISSION_DENIED",method="GetMetrics"} 4.0' in metrics
     assert 'gpu_autoscaler_grpc_requests_total{code="OK",method="GetMetrics"} 3.0' in metrics
+
+
+async def test_the_ops_port_asks_kubernetes_for_everything_but_the_probes(service, fake_kube):
+    for path in ("/healthz", "/readyz"):
+        assert await get(service.http_url + path) == (200, "ok"), path
+    for token in (None, "forged-token"):
+        for path in ("/metrics", "/", "/api/v1/forecasts", "/ui/gpu_headroom"):
+            code, body = await get(service.http_url + path, token)
+            assert (code, json.loads(body)) == (401, UNAUTHORIZED), (token, path)
+    assert fake_kube.sar_requests == []
+    # The rejected token was reviewed once (its refusal cached, as kube-apiserver's webhook caches it).
+    assert [request["spec"]["token"] for request in fake_kube.token_requests] == ["forged-token"]
+    code, body = await get(service.http_url + "/", "prometheus-token")
+    assert (code, json.loads(body)) == (
+        403,
+        status(403, 'Forbidden: User "system:serviceaccount:monitoring:prometheus" cannot get path "/"'),
+    )
+    code, body = await get(service.http_url + "/metrics", "nobody-token")
+    assert (code, json.loads(body)) == (
+        403,
+        status(403, 'Forbidden: User "system:serviceaccount:default:nobody" cannot get path "/metrics"'),
+    )
+    code, body = await get(service.http_url + "/api/v1/forecasts", "prometheus-token")
+    assert code == 200 and '"gpu_headroom"' in body, body
+    metrics = await scrape(service)
+    assert [(spec["user"], spec["nonResourceAttributes"]) for spec in fake_kube.sar_requests] == [
+        (PROMETHEUS["username"], {"path": "/", "verb": "get"}),
+        (NOBODY["username"], {"path": "/metrics", "verb": "get"}),
+        (PROMETHEUS["username"], {"path": "/api/v1/forecasts", "verb": "get"}),
+        (PROMETHEUS["username"], {"path": "/metrics", "verb": "get"}),
+    ]
+    assert 'gpu_autoscaler_auth_failures_total{code="401"} 8.0' in metrics
+    assert 'gpu_autoscaler_auth_failures_total{code="403"} 2.0' in metrics
+
+
+async def https_get(service: DemoProcess, pki: PKI, client: Client, headers: dict[str, str]) -> tuple[int, Any]:
+    context = ssl.create_default_context(cafile=pki.client_ca)
+    context.load_cert_chain(client.cert, client.key)
+    url = f"https://127.0.0.1:{service.secure_port}{EXTERNAL_METRICS}/namespaces/default/gpu_headroom"
+    async with aiohttp.ClientSession() as session, session.get(url, headers=headers, ssl=context) as response:
+        return response.status, await response.json(content_type=None)
+
+
+async def test_a_front_proxy_name_not_allowed_is_401_counted_each_time_and_logged_once(service, pki):
+    as_bob = {"X-Remote-User": "bob", "X-Remote-Group": "team-b"}
+    code, body = await https_get(service, pki, pki.proxy, as_bob)  # the allowed proxy: bob is served
+    assert code == 200 and [item["value"] for item in body["items"]] == ["3"], body
+    for _ in range(5):
+        assert await https_get(service, pki, pki.proxy_not_allowed, as_bob) == (401, UNAUTHORIZED)
+    logged = r"WARNING\s+autoscaler\.web\.auth: " + re.escape(
+        "request-header client certificate CN 'someone-else' is not in the allowed names: its headers are ignored"
+    )
+    await service.wait_for_log(logged)
+    assert len([line for line in service.lines if re.search(logged, line)]) == 1, service.log
+    assert 'gpu_autoscaler_auth_failures_total{code="401"} 5.0' in await scrape(service)
