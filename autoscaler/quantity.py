@@ -1,6 +1,7 @@
 """Formatting served values as Kubernetes quantity strings ("12", "1500m"), and reading numbers from
 outside strictly: plain decimals only, finite and normal (Python's ``float`` would take "1_000",
-"infinity" and subnormals such as 1e-320, none of which a manifest or a saved value means).
+"infinity" and subnormals such as 1e-320, none of which a manifest or a saved value means; the
+readers themselves are in :mod:`autoscaler.decimals`, which the command line shares).
 
 :data:`Number` and :data:`Count` are the settings' number fields: a YAML number or plain decimal
 text, never a boolean, ``1_000``, ``infinity``, NaN or a subnormal; pydantic's error names the field.
@@ -9,32 +10,19 @@ text, never a boolean, ``1_000``, ``infinity``, NaN or a subnormal; pydantic's e
 from __future__ import annotations
 
 import math
-import re
-import sys
 from decimal import ROUND_CEILING, Decimal
 from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator
 
-_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-
-
-def is_normal_number(value: float) -> bool:
-    """Finite, and zero or a normal float: a subnormal (below 2.2e-308) is a typo or an attack."""
-    return math.isfinite(value) and (value == 0 or abs(value) >= sys.float_info.min)
-
-
-def parse_decimal(text: str) -> float | None:
-    """``text`` (plain decimal, as Go's strconv.ParseFloat reads KEDA's metadata) as a normal number, else ``None``."""
-    if not _DECIMAL.fullmatch(text):
-        return None
-    value = float(text)
-    return value if is_normal_number(value) else None
+from autoscaler.decimals import DECIMAL
+from autoscaler.decimals import is_normal_number as is_normal_number
+from autoscaler.decimals import parse_decimal as parse_decimal
 
 
 def _plain_number(value: object) -> object:
     """A number as YAML or JSON writes one, or plain decimal text; pydantic converts what passes."""
-    if isinstance(value, bool) or (isinstance(value, str) and not _DECIMAL.fullmatch(value)):
+    if isinstance(value, bool) or (isinstance(value, str) and not DECIMAL.fullmatch(value)):
         raise ValueError("expected a plain decimal number (not 1_000, infinity, a boolean or text)")
     return value
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from autoscaler.commands.numbers import decimal
 from autoscaler.commands.output import emit
 from autoscaler.commands.progress import progress_bar
 
@@ -81,7 +82,7 @@ def _plot(run: BacktestRun, path: Path) -> None:
 @click.option("--input", "input_path", required=True, type=click.Path(path_type=Path), help="CSV(.gz): timestamp,value")
 @click.option("--step", default="5m", show_default=True, help="aggregation step (mean per step)")
 @click.option("--horizons", default="15m,30m,60m", show_default=True, help="comma-separated horizons")
-@click.option("--quantile", default=0.9, show_default=True, type=float, help="policy quantile")
+@click.option("--quantile", default=0.9, show_default=True, type=decimal(), help="policy quantile")
 @click.option("--format", "output_format", type=click.Choice(["json", "table"]), default="json", show_default=True)
 @click.option("--origin-every", default="6h", show_default=True, help="spacing of rolling origins")
 @click.option("--eval-days", default="7d", show_default=True, help="evaluation period at the end of the series")

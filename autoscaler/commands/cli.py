@@ -19,6 +19,8 @@ import click
 
 from autoscaler import __version__
 from autoscaler.commands.errors import CommandFailed
+from autoscaler.commands.numbers import integer
+from autoscaler.decimals import parse_integer
 
 if TYPE_CHECKING:
     from autoscaler.settings import Settings
@@ -151,10 +153,10 @@ class PortOrOff(click.ParamType[int | str]):
             return value
         if value == self.OFF:
             return self.OFF
-        try:
-            return int(value)
-        except ValueError:
+        port = parse_integer(value)
+        if port is None:
             self.fail(f"{value!r} is neither a port number nor 'off'", param, ctx)
+        return port
 
 
 @main.command()
@@ -166,8 +168,8 @@ class PortOrOff(click.ParamType[int | str]):
     help="Read-only trial: forecast your cluster's GPU demand per pool from this Prometheus (kube-state-metrics, "
     "dcgm-exporter) and show it on the page; no config, no cluster access, nothing served to the cluster.",
 )
-@click.option("--secure-port", type=int, help="HTTPS port of the external metrics API [default: 6443].")
-@click.option("--http-port", type=int, help="Plain HTTP port for probes and /metrics [default: 8080].")
+@click.option("--secure-port", type=integer(), help="HTTPS port of the external metrics API [default: 6443].")
+@click.option("--http-port", type=integer(), help="Plain HTTP port for probes and /metrics [default: 8080].")
 @click.option(
     "--grpc-port",
     type=PortOrOff(),

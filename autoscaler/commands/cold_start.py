@@ -12,6 +12,7 @@ from typing import Any
 import click
 import pandas as pd
 
+from autoscaler.commands.numbers import decimal
 from autoscaler.commands.simulate import _seconds
 from autoscaler.simulation.cold_start import ColdStartConfig, WakeOutcome, simulate_wakers
 
@@ -49,13 +50,13 @@ def _figures(result: WakeOutcome) -> dict[str, Any]:
     help="requests per minute: a timestamp,value CSV(.gz) (tests/data_helpers.py writes the Alibaba GenAI one)",
 )
 @click.option("--cold-start", default="3m", show_default=True, help="pod start plus model load, until Ready")
-@click.option("--replica-rate", default=20.0, show_default=True, type=float, help="requests/s one replica serves")
-@click.option("--quantile", default=0.9, show_default=True, type=click.FloatRange(0, 1, min_open=True, max_open=True))
+@click.option("--replica-rate", default=20.0, show_default=True, type=decimal(), help="requests/s one replica serves")
+@click.option("--quantile", default=0.9, show_default=True, type=decimal(0, 1, min_open=True, max_open=True))
 @click.option(
     "--activation",
     default=0.0,
     show_default=True,
-    type=click.FloatRange(min=0),
+    type=decimal(min=0),
     help="requests/s the forecast must exceed to wake the Deployment (a KEDA ScaledObject's activationValue; "
     "0: the HPA's rule, any positive forecast)",
 )

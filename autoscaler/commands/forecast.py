@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from autoscaler.commands.errors import CommandFailed
+from autoscaler.commands.numbers import decimal
 
 if TYPE_CHECKING:  # imported when the command runs, so that `--help` stays light
     import numpy as np
@@ -93,7 +94,7 @@ def _headers(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
 @click.option("--step", default="5m", show_default=True, callback=_duration, help="Resolution of history and forecast.")
 @click.option("--horizon", default="1h", show_default=True, callback=_duration, help="How far ahead to forecast.")
 @click.option(
-    "--quantile", default=0.9, show_default=True, type=click.FloatRange(0.5, 1.0, min_open=True, max_open=True)
+    "--quantile", default=0.9, show_default=True, type=decimal(0.5, 1.0, min_open=True, max_open=True)
 )
 @click.option(
     "--at", "at", callback=_moment, help="Forecast as of this moment (RFC 3339 or Unix seconds) [default: now]."

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 from autoscaler.commands.errors import CommandFailed, writing
+from autoscaler.commands.numbers import decimal, integer
 
 if TYPE_CHECKING:  # heavy: imported when the command runs, not for --help
     import pandas as pd
@@ -41,8 +42,8 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> timedel
 @click.option("--since", default="30d", show_default=True, callback=_duration, help="history to replay")
 @click.option("--output", "output", required=True, type=click.Path(path_type=Path, dir_okay=False), help="HTML file")
 @click.option("--lead-time", default="5m", show_default=True, callback=_duration, help="node lead time")
-@click.option("--gpus-per-node", default=8, show_default=True, type=click.IntRange(1, 64))
-@click.option("--gpu-hour-price", default=4.0, show_default=True, type=click.FloatRange(0), help="cost of one GPU-hour")
+@click.option("--gpus-per-node", default=8, show_default=True, type=integer(1, 64))
+@click.option("--gpu-hour-price", default=4.0, show_default=True, type=decimal(0), help="cost of one GPU-hour")
 @click.option("--policies", default=DEFAULT_POLICIES, show_default=True, help="comma-separated NAME[:PARAMETER]")
 @click.option(
     "--warmup",
@@ -50,7 +51,7 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> timedel
     callback=lambda ctx, param, value: None if value is None else _duration(ctx, param, value),
     help="history that only trains the forecasters [default: a quarter of the history, 1d to 7d]",
 )
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="processes")
+@click.option("--workers", default=1, show_default=True, type=integer(1, 64), help="processes")
 def report_command(
     prometheus_url: str,
     since: timedelta,

@@ -11,6 +11,7 @@ import click
 import pandas as pd
 from click.core import ParameterSource
 
+from autoscaler.commands.numbers import decimal, integer
 from autoscaler.commands.output import emit
 from autoscaler.commands.progress import progress_bar
 from autoscaler.settings import ForecastSettings
@@ -53,7 +54,7 @@ def _seconds(flag: str, text: str, *, allow_zero: bool = False) -> float:
     help="pod trace instead of --input: Alibaba v2023 openb_pod_list_*.csv(.gz), or arrival,duration,gpus",
 )
 @click.option("--step", default="1m", show_default=True, help="simulation step (demand resolution)")
-@click.option("--gpus-per-node", default=8, show_default=True, type=int)
+@click.option("--gpus-per-node", default=8, show_default=True, type=integer())
 @click.option("--lead-time", default="5m", show_default=True, help="node lead time the policies plan for")
 @click.option(
     "--lead-time-distribution",
@@ -71,7 +72,7 @@ def _seconds(flag: str, text: str, *, allow_zero: bool = False) -> float:
 @click.option("--policies", default=DEFAULT_POLICIES, show_default=True, help="comma-separated NAME[:PARAMETER]")
 @click.option("--schedule", "schedules", multiple=True, help='declared window "CRON;GPUS;DURATION" (UTC), repeatable')
 @click.option("--consolidate-after", default="10m", show_default=True, help="empty nodes go after this")
-@click.option("--gpu-hour-price", type=float, default=None, help="adds cost = provisioned GPU-hours x price")
+@click.option("--gpu-hour-price", type=decimal(), default=None, help="adds cost = provisioned GPU-hours x price")
 @click.option("--format", "output_format", type=click.Choice(["json", "table"]), default="json", show_default=True)
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None, help="write a PNG here")
 @click.option("--forecast-step", default="5m", show_default=True, help="the forecasters' step (signal step)")
@@ -103,14 +104,14 @@ def _seconds(flag: str, text: str, *, allow_zero: bool = False) -> float:
 )
 @click.option(
     "--buffer-chunk-gpus",
-    type=int,
+    type=integer(),
     default=None,
     help=f"GPUs of one CapacityBuffer replica (its PodTemplate), with --actuation capacity-buffer "
     f"[default: {PLACEHOLDER_GPUS}, a placeholder's size]",
 )
 @click.option(
     "--buffer-limit-gpus",
-    type=click.IntRange(min=0),
+    type=integer(min=0),
     default=None,
     help="the CapacityBuffer's spec.limits on its GPU resource, with --actuation capacity-buffer: the "
     "autoscaler provisions at most the whole chunks that fit [default: no limits]",
@@ -138,7 +139,7 @@ def _seconds(flag: str, text: str, *, allow_zero: bool = False) -> float:
 )
 @click.option(
     "--tune-gain",
-    type=click.FloatRange(0, 2),
+    type=decimal(0, 2),
     default=0.0,
     show_default=True,
     help="auto-slo's online calibration: the level asked moves by GAIN x (target - attained) each period",
@@ -153,21 +154,21 @@ def _seconds(flag: str, text: str, *, allow_zero: bool = False) -> float:
 )
 @click.option(
     "--launch-failure-rate",
-    type=click.FloatRange(0, 1, max_open=True),
+    type=decimal(0, 1, max_open=True),
     default=0.0,
     show_default=True,
     help="probability that a node launch fails (retried by a new batch, or falling back to the next pool)",
 )
 @click.option(
     "--spot-interruptions",
-    type=click.FloatRange(0),
+    type=decimal(0),
     default=0.0,
     show_default=True,
     help="interruptions per spot node-hour (2-minute notice; the node's pods are Pending again); "
     "without --pools the one pool is a spot pool",
 )
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="processes")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--workers", default=1, show_default=True, type=integer(1, 64), help="processes")
+@click.option("--seed", default=0, show_default=True, type=integer())
 def simulate_command(
     input_path: Path | None,
     pods_path: Path | None,
