@@ -185,9 +185,12 @@ async def build_access(settings: Settings, kube: ApiClient | None = None) -> Acc
     uses_kubernetes = needs_kubernetes_api(settings)
     if uses_kubernetes and kube is None:
         raise ValueError("this auth configuration needs the Kubernetes API, but no client was given")
+    # The API asks SubjectAccessReview only where auth says so: a client that the Kubernetes API serves
+    # for something else (inputs, gRPC or ops-port reviews) does not make allow-authenticated ask.
+    reviews = auth.mode == "kubernetes" or auth.authorization == "kubernetes"
     authorizer: Authorizer = (
         kubernetes_auth.kubernetes_authorizer(kube, auth)
-        if kube is not None and uses_kubernetes
+        if kube is not None and uses_kubernetes and reviews
         else AllowAuthenticated()
     )
     if auth.mode == "kubernetes" and kube is not None:

@@ -131,3 +131,21 @@ async def test_missing_configmap_stops_start_up(fake_kube, kube_api, tmp_path):
     settings = Settings.model_validate({"auth": {"mode": "kubernetes"}, "state_dir": str(tmp_path)})
     with pytest.raises(KubeError, match="extension-apiserver-authentication"):
         await build_access(settings, kube_api)
+
+
+async def test_allow_authenticated_asks_no_review_though_kubernetes_serves_other_checks(pki, kube_api, tmp_path):
+    """auth.authorization: allow-authenticated with the Kubernetes API in use for the gRPC port's
+    reviews: the HTTPS API still asks no SubjectAccessReview (docs/configuration.md)."""
+    from autoscaler.web.auth import AllowAuthenticated
+
+    def settings(authorization: str) -> Settings:
+        return Settings.model_validate(
+            {
+                "server": {"grpc_authorization": "subjectaccessreview", "grpc_client_ca_file": str(pki.client_ca)},
+                "auth": {"mode": "files", "client_ca_file": str(pki.client_ca), "authorization": authorization},
+                "state_dir": str(tmp_path / "state"),
+            }
+        )
+
+    assert isinstance((await build_access(settings("allow-authenticated"), kube_api)).authorizer, AllowAuthenticated)
+    assert not isinstance((await build_access(settings("kubernetes"), kube_api)).authorizer, AllowAuthenticated)

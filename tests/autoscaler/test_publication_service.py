@@ -134,7 +134,9 @@ async def test_a_new_pod_with_an_empty_state_dir_serves_the_published_values_at_
         async def published() -> list[dict[str, Any]]:
             assert ready_old.ready
             served = await items(session, old, "gpu_demand_forecast")
-            status = fake_kube.get("gpuforecasts", HOME, NAMESPACE)["status"]
+            forecast = fake_kube.get("gpuforecasts", HOME, NAMESPACE)
+            assert forecast is not None, "not created yet"  # the publisher writes in the background
+            status = forecast["status"]
             assert abs(status["items"][0]["value"] - _value(served[0]["value"])) < 0.001
             return served
 
