@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 import pandas as pd
@@ -30,17 +30,7 @@ PolicyName = Literal[
     "auto-slo",
     "oracle",
 ]
-POLICY_NAMES: tuple[PolicyName, ...] = (
-    "reactive",
-    "static_buffer",
-    "reactive_max",
-    "scheduled",
-    "scheduled_buffer",
-    "holt_winters",
-    "auto",
-    "auto-slo",
-    "oracle",
-)
+POLICY_NAMES: tuple[PolicyName, ...] = get_args(PolicyName)
 # Heuristics an operator tunes to a target on the past and runs on the future: ``static_buffer@1%``.
 TUNABLE: frozenset[str] = frozenset({"static_buffer", "scheduled_buffer", "reactive_max"})
 FORECASTING: frozenset[str] = frozenset({"holt_winters", "auto"})
