@@ -7,18 +7,22 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import pandas as pd
 
 from autoscaler.commands.numbers import decimal
-from autoscaler.commands.simulate import _seconds
-from autoscaler.simulation.cold_start import ColdStartConfig, WakeOutcome, simulate_wakers
+
+if TYPE_CHECKING:  # imported when the command runs: --help loads none of pandas or NumPy
+    import pandas as pd
+
+    from autoscaler.simulation.cold_start import WakeOutcome
 
 
 def read_requests(path: Path) -> pd.Series:
     """A ``timestamp,value`` CSV(.gz) of requests per minute, on a regular 1-minute grid."""
+    import pandas as pd
+
     try:
         frame = pd.read_csv(path)
     except (OSError, ValueError) as error:
@@ -78,6 +82,9 @@ def cold_start_command(
     output_format: str,
 ) -> None:
     """Requests that arrive while a scaled-to-zero inference Deployment has no Ready replica."""
+    from autoscaler.commands.simulate_run import _seconds
+    from autoscaler.simulation.cold_start import ColdStartConfig, simulate_wakers
+
     try:
         if not replica_rate > 0:
             raise ValueError(f"--replica-rate must be above 0, got {replica_rate}")

@@ -93,9 +93,7 @@ def _headers(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
 @click.option("--lookback", default="14d", show_default=True, callback=_duration, help="History to fit on.")
 @click.option("--step", default="5m", show_default=True, callback=_duration, help="Resolution of history and forecast.")
 @click.option("--horizon", default="1h", show_default=True, callback=_duration, help="How far ahead to forecast.")
-@click.option(
-    "--quantile", default=0.9, show_default=True, type=decimal(0.5, 1.0, min_open=True, max_open=True)
-)
+@click.option("--quantile", default=0.9, show_default=True, type=decimal(0.5, 1.0, min_open=True, max_open=True))
 @click.option(
     "--at", "at", callback=_moment, help="Forecast as of this moment (RFC 3339 or Unix seconds) [default: now]."
 )

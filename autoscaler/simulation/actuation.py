@@ -47,21 +47,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
 
 import numpy as np
 
 from autoscaler.buffer_sizing import chunks_within, replicas_for
+from autoscaler.simulation.defaults import PLACEHOLDER_GPUS as PLACEHOLDER_GPUS  # re-exported
+from autoscaler.simulation.defaults import ActuationKind
 from autoscaler.simulation.hpa import SYNC_PERIOD_S, HPASpec, milli_value, placeholder_replicas
 
-ActuationKind = Literal["placeholder-hpa", "capacity-buffer"]
-ACTUATIONS: tuple[ActuationKind, ...] = ("placeholder-hpa", "capacity-buffer")
 # The buffer controller requeues every buffer this often, and triggers the provisioner each time;
 # the requeues fall this far after each whole step (see the module's docstring).
 BUFFER_RESYNC_S = 30.0
 BUFFER_RESYNC_OFFSET_S = 15.0
-# A placeholder holds one GPU (the HPA's AverageValue target of 1); a buffer chunk defaults to it.
-PLACEHOLDER_GPUS = 1
+# A placeholder holds one GPU (PLACEHOLDER_GPUS: the HPA's AverageValue target of 1); a buffer chunk
+# defaults to it.
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,11 @@ from typing import Literal
 
 import numpy as np
 
+from autoscaler.simulation.defaults import DEFAULT_TOLERANCE as DEFAULT_TOLERANCE  # re-exported
+
 PolicyKind = Literal["Pods", "Percent"]
 SelectPolicy = Literal["Max", "Min", "Disabled"]
 
-DEFAULT_TOLERANCE = 0.1
 SYNC_PERIOD_S = 15.0
 
 

@@ -28,7 +28,7 @@ print(json.dumps(sorted({name.split(".")[0] for name in sys.modules} & set(json.
 
 LIGHT_HELP = (
     ["--help"], ["serve", "--help"], ["check-config", "--help"], ["preflight", "-h"], ["backtest", "-h"],
-    ["report", "-h"],
+    ["report", "-h"], ["simulate", "--help"], ["simulate-cold-start", "--help"],
 )  # fmt: skip
 
 

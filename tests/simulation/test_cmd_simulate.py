@@ -280,3 +280,11 @@ def test_pools_failures_and_spot_interruptions_on_the_command_line(tmp_path, dem
     pools.write_text("pools:\n  - {name: a, gpus_per_node: 0, lead_time: fixed:5m}\n")
     assert_usage_error(_run("--input", str(demand_csv), "--pools", str(pools), *common), "pools.0.gpus_per_node")
     assert_usage_error(_run("--input", str(demand_csv), "--launch-failure-rate", "1", *common), "--launch-failure-rate")
+
+
+def test_the_default_lead_time_margin_is_the_services() -> None:
+    """simulate's help shows it without loading the settings: the two must stay equal."""
+    from autoscaler.commands.simulate import LEAD_TIME_MARGIN
+    from autoscaler.settings import ForecastSettings
+
+    assert f"{ForecastSettings().lead_time_margin.total_seconds():g}s" == LEAD_TIME_MARGIN
