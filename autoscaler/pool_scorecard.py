@@ -42,6 +42,7 @@ WAIT_BUCKETS_S: tuple[float, ...] = (15, 30, 60, 120, 300, 600, 900, 1800, 3600,
 PERIODS_S: Mapping[str, float] = {"1h": 3600.0, "24h": 86400.0, "7d": KEEP_S}
 MINUTE_COLUMNS = ("start", "short_gpu_seconds", "held_gpu_seconds", "used_gpu_seconds")
 EVENT_COLUMNS = ("at", "seconds")
+BUSY_COLUMNS = ("at", "fraction")
 JUDGMENT_COLUMNS = ("at", "served", "realized")
 
 
@@ -83,6 +84,7 @@ class _Arrays:
     waits: np.ndarray  # (at, seconds) rows
     window_delays: np.ndarray
     judgments: dict[str, np.ndarray]  # metric -> (at, served, realized) rows
+    busy: np.ndarray  # (at, fraction) rows
 
 
 def _within(rows: np.ndarray, start_s: float, end_s: float) -> np.ndarray:
@@ -97,6 +99,9 @@ class PoolScorecard:
         self.last_sample: tuple[float, float, float, float] | None = None  # at, short, held, used
         self.waits: deque[tuple[float, float]] = deque(maxlen=MAX_EVENTS)  # (scheduled at, seconds)
         self.window_delays: deque[tuple[float, float]] = deque(maxlen=MAX_EVENTS)  # (run at, seconds)
+        # DCGM's busy share of the pool's GPUs at each sample (where dcgm-exporter runs): a week of
+        # minutes at most.
+        self.busy: deque[tuple[float, float]] = deque(maxlen=int(KEEP_S / MINUTE_S))
         # metric -> (decided at, headroom served, rise realized over the lead time)
         self.judgments: dict[str, deque[tuple[float, float, float]]] = {}
         self.totals = Totals()
@@ -152,6 +157,13 @@ class PoolScorecard:
         self.delay_histogram.observe(delay_s)
         self._version += 1
 
+    def record_busy(self, at_s: float, fraction: float) -> None:
+        """The pool's GPUs' mean busy share (DCGM utilization, 0 to 1) at ``at_s``."""
+        if not (math.isfinite(fraction) and 0.0 <= fraction <= 1.0):
+            raise ValueError(f"busy share at {at_s!r}: {fraction!r} is not between 0 and 1")
+        self.busy.append((at_s, fraction))
+        self._version += 1
+
     def record_judgment(self, metric: str, at_s: float, served: float, realized: float) -> None:
         covered, judged = coverage(np.array([served]), np.array([realized]))
         if not judged:
@@ -169,7 +181,11 @@ class PoolScorecard:
             if start >= oldest:
                 break
             del self.minutes[start]
-        lists: list[deque[tuple[float, float]] | deque[tuple[float, float, float]]] = [self.waits, self.window_delays]
+        lists: list[deque[tuple[float, float]] | deque[tuple[float, float, float]]] = [
+            self.waits,
+            self.window_delays,
+            self.busy,
+        ]
         for events in [*lists, *self.judgments.values()]:
             while events and events[0][0] < oldest:
                 events.popleft()
@@ -186,6 +202,7 @@ class PoolScorecard:
                 waits=np.array(self.waits, dtype=np.float64).reshape(-1, 2),
                 window_delays=np.array(self.window_delays, dtype=np.float64).reshape(-1, 2),
                 judgments={m: np.array(e, dtype=np.float64).reshape(-1, 3) for m, e in self.judgments.items()},
+                busy=np.array(self.busy, dtype=np.float64).reshape(-1, 2),
             )
             self._arrays = (self._version, arrays)
         return self._arrays[1]
@@ -206,6 +223,7 @@ class PoolScorecard:
             covered, count = coverage(pairs[:, 1], pairs[:, 2])
             judged[metric] = {"covered": covered, "judged": count, "coverage": covered / count if count else None}
         allocation = gpu_allocation(minutes)
+        busy = _within(arrays.busy, start_s, end_s)[:, 1]
         return {
             "minutes_scored": shorts.minutes_scored,
             "minutes_short": shorts.minutes_short,
@@ -213,6 +231,7 @@ class PoolScorecard:
             "short_gpu_minutes": _rounded(shorts.short_gpu_minutes),
             "idle_gpu_hours": _rounded(idle_gpu_hours(minutes)),
             "gpu_allocation": None if allocation is None else _rounded(allocation),
+            "busy_utilization": _rounded(float(busy.mean())) if len(busy) else None,
             "capacity_wait_seconds": _waits(waits),
             "window_start_delay_seconds": _waits(delays),
             "coverage": judged,
@@ -226,6 +245,7 @@ class PoolScorecard:
             "last_sample": list(self.last_sample) if self.last_sample is not None else None,
             "waits": _columns(self.waits, EVENT_COLUMNS),
             "window_delays": _columns(self.window_delays, EVENT_COLUMNS),
+            "busy": _columns(self.busy, BUSY_COLUMNS),
             "judgments": {m: _columns(e, JUDGMENT_COLUMNS) for m, e in self.judgments.items()},
             "totals": dict(vars(self.totals)),
             "wait_histogram": {"counts": list(self.wait_histogram.counts), "total_s": self.wait_histogram.total_s},
@@ -248,6 +268,8 @@ class PoolScorecard:
             card.last_sample = tuple(_numbers(last, 4, "last_sample"))  # type: ignore[assignment]
         card.waits.extend((at, seconds) for at, seconds in _rows(document, "waits", EVENT_COLUMNS))
         card.window_delays.extend((at, seconds) for at, seconds in _rows(document, "window_delays", EVENT_COLUMNS))
+        for at, fraction in _rows(document, "busy", BUSY_COLUMNS):
+            card.record_busy(at, fraction)
         judgments = _mapping(document, "judgments")
         for metric in judgments:
             # A rise of demand is negative when demand fell: only finite.

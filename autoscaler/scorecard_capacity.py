@@ -2,7 +2,9 @@
 
 Held: allocatable GPUs of the pool's nodes (``presets.gpus_allocatable``). Used: GPUs requested by
 pods on them outside the placeholder namespaces (``presets.gpus_requested``, the value at the
-minute, not its peak). Both by ``nodepool``, as the signals count GPUs. A NaN or infinite answer is
+minute, not its peak). Both by ``nodepool``, as the signals count GPUs. Busy: dcgm-exporter's
+``DCGM_FI_DEV_GPU_UTIL`` averaged over the pool's GPUs (``presets.gpu_utilization``), as a share;
+absent where dcgm-exporter does not run. A NaN or infinite answer is
 a gap (``promql.to_signals``); a pool whose newest minute is a gap is left out of this sample, and
 the caller logs which.
 
@@ -54,6 +56,10 @@ class PoolCapacity:
         self.prometheus = prometheus
         self.waits_promql = capacity_wait_promql(WAIT_WINDOW, placeholder_namespaces)
         self.held = presets.gpus_allocatable(step=STEP, name="scorecard_gpus_held", liveness=None)
+        # DCGM utilization in percent, averaged over the pool's GPUs (absent without dcgm-exporter).
+        self.utilization = presets.gpu_utilization(
+            by=("nodepool",), step=STEP, name="scorecard_gpu_utilization", liveness=None
+        )
         self.used = presets.gpus_requested(
             step=STEP,
             name="scorecard_gpus_used",
@@ -67,6 +73,12 @@ class PoolCapacity:
         held = await self.prometheus.backfill(self.held, now - STEP, now)
         used = await self.prometheus.backfill(self.used, now - STEP, now)
         return _newest(held), _newest(used)
+
+    async def busy(self, now: datetime) -> dict[str, float]:
+        """Each pool's GPUs' mean busy share (0 to 1) at the newest minute; pools without DCGM series
+        are absent, a gap is NaN (the caller refuses it); raises ``AdapterError``."""
+        utilization = await self.prometheus.backfill(self.utilization, now - STEP, now)
+        return {pool: percent / 100.0 for pool, percent in _newest(utilization).items()}
 
     async def waits(self, now: datetime) -> list[PodWait]:
         """Capacity waits of GPU pods scheduled in the last ``WAIT_WINDOW``; raises ``AdapterError``."""

@@ -118,9 +118,28 @@ class LiveScorecard:
                 self.card(pool).sample(now_s, *values)
             except ValueError as error:
                 log.error("scorecard: pool %s: %s", pool, error)
+        await self._busy(now)
         if snapshot is not None:
             self._await_judgment(now_s, snapshot)
         self._judge_due()
+
+    async def _busy(self, now: datetime) -> None:
+        """DCGM's busy share per owned pool, where dcgm-exporter runs (no series: nothing recorded)."""
+        if self.capacity is None:
+            return
+        try:
+            busy = await self.capacity.busy(now)
+        except AdapterError as error:
+            log.error("scorecard: GPU utilization not read (%s) at %s", error, now)
+            return
+        for pool, fraction in sorted(busy.items()):
+            card = self.cards.get(pool) if self.owns(pool) else None
+            if card is None:  # not scored (yet): no sample of its GPUs held and used
+                continue
+            try:
+                card.record_busy(now.timestamp(), fraction)
+            except ValueError as error:
+                log.error("scorecard: pool %s: %s; not recorded", pool, error)
 
     def _prometheus_waits(self, now_s: float, waits: Sequence[tuple[str, str, float]]) -> None:
         """Waits kube-state-metrics shows (the pod watch is off), each pod counted once, stamped ``now``."""

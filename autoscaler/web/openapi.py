@@ -158,7 +158,9 @@ def _scorecard_schemas() -> dict[str, Any]:
         {
             "minutes_scored": count, "minutes_short": count, "minutes_short_fraction": amount,
             "short_gpu_minutes": amount, "idle_gpu_hours": {"type": "number"},
-            "gpu_allocation": _nullable({"type": "number"}), "capacity_wait_seconds": waits,
+            "gpu_allocation": _nullable({"type": "number"}),
+            "busy_utilization": _nullable({"type": "number", "minimum": 0, "maximum": 1}),
+            "capacity_wait_seconds": waits,
             "window_start_delay_seconds": waits,
             "coverage": {"type": "object", "description": "per headroom metric", "additionalProperties": coverage},
         }

@@ -37,10 +37,17 @@ class ScorecardMetrics(Collector):
         short_now = GaugeMetricFamily(
             "gpu_autoscaler_gpus_short", "GPUs requested by pods waiting for capacity at the last sample", labels=_POOL
         )
+        busy_now = GaugeMetricFamily(
+            "gpu_autoscaler_gpu_busy_ratio",
+            "Mean busy share of the pool's GPUs at the last sample (dcgm-exporter's DCGM_FI_DEV_GPU_UTIL / 100)",
+            labels=_POOL,
+        )
         for pool, card in sorted(cards.items()):
             if card.last_sample is not None:
                 short_now.add_metric([pool], card.last_sample[1])
-        yield short_now
+            if card.busy:
+                busy_now.add_metric([pool], card.busy[-1][1])
+        yield from (short_now, busy_now)
         for name, documentation in counters.items():
             family = CounterMetricFamily(f"gpu_autoscaler_{name}", documentation, labels=_POOL)
             for pool, card in sorted(cards.items()):

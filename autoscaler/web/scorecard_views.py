@@ -59,12 +59,13 @@ def scorecard_panel(periods: Mapping[str, Mapping[str, Any]] | None) -> str:
         return ""
     header = (
         "<tr><th>Last</th><th>Minutes short</th><th>Short GPU-minutes</th><th>Capacity wait p50 / p95 / max</th>"
-        "<th>Window start delay p95</th><th>Idle GPU-hours</th><th>GPU allocation</th><th>Live coverage</th></tr>"
+        "<th>Window start delay p95</th><th>Idle GPU-hours</th><th>GPU allocation</th><th>GPUs busy</th>"
+        "<th>Live coverage</th></tr>"
     )
     rows = []
     for name, figures in periods.items():
         wait, delay = figures["capacity_wait_seconds"], figures["window_start_delay_seconds"]
-        allocation = figures["gpu_allocation"]
+        allocation, busy = figures["gpu_allocation"], figures["busy_utilization"]
         cells = (
             name,
             f"{figures['minutes_short']} of {figures['minutes_scored']}",
@@ -73,6 +74,7 @@ def scorecard_panel(periods: Mapping[str, Mapping[str, Any]] | None) -> str:
             _minutes(delay["p95"]) + _count(delay["count"], "run"),
             f"{figures['idle_gpu_hours']:.1f}",
             "-" if allocation is None else f"{allocation * 100:.0f} %",
+            "-" if busy is None else f"{busy * 100:.0f} %",
             _coverage(figures["coverage"]),
         )
         rows.append("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in cells) + "</tr>")

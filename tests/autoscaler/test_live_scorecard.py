@@ -30,7 +30,7 @@ from autoscaler.settings import Settings
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.self_metrics import SelfMetrics
 from tests.autoscaler.live_cluster import HOUR, MINUTE, PLACEHOLDERS
-from tests.cluster_scenario import Node, Pod, Scenario, start_prometheus
+from tests.cluster_scenario import BUSY_UTILIZATION, Node, Pod, Scenario, start_prometheus
 from tests.eventually import eventually
 from tests.kube_objects import gpu_pod_spec, pending_pod
 from tests.prometheus_fixture import PrometheusServer, binaries_or_skip
@@ -129,6 +129,8 @@ def period(
     capacity_wait: dict[str, Any] | None = None,
     window: dict[str, Any] | None = None,
     coverage: dict[str, Any] | None = None,
+    *,
+    busy: float | None,
 ) -> dict[str, Any]:
     return {
         "minutes_scored": scored,
@@ -137,10 +139,17 @@ def period(
         "short_gpu_minutes": short_gpu_minutes,
         "idle_gpu_hours": idle,
         "gpu_allocation": allocation,
+        "busy_utilization": busy,
         "capacity_wait_seconds": capacity_wait or waits(),
         "window_start_delay_seconds": window or waits(),
         "coverage": coverage or {},
     }
+
+
+def busy(held: int, gpus: int) -> float:
+    """DCGM's busy share of a pool whose Running pods hold ``held`` of its ``gpus`` GPUs (the scenario's
+    dcgm-exporter: 95 % on held GPUs, 0 on the others)."""
+    return round(BUSY_UTILIZATION / 100 * held / gpus, 6)
 
 
 def every_period(figures: dict[str, Any]) -> dict[str, Any]:
@@ -184,16 +193,19 @@ async def test_a_pool_short_of_12_gpus_for_20_minutes_shows_240_short_gpu_minute
     expected = {
         "at": f"{t0 + 20 * MINUTE:%Y-%m-%dT%H:%M:%SZ}",
         "pools": [
-            {"pool": "a100", "periods": every_period(period(20, 20, 240.0, 4.0, 0.25))},
-            {"pool": "h100", "periods": every_period(period(20, 0, 0.0, 0.0, 1.0))},
+            {"pool": "a100", "periods": every_period(period(20, 20, 240.0, 4.0, 0.25, busy=busy(6, 16)))},
+            {"pool": "h100", "periods": every_period(period(20, 0, 0.0, 0.0, 1.0, busy=busy(8, 8)))},
             # l4 holds 8 GPUs that nothing requests.
-            {"pool": "l4", "periods": every_period(period(20, 0, 0.0, round(8 * 20 / 60, 6), 0.0))},
+            {"pool": "l4", "periods": every_period(period(20, 0, 0.0, round(8 * 20 / 60, 6), 0.0, busy=0.0))},
         ],
     }
     assert (status, body) == (200, expected)
     assert sample(metrics, "gpu_autoscaler_short_gpu_seconds_total", "a100") == 240 * 60
     assert sample(metrics, "gpu_autoscaler_minutes_short_total", "a100") == 20
     assert sample(metrics, "gpu_autoscaler_minutes_short_total", "h100") == 0
+    # dcgm-exporter's utilization, read from the real Prometheus: the share of the pool's GPUs busy.
+    assert sample(metrics, "gpu_autoscaler_gpu_busy_ratio", "a100") == busy(6, 16)
+    assert sample(metrics, "gpu_autoscaler_gpu_busy_ratio", "l4") == 0.0
     assert series["a100"] == [12.0] * 20 + [0.0]
     _alert_fires_on(series, tmp_path)
 
@@ -309,9 +321,10 @@ async def test_a_cronjob_whose_pods_started_7_minutes_late_shows_7_minutes(
         status, body, metrics = await api_answer(pipeline, (t0 + 7 * MINUTE).to_pydatetime())
     # The pod waited 390 s for a node and ran 420 s after the run's scheduled time; Prometheus shows
     # nothing requesting l4's GPUs in those minutes.
-    l4 = period(7, 7, 7.0, round(8 * 7 / 60, 6), 0.0, waits(1, 390.0), waits(1, 420.0))
-    a100 = period(7, 0, 0.0, round(12 * 7 / 60, 6), 0.25)
-    h100 = period(7, 0, 0.0, 0.0, 1.0)
+    # The CronJob's pods are in the API only: what dcgm-exporter shows is the scenario's pods.
+    l4 = period(7, 7, 7.0, round(8 * 7 / 60, 6), 0.0, waits(1, 390.0), waits(1, 420.0), busy=0.0)
+    a100 = period(7, 0, 0.0, round(12 * 7 / 60, 6), 0.25, busy=busy(6, 16))
+    h100 = period(7, 0, 0.0, 0.0, 1.0, busy=busy(8, 8))
     assert (status, body) == (
         200,
         {
@@ -336,15 +349,16 @@ async def test_where_only_prometheus_shows_pods_their_capacity_waits_come_from_k
         for minute in range(3):  # the pod was scheduled at t0 - 50 min: in the window of each of these
             await score_at(pipeline, pipeline.scorecard, t0 - 49 * MINUTE + minute * MINUTE)
         status, body, metrics = await api_answer(pipeline, (t0 - 47 * MINUTE).to_pydatetime())
-    a100 = period(2, 0, 0.0, round(11 * 2 / 60, 6), round(5 / 16, 6), waits(1, 300.0))
+    # The late pod's GPU too: 4 + 2 + 1 of 16 held.
+    a100 = period(2, 0, 0.0, round(11 * 2 / 60, 6), round(5 / 16, 6), waits(1, 300.0), busy=busy(7, 16))
     assert (status, body) == (
         200,
         {
             "at": f"{t0 - 47 * MINUTE:%Y-%m-%dT%H:%M:%SZ}",
             "pools": [
                 {"pool": "a100", "periods": every_period(a100)},
-                {"pool": "h100", "periods": every_period(period(2, 0, 0.0, 0.0, 1.0))},
-                {"pool": "l4", "periods": every_period(period(2, 0, 0.0, round(8 * 2 / 60, 6), 0.0))},
+                {"pool": "h100", "periods": every_period(period(2, 0, 0.0, 0.0, 1.0, busy=busy(8, 8)))},
+                {"pool": "l4", "periods": every_period(period(2, 0, 0.0, round(8 * 2 / 60, 6), 0.0, busy=0.0))},
             ],
         },
     )

@@ -50,6 +50,10 @@ def test_figures_have_every_field_for_each_period() -> None:
     card.record_judgment("gpu_headroom", T0, 10.0, 12.0)
     card.record_judgment("gpu_headroom", T0 + 60, 10.0, 8.0)
     card.record_judgment("gpu_headroom", T0 + 120, 10.0, float("nan"))  # not judged
+    card.record_busy(T0 + 60, 0.2)
+    card.record_busy(T0 + 120, 0.3)
+    with pytest.raises(ValueError, match=r"busy share at .*: 1\.5 is not between 0 and 1"):
+        card.record_busy(T0 + 180, 1.5)
     figures = card.figures(T0 + 20 * 60)
     assert list(figures) == ["1h", "24h", "7d"]
     assert figures["7d"] == figures["1h"]
@@ -60,6 +64,7 @@ def test_figures_have_every_field_for_each_period() -> None:
         "short_gpu_minutes": 240.0,
         "idle_gpu_hours": 4.0,
         "gpu_allocation": 0.25,
+        "busy_utilization": 0.25,  # the mean of DCGM's samples in the period
         "capacity_wait_seconds": {"count": 2, "p50": 60.0, "p95": 87.0, "max": 90.0},
         "window_start_delay_seconds": {"count": 1, "p50": 420.0, "p95": 420.0, "max": 420.0},
         "coverage": {"gpu_headroom": {"covered": 1, "judged": 2, "coverage": 0.5}},

@@ -42,6 +42,7 @@ class Capacity:
         self.held, self.used = held, used
         self.error: Exception | None = None
         self.pod_waits: list[tuple[str, str, float]] = []
+        self.busy_shares: dict[str, float] = {}  # DCGM's busy share per pool; none: no dcgm-exporter
 
     async def waits(self, now: datetime) -> list[tuple[str, str, float]]:
         return list(self.pod_waits)
@@ -50,6 +51,11 @@ class Capacity:
         if self.error is not None:
             raise self.error
         return dict(self.held), dict(self.used)
+
+    async def busy(self, now: datetime) -> dict[str, float]:
+        if self.error is not None:
+            raise self.error
+        return dict(self.busy_shares)
 
 
 def scorecard(short: dict[str, float], capacity: Capacity | None = None, path: Path | None = None) -> LiveScorecard:
@@ -68,6 +74,33 @@ async def test_each_pool_is_sampled_and_a_pool_without_a_name_is_not() -> None:
     assert sorted(card.cards) == ["a100", "h100"]
     assert card.cards["a100"].totals.short_gpu_seconds == 2 * 60 * 3.0
     assert card.cards["h100"].totals.idle_gpu_seconds == 2 * 60 * 6.0
+
+
+async def test_dcgm_busy_shares_are_recorded_per_pool_and_bad_ones_refused(caplog: pytest.LogCaptureFixture) -> None:
+    capacity = Capacity({"a100": 8.0, "h100": 8.0}, {"a100": 4.0, "h100": 8.0})
+    card = scorecard({}, capacity)
+    capacity.busy_shares = {"a100": 0.5, "h100": 0.9, "": 0.1}
+    await card.collect(NOW)
+    capacity.busy_shares = {"a100": 0.3, "h100": float("nan")}
+    with caplog.at_level(logging.ERROR):
+        await card.collect(NOW + MINUTE)
+    capacity.busy_shares = {}  # dcgm-exporter gone: nothing recorded
+    await card.collect(NOW + 2 * MINUTE)
+    figures = card.figures(NOW + 3 * MINUTE)
+    assert figures["a100"]["1h"]["busy_utilization"] == 0.4
+    assert figures["h100"]["1h"]["busy_utilization"] == 0.9
+    assert "scorecard: pool h100: busy share at" in caplog.text and "nan is not between 0 and 1" in caplog.text
+    assert scorecard({}, Capacity({"l4": 8.0}, {})).cards == {}  # no sample yet, no figure
+    restored = PoolCapacityDocument.round_trip(card.cards["a100"])
+    assert list(restored.busy) == list(card.cards["a100"].busy)
+
+
+class PoolCapacityDocument:
+    @staticmethod
+    def round_trip(card: Any) -> Any:
+        from autoscaler.pool_scorecard import PoolScorecard
+
+        return PoolScorecard.from_document(json.loads(json.dumps(card.document())))
 
 
 async def test_a_nan_answer_skips_the_pool_and_says_which(caplog: pytest.LogCaptureFixture) -> None:

@@ -20,6 +20,7 @@ from tests.autoscaler.live_cluster import Clock
 from tests.autoscaler.test_live_scorecard import (
     MINUTE,
     api_answer,
+    busy,
     cluster,
     every_period,
     period,
@@ -66,14 +67,15 @@ async def test_each_refresh_is_scored_and_its_headroom_judged_after_the_lead_tim
         status, body, metrics = await api_answer(pipeline, (t0 + 68 * MINUTE).to_pydatetime())
     # Demand held steady: every served headroom covered the (zero) rise over its lead time.
     covered = {"gpu_headroom": {"covered": 4, "judged": 4, "coverage": 1.0}}
+    a100, h100, l4_idle = busy(6, 16), busy(8, 8), round(8 * 8 / 60, 6)  # DCGM: the scenario's pods' GPUs
     assert (status, body) == (
         200,
         {
             "at": f"{t0 + 68 * MINUTE:%Y-%m-%dT%H:%M:%SZ}",
             "pools": [
-                {"pool": "a100", "periods": every_period(period(8, 0, 0.0, 1.6, 0.25, coverage=covered))},
-                {"pool": "h100", "periods": every_period(period(8, 0, 0.0, 0.0, 1.0, coverage=covered))},
-                {"pool": "l4", "periods": every_period(period(8, 0, 0.0, round(8 * 8 / 60, 6), 0.0, coverage=covered))},
+                {"pool": "a100", "periods": every_period(period(8, 0, 0.0, 1.6, 0.25, coverage=covered, busy=a100))},
+                {"pool": "h100", "periods": every_period(period(8, 0, 0.0, 0.0, 1.0, coverage=covered, busy=h100))},
+                {"pool": "l4", "periods": every_period(period(8, 0, 0.0, l4_idle, 0.0, coverage=covered, busy=0.0))},
             ],
         },
     )

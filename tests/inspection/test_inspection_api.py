@@ -277,6 +277,7 @@ def test_the_scorecard_gives_each_period_of_each_pool(ops_server: OpsServer):
         "short_gpu_minutes": 2.0,
         "idle_gpu_hours": 0.1,
         "gpu_allocation": 0.75,
+        "busy_utilization": None,  # no dcgm-exporter here
         "capacity_wait_seconds": {"count": 1, "p50": 45.0, "p95": 45.0, "max": 45.0},
         "window_start_delay_seconds": {"count": 1, "p50": 420.0, "p95": 420.0, "max": 420.0},
         "coverage": {"gpu_headroom": {"covered": 0, "judged": 1, "coverage": 0.0}},

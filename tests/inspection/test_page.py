@@ -252,7 +252,7 @@ def test_page_in_headless_chromium(ops_server: OpsServer, tmp_path: Path):
 
 SCORECARD_ROW = (
     "<tr><td>1h</td><td>1 of 3</td><td>2.0</td><td>0.8 min / 0.8 min / 0.8 min (1 pod)</td>"
-    "<td>7.0 min (1 run)</td><td>0.1</td><td>75 %</td><td>gpu_headroom: 0/1 (0 %)</td></tr>"
+    "<td>7.0 min (1 run)</td><td>0.1</td><td>75 %</td><td>-</td><td>gpu_headroom: 0/1 (0 %)</td></tr>"
 )
 
 
@@ -316,10 +316,11 @@ def test_the_scorecard_panel_counts_pods_and_runs_and_escapes_metric_names():
     none = {"count": 0, "p50": None, "p95": None, "max": None}
     figures = {
         "minutes_scored": 0, "minutes_short": 0, "minutes_short_fraction": 0.0, "short_gpu_minutes": 0.0,
-        "idle_gpu_hours": 0.0, "gpu_allocation": None, "capacity_wait_seconds": waits,
+        "idle_gpu_hours": 0.0, "gpu_allocation": None, "busy_utilization": 0.356, "capacity_wait_seconds": waits,
         "window_start_delay_seconds": none, "coverage": {"<b>": {"covered": 0, "judged": 0, "coverage": None}},
     }  # fmt: skip
     html = scorecard_panel({"1h": figures})
     assert "<td>0.5 min / 0.9 min / 1.0 min (2 pods)</td><td>- (0 runs)</td>" in html
-    assert "<td>-</td><td>&lt;b&gt;: 0/0</td>" in html
+    # Allocation unknown; GPUs busy, from DCGM; the metric's name escaped.
+    assert "<td>-</td><td>36 %</td><td>&lt;b&gt;: 0/0</td>" in html
     assert scorecard_panel(None) == ""
