@@ -18,10 +18,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import fcntl
 import logging
 import socket
 import ssl
 import struct
+import termios
 import time
 from collections.abc import Callable
 from typing import Any
@@ -36,6 +38,8 @@ _refusals = ThrottledLog(log)  # a client certificate refused
 _protocol_refusals = ThrottledLogByReason(log)  # no TLS version or cipher in common, not TLS at all
 _stalls = ThrottledLog(log)  # clients that stopped reading
 # Out of descriptors or memory: asyncio's own accept loop also waits a second before trying again.
+# The kernel's send queue of a socket (Linux; elsewhere only the TLS layer's buffer is counted).
+_OUTQ: int | None = getattr(termios, "TIOCOUTQ", None)
 _RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
@@ -63,7 +67,12 @@ class WriteStallGuard:
             if transport.is_closing():
                 del self._watched[transport]
                 continue
-            size = transport.get_write_buffer_size()
+            try:
+                size = _unsent(transport)
+            except Exception:  # a transport in a state nobody expected: not watched any more
+                del self._watched[transport]
+                log.exception("write-stall guard: a connection's write buffer could not be read; not watched")
+                continue
             if size == 0 or size < last_size:
                 self._watched[transport] = (size, now)
             elif now - since < self.timeout_s:
@@ -85,7 +94,23 @@ class WriteStallGuard:
     async def run(self) -> None:
         while True:
             await asyncio.sleep(min(1.0, self.timeout_s / 2))
-            self.sweep()
+            try:
+                self.sweep()
+            except Exception:  # one odd transport must not end the guard for every connection
+                log.exception("write-stall guard: a sweep failed; the next one goes on")
+
+
+def _unsent(transport: asyncio.Transport) -> int:
+    """Bytes of answers not yet taken by the peer: the TLS layer's buffer plus the kernel's send queue
+    (Linux ``SIOCOUTQ``). The TLS layer's own count shrinks whenever it hands bytes to the socket
+    layer below it, so alone it showed progress for a client that pipelines requests and reads
+    nothing; the sum only shrinks when the peer acknowledges what it read."""
+    queued = 0
+    sock = transport.get_extra_info("socket")
+    if sock is not None and _OUTQ is not None:
+        with contextlib.suppress(OSError, ValueError):
+            queued = struct.unpack("I", fcntl.ioctl(sock.fileno(), _OUTQ, struct.pack("I", 0)))[0]
+    return transport.get_write_buffer_size() + queued
 
 
 def _address(peer: Any) -> str:

@@ -14,6 +14,7 @@ import pytest
 
 from autoscaler.web.responses import status
 from tests.autoscaler.conftest import RunningServer
+from tests.eventually import eventually
 from tests.pki import Client, without_common_name
 
 PREFIX = "/apis/external.metrics.k8s.io/v1beta1"
@@ -269,3 +270,39 @@ async def test_a_selector_bound_go_would_not_parse_is_a_400(api_server):
         assert (await response.json())["message"] == (
             "invalid labelSelector: for '>' the value must be an integer, got '1_000'"
         )
+
+
+class _Transport:
+    """What WriteStallGuard reads of a transport: a write buffer that stays full, or a broken one."""
+
+    def __init__(self, size: int, broken: bool = False) -> None:
+        self.size, self.broken, self.aborted = size, broken, False
+
+    def is_closing(self) -> bool:
+        return self.aborted
+
+    def get_write_buffer_size(self) -> int:
+        if self.broken:
+            raise RuntimeError("a transport in a state nobody expected")
+        return self.size
+
+    def get_extra_info(self, name: str) -> object:
+        return ("127.0.0.1", 5555) if name == "peername" else None
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+async def test_a_broken_connection_does_not_end_the_write_stall_guard(caplog):
+    from autoscaler.web.tls_accept import WriteStallGuard
+
+    guard = WriteStallGuard(0.2)
+    broken, stalled = _Transport(100, broken=True), _Transport(100)
+    guard.watch(broken)  # type: ignore[arg-type]
+    guard.watch(stalled)  # type: ignore[arg-type]
+    task = asyncio.create_task(guard.run())
+    try:
+        await eventually(lambda: stalled.aborted, message="the stalled connection aborted", timeout=5)
+    finally:
+        task.cancel()
+    assert "write-stall guard: a connection's write buffer could not be read; not watched" in caplog.text

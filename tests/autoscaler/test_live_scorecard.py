@@ -204,7 +204,7 @@ async def test_a_pool_short_of_12_gpus_for_20_minutes_shows_240_short_gpu_minute
     assert sample(metrics, "gpu_autoscaler_minutes_short_total", "a100") == 20
     assert sample(metrics, "gpu_autoscaler_minutes_short_total", "h100") == 0
     # dcgm-exporter's utilization, read from the real Prometheus: the share of the pool's GPUs busy.
-    assert sample(metrics, "gpu_autoscaler_gpu_busy_ratio", "a100") == busy(6, 16)
+    assert sample(metrics, "gpu_autoscaler_gpu_busy_ratio", "a100") == pytest.approx(busy(6, 16), abs=1e-9)
     assert sample(metrics, "gpu_autoscaler_gpu_busy_ratio", "l4") == 0.0
     assert series["a100"] == [12.0] * 20 + [0.0]
     _alert_fires_on(series, tmp_path)
