@@ -116,6 +116,23 @@ class LedgerPrefix:
         return target.attained(figures, wait_figures(self.window_start_delays(runs)))
 
 
+def judge(
+    prefixes: Mapping[str, LedgerPrefix],
+    target: ServiceTarget,
+    start_s: float,
+    end_s: float,
+    window_starts: np.ndarray = _NO_WINDOWS,
+) -> list[tuple[str, float, float]]:
+    """Each candidate's (text, what it attained over ``[start_s, end_s)``, infinite when nothing can
+    be judged, held GPU-seconds), in order."""
+    judged = []
+    for text, prefix in prefixes.items():
+        _, held = prefix.window(start_s, end_s)
+        attained = prefix.attained(target, start_s, end_s, window_starts)
+        judged.append((text, math.inf if attained is None else attained, held))
+    return judged
+
+
 def choose(
     prefixes: Mapping[str, LedgerPrefix],
     target: ServiceTarget,
@@ -129,14 +146,16 @@ def choose(
     equals, the cheapest). Ties go to the first in order. Also whether it met the level, and what it
     attained (infinite when the window holds nothing to judge: no minute, or for a window start
     delay target, no window run)."""
-    judged = []
-    for text, prefix in prefixes.items():
-        _, held = prefix.window(window_start_s, now_s)
-        attained = prefix.attained(target, window_start_s, now_s, window_starts)
-        judged.append((text, math.inf if attained is None else attained, held))
+    judged = judge(prefixes, target, window_start_s, now_s, window_starts)
     met = [entry for entry in judged if entry[1] <= asked + 1e-12]
     text, attained, _ = min(met, key=lambda entry: entry[2]) if met else min(judged, key=lambda e: (e[1], e[2]))
     return text, bool(met), attained
+
+
+# choose's signature: (prefixes, target, asked, judged from, now, window run starts) -> choice.
+Chooser = Callable[
+    [Mapping[str, LedgerPrefix], ServiceTarget, float, float, float, np.ndarray], tuple[str, bool, float]
+]
 
 
 def calibrated(asked: float, target: ServiceTarget, attained: float, settings: TuningSettings) -> float:
@@ -161,19 +180,22 @@ def walk_forward(
     calibrate: bool,
     history_from_s: float,
     window_starts: np.ndarray = _NO_WINDOWS,
+    chooser: Chooser | None = None,
 ) -> list[Choice]:
     """The choice for each period of ``settings.every_s`` from ``decisions_from_s`` to ``end_s``, each
     judged over ``[max(history_from_s, now - window), now)`` (:func:`choose`; ``window_starts``: the
     window runs' start times, for a window start delay target). Calibrating, the level asked moves
-    after each period by what the chosen candidate attained in it."""
+    after each period by what the chosen candidate attained in it. ``chooser`` replaces
+    :func:`choose` (benchmarks/slo_rules.py compares rules on the same candidates)."""
     prefixes = prefixes_of(candidates)
+    pick = chooser or choose
     asked = target.value
     choices: list[Choice] = []
     now = decisions_from_s
     while now < end_s:
         following = min(now + settings.every_s, end_s)
         judged_from = max(history_from_s, now - settings.window_s)
-        text, met, _ = choose(prefixes, target, asked, judged_from, now, window_starts)
+        text, met, _ = pick(prefixes, target, asked, judged_from, now, window_starts)
         choices.append(Choice(now, following, text, asked, met))
         if calibrate:
             attained = prefixes[text].attained(target, now, following, window_starts)

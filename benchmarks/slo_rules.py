@@ -16,22 +16,26 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import pickle
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import autoscaler.simulation.runner as runner
-from autoscaler import service_levels
 from autoscaler.scorecard import MinuteLedger, ServiceTarget
-from autoscaler.service_levels import Choice, LedgerPrefix, TuningSettings, prefixes_of, walk_forward
+from autoscaler.service_levels import (
+    Choice,
+    Chooser,
+    LedgerPrefix,
+    TuningSettings,
+    judge,
+    prefixes_of,
+    walk_forward,
+)
 from benchmarks.slo_attainment import COMMON, trace_arguments
-
-Chooser = Callable[..., tuple[str, bool, float]]
 
 
 def capture(name: str, out: Path) -> list[tuple[Any, ...]]:
@@ -76,13 +80,14 @@ def preferring_levels(margin: float) -> Chooser:
     """The cheapest level that met, unless a buffer that met is cheaper by more than ``margin``."""
 
     def choose(
-        prefixes: Mapping[str, LedgerPrefix], target: ServiceTarget, asked: float, start_s: float, now_s: float, *_: Any
+        prefixes: Mapping[str, LedgerPrefix],
+        target: ServiceTarget,
+        asked: float,
+        start_s: float,
+        now_s: float,
+        window_starts: np.ndarray,
     ) -> tuple[str, bool, float]:
-        judged = []
-        for text, prefix in prefixes.items():
-            _, held = prefix.window(start_s, now_s)
-            attained = prefix.attained(target, start_s, now_s, np.zeros(0))
-            judged.append((text, math.inf if attained is None else attained, held))
+        judged = judge(prefixes, target, start_s, now_s, window_starts)
         met = [entry for entry in judged if entry[1] <= asked + 1e-12]
         if not met:
             text, attained, _ = min(judged, key=lambda entry: (entry[1], entry[2]))
@@ -138,21 +143,17 @@ def evaluate(calls: list[tuple[Any, ...]]) -> dict[tuple[str, float], dict[str, 
                 if (families != "buffers" and text.startswith("auto:"))
                 or (families != "levels" and text.startswith("scheduled_buffer:"))
             ]
-            original = service_levels.choose
-            service_levels.choose = chooser or original  # the variant's rule
-            try:
-                start_s, end_s, _ = args
-                choices = walk_forward(
-                    {text: ledgers[text] for text in texts},
-                    target,
-                    start_s,
-                    end_s,
-                    tuning,
-                    calibrate=calibrate,
-                    history_from_s=kwargs["history_from_s"],
-                )
-            finally:
-                service_levels.choose = original
+            start_s, end_s, _ = args
+            choices = walk_forward(
+                {text: ledgers[text] for text in texts},
+                target,
+                start_s,
+                end_s,
+                tuning,
+                calibrate=calibrate,
+                history_from_s=kwargs["history_from_s"],
+                chooser=chooser,
+            )
             short, held = stitched(prefixes, choices)
             rows.setdefault((name, value), {})["figures"] = f"{short:.3%} / {held:,.0f}"
     return rows
