@@ -994,6 +994,10 @@ class FakeKube:
 
     async def _token_review(self, request: web.Request) -> web.Response | None:
         body = await request.json()
+        try:  # checked against Kubernetes' own schema (kubernetes-validate), as kube-apiserver checks it
+            validate("authentication.k8s.io", "TokenReview", body)
+        except Refused as refused:
+            return web.json_response(refused.status, status=refused.status["code"])
         self.token_requests.append(body)
         failed, failure = await self._review_failure(request)
         if failed:

@@ -64,7 +64,8 @@ CORE_KINDS = frozenset(
         ("", "Pod"), ("", "ConfigMap"), ("", "ResourceQuota"), ("", "PodTemplate"), ("batch", "CronJob"),
         ("batch", "Job"), ("coordination.k8s.io", "Lease"), ("apiregistration.k8s.io", "APIService"),
         ("apiextensions.k8s.io", "CustomResourceDefinition"), ("authorization.k8s.io", "SelfSubjectAccessReview"),
-        ("authorization.k8s.io", "SubjectAccessReview"), ("resource.k8s.io", "ResourceClaim"),
+        ("authorization.k8s.io", "SubjectAccessReview"), ("authentication.k8s.io", "TokenReview"),
+        ("resource.k8s.io", "ResourceClaim"),
         ("resource.k8s.io", "ResourceClaimTemplate"), ("resource.k8s.io", "DeviceClass"),
         ("resource.k8s.io", "ResourceSlice"),
     }

@@ -272,3 +272,23 @@ async def test_self_subject_access_review_answers_for_the_caller_and_checks_its_
     assert code == 400
     assert answer["message"] == 'strict decoding error: unknown field "spec.resourceAttributes.verbb"'
     assert [spec["resourceAttributes"]["verb"] for spec in fake_kube.ssar_requests] == ["get", "list"]
+
+
+async def test_access_reviews_are_checked_against_kubernetes_own_schemas(fake_kube):
+    """TokenReview and SubjectAccessReview bodies go through kubernetes-validate's schemas, as
+    kube-apiserver checks them: a field the API does not define is refused, not answered."""
+    import aiohttp
+
+    headers = {"Authorization": f"Bearer {fake_kube.bearer_token}"}
+    async with aiohttp.ClientSession(headers=headers) as session:
+        for group, plural, kind, spec, unknown in (
+            ("authentication.k8s.io", "tokenreviews", "TokenReview", {"tokn": "x"}, "spec.tokn"),
+            ("authorization.k8s.io", "subjectaccessreviews", "SubjectAccessReview", {"user": "u", "verbs": "get"},
+             "spec.verbs"),
+        ):  # fmt: skip
+            body = {"apiVersion": f"{group}/v1", "kind": kind, "spec": spec}
+            async with session.post(f"{fake_kube.url}/apis/{group}/v1/{plural}", json=body) as response:
+                status = await response.json()
+            assert response.status in (400, 422), (kind, status)
+            assert status["kind"] == "Status" and f'unknown field "{unknown}"' in status["message"], status
+    assert fake_kube.token_requests == []
