@@ -144,12 +144,12 @@ def windows_due(windows: Sequence[ScheduledWindow], now: datetime, lead_time: ti
     return [window for window in windows if now < window.start <= now + lead_time]
 
 
-def buffer_demand(buffer_gpus: float, situation: Situation) -> Decision:
+def buffer_demand(buffer_gpus: float, situation: Situation, with_windows: bool = True) -> Decision:
     """A static buffer above the GPUs requested now, plus the windows due within the lead time: a
     service-level target's buffer candidates (autoscaler/target_levels.py), the operator's static
-    buffer with a cron scaler for declared windows."""
+    buffer with a cron scaler for declared windows (``with_windows``), or without one."""
     requested = situation.requested_now if math.isfinite(situation.requested_now) else 0.0
-    due = windows_due(situation.windows, situation.now, situation.lead_time.value)
+    due = windows_due(situation.windows, situation.now, situation.lead_time.value) if with_windows else []
     explanation = f"a buffer of {buffer_gpus:g} GPUs above the GPUs requested now"
     if due:
         names = ", ".join(f"{w.namespace}/{w.name} ({w.gpus:g} GPUs)" for w in due)
@@ -318,15 +318,17 @@ class Situation:
     capacity: ReplicaCapacity | None = None  # replicas: one replica's learned capacity
 
 
-def decide(rule: Rule, situation: Situation, buffer_gpus: float | None = None) -> Decision | None:
+def decide(
+    rule: Rule, situation: Situation, buffer_gpus: float | None = None, buffer_windows: bool = True
+) -> Decision | None:
     """The served value and its reasons; ``None`` for replicas while no capacity can be learned.
 
     The forecast peak over the lead time plus open windows (or, for a headroom given ``buffer_gpus``,
-    :func:`buffer_demand`); for headroom, minus GPUs requested now and capped; then clamped to the
-    rule's bounds and paced on the way down.
+    :func:`buffer_demand`, with the windows due unless not ``buffer_windows``); for headroom, minus
+    GPUs requested now and capped; then clamped to the rule's bounds and paced on the way down.
     """
     if buffer_gpus is not None and rule.kind == "headroom":
-        demand = buffer_demand(buffer_gpus, situation)
+        demand = buffer_demand(buffer_gpus, situation, buffer_windows)
     else:
         demand = forecast_demand(
             situation.forecast,

@@ -6,9 +6,10 @@ GPUs requested at that moment and the GPUs of declared windows due within the le
 ``tune_every`` (a day by default), once a day of that record exists, each candidate is replayed
 against the demand that followed through the simulator's controller model (placeholder HPA and
 node pool; a worker process runs it): the levels' recorded headroom, and static buffers of the
-operator's grid (:func:`autoscaler.service_levels.buffer_grid`) each with the windows due. The
-cheapest candidate that met the target over the past ``tune_window`` is served until the next
-choice (:func:`autoscaler.service_levels.choose`, the simulator's ``auto-slo``). The level asked of
+operator's grid (:func:`autoscaler.service_levels.buffer_grid`) each with the windows due and, once
+the record holds a window, each without them. The cheapest candidate that met the target over the
+past ``tune_window`` is served until the next choice (:func:`autoscaler.service_levels.choose`, the
+simulator's ``auto-slo``; a level only when clearly cheaper than every buffer that met). The level asked of
 the past is calibrated by what the candidate served attained since the last choice: down after a
 miss, back up after a period within the target.
 
@@ -57,6 +58,8 @@ REPLAY_SETTLE_S = 3600.0
 # grid again, and the whole record is replayed once (the new buffers have no ledgers).
 GRID_MARGIN = 1.5
 BUFFER_PREFIX = "buffer:"
+# A buffer without the windows due: what an operator's static buffer alone holds.
+PLAIN_BUFFER_PREFIX = "plain_buffer:"
 
 
 # (series key, function, request, timeout in seconds) -> the function's result, run in a worker.
@@ -67,14 +70,16 @@ def level_text(level: float) -> str:
     return f"{level:g}"
 
 
-def buffer_text(gpus: int) -> str:
-    return f"{BUFFER_PREFIX}{gpus}"
+def buffer_text(gpus: int, with_windows: bool = True) -> str:
+    return f"{BUFFER_PREFIX if with_windows else PLAIN_BUFFER_PREFIX}{gpus}"
 
 
 def describe(candidate: str) -> str:
     """A candidate as the explanation names it: ``p95``, or ``a buffer of 24 GPUs plus windows due``."""
     if candidate.startswith(BUFFER_PREFIX):
         return f"a buffer of {candidate.removeprefix(BUFFER_PREFIX)} GPUs plus the windows due"
+    if candidate.startswith(PLAIN_BUFFER_PREFIX):
+        return f"a buffer of {candidate.removeprefix(PLAIN_BUFFER_PREFIX)} GPUs (windows not held)"
     return f"p{float(candidate) * 100:g}"
 
 
@@ -99,6 +104,8 @@ class LevelTuner:
         self._rows: deque[np.ndarray] = deque(maxlen=capacity)
         self._lead_time_s = 0.0
         self._grid_basis: float | None = None  # the demand the buffer grid is sized on
+        # Buffers without the windows due are candidates once the record holds a window due.
+        self._plain_buffers = False
         # Start times of the declared window runs seen (a window start delay target judges them).
         self._window_starts: set[float] = set()
         # Each candidate's replayed ledger (times in seconds since the epoch) up to ``_replayed_to``.
@@ -108,12 +115,20 @@ class LevelTuner:
     @property
     def level(self) -> float | None:
         """The quantile level served; None while a buffer is."""
-        return None if self.chosen.startswith(BUFFER_PREFIX) else float(self.chosen)
+        return None if self.chosen.startswith((BUFFER_PREFIX, PLAIN_BUFFER_PREFIX)) else float(self.chosen)
 
     @property
     def buffer_gpus(self) -> int | None:
         """The buffer served; None while a level is."""
-        return int(self.chosen.removeprefix(BUFFER_PREFIX)) if self.chosen.startswith(BUFFER_PREFIX) else None
+        for prefix in (BUFFER_PREFIX, PLAIN_BUFFER_PREFIX):
+            if self.chosen.startswith(prefix):
+                return int(self.chosen.removeprefix(prefix))
+        return None
+
+    @property
+    def buffer_windows(self) -> bool:
+        """Whether the buffer served holds the windows due."""
+        return not self.chosen.startswith(PLAIN_BUFFER_PREFIX)
 
     def record(
         self,
@@ -151,14 +166,21 @@ class LevelTuner:
 
     def replay_request(self) -> ReplayRequest:
         """The record not replayed yet (from a settling hour before it) on a regular grid of
-        ``step_s``, for every level and buffer; a missed refresh carries the last values."""
+        ``step_s``, for every level and buffer; a missed refresh carries the last values. The first
+        window due in the record adds the buffers without windows, and the whole record is replayed
+        once (they have no ledgers)."""
         buffers = self.buffers()
+        if not self._plain_buffers and any(row[1] > 0 for row in self._rows):
+            self._plain_buffers = True
+            self._ledgers, self._replayed_to = {}, None
         times = np.asarray(self._times)
         first = times[0] if self._replayed_to is None else max(times[0], self._replayed_to - REPLAY_SETTLE_S)
         grid = np.arange(first, times[-1] + self.step_s / 2, self.step_s)
         rows = np.asarray(self._rows)[np.searchsorted(times, grid, side="right") - 1]
         headroom = {level_text(level): rows[:, 2 + index] for index, level in enumerate(CANDIDATE_LEVELS)}
         headroom.update({buffer_text(gpus): gpus + rows[:, 1] for gpus in buffers})
+        if self._plain_buffers:
+            headroom.update({buffer_text(gpus, False): np.full(len(rows), float(gpus)) for gpus in buffers})
         return ReplayRequest(
             step_s=self.step_s,
             requested=rows[:, 0],
@@ -205,7 +227,17 @@ class LevelTuner:
                 self.asked = calibrated(self.asked, self.target, attained, self.tuning)
         window_start = max(self._times[0], now_s - self.tuning.window_s)
         so_far = _covered(live_prefix, self.target, window_start, now_s, window_starts)
-        chosen, met, attained = choose(prefixes, self.target, self.asked, window_start, now_s, window_starts)
+        levels = {level_text(level) for level in CANDIDATE_LEVELS}
+        chosen, met, attained = choose(
+            prefixes,
+            self.target,
+            self.asked,
+            window_start,
+            now_s,
+            window_starts,
+            forecasts=levels,
+            forecast_margin=self.tuning.forecast_margin,
+        )
         self.chosen, self.chosen_at = chosen, now_s
         days = (now_s - window_start) / 86400.0
         outcome = "met" if met else "came closest to"
@@ -213,8 +245,15 @@ class LevelTuner:
             f"chosen by replaying {len(CANDIDATE_LEVELS)} levels and {len(prefixes) - len(CANDIDATE_LEVELS)} "
             f"buffers over the last {days:.1f} days: {describe(chosen)} {outcome} the level asked "
             f"({figure(self.target, self.asked)}) with {figure(self.target, attained)}, at least cost"
+            + (_margin_note(self.tuning.forecast_margin) if met else "")
             + ("" if so_far is None else f"; live: {figure(self.target, so_far)} in the pool's scorecard")
         )
+
+
+def _margin_note(forecast_margin: float) -> str:
+    if forecast_margin <= 0:
+        return ""
+    return f" (a level only when {forecast_margin * 100:g} % cheaper than the cheapest buffer that met)"
 
 
 def _covered(
@@ -280,7 +319,7 @@ class TargetLevels:
         if tuner.level is not None:
             served = decisions[CANDIDATE_LEVELS.index(tuner.level)]
         else:
-            served = policy.decide(plan.rule, situation, buffer_gpus=tuner.buffer_gpus)
+            served = policy.decide(plan.rule, situation, tuner.buffer_gpus, tuner.buffer_windows)
         if served is None:
             return None
         values = [decision.value if decision is not None else np.nan for decision in decisions]

@@ -31,6 +31,9 @@ class TargetSettings(BaseModel):
     tune_window: Duration = timedelta(days=7)
     # Online calibration: the level asked of the past moves by this x (target - attained) each period.
     calibration_gain: Number = Field(default=0.0, ge=0, le=2)
+    # A level is served over the cheapest buffer that met only when it held this many percent fewer
+    # GPU-seconds over the window (autoscaler/service_levels.py, TuningSettings.forecast_margin).
+    forecast_margin_percent: Number = Field(default=2.0, ge=0, le=50)
     # The node size the replay provisions in (the pool's GPUs per node).
     gpus_per_node: Count = Field(default=8, ge=1, le=64)
 
@@ -62,4 +65,5 @@ class TargetSettings(BaseModel):
             every_s=self.tune_every.total_seconds(),
             window_s=self.tune_window.total_seconds(),
             gain=self.calibration_gain,
+            forecast_margin=self.forecast_margin_percent / 100.0,
         )

@@ -309,17 +309,16 @@ def simulate(
     on every setting an operator could have chosen, not only the ones given.
 
     Tuned policies (``auto-slo:T``, ``static_buffer@T``, ``reactive_max@T``) run their candidates
-    first, each through the whole run, then serve the walk-forward choices among them
-    (:mod:`.tuning`). With any of them, the cluster settles a day before scoring instead of an hour,
-    so that the first decision has a day of every candidate's past to judge.
+    first, each through the whole run, then serve the walk-forward choices among them (:mod:`.tuning`);
+    the cluster then settles a day before scoring, so the first decision has a day of the past.
     """
     started = time.perf_counter()
     tuned = [spec for spec in specs if spec.tuned]
     period = simulation_period(workload, config.warmup_s, DAY_S if tuned else SETTLE_S)
     planning = _planning(workload, period, config)
     cluster_runs = _ClusterRuns(workload, period, _pool_config(config), config.actuation)
-    largest_demand = float(workload.peak.max()) if workload.steps else 0.0
-    candidates = {spec.text: candidate_texts(spec.name, largest_demand, config.gpus_per_node) for spec in tuned}
+    peak_demand, windows = (float(workload.peak.max()) if workload.steps else 0.0), bool(workload.windows)
+    candidates = {spec.text: candidate_texts(spec.name, peak_demand, config.gpus_per_node, windows) for spec in tuned}
     plain = [spec for spec in specs if not spec.tuned]
     given = {spec.text for spec in plain}
     hidden_autos = sorted({text for texts in candidates.values() for text in texts if text.startswith("auto:")} - given)
@@ -380,6 +379,7 @@ def _run_tuned(
             calibrate=spec.name == "auto-slo",
             history_from_s=period.start,
             window_starts=workload.window_starts_s(),
+            forecasts=[text for text in ledgers if text.startswith("auto:")],  # auto-slo's own forecasts
         )
         metrics = {
             choice.candidate: _candidate_metric(choice.candidate, policy_jobs, planning, workload) for choice in choices

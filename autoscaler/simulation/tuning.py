@@ -5,10 +5,11 @@ service's, :mod:`autoscaler.service_levels`).
 day, the smallest buffer that would have kept minutes short under 1 % over the previous 7 days
 (``scheduled_buffer@1%`` the same with a cron scaler holding declared windows' GPUs over the lead
 time). ``auto-slo:1%`` chooses the same way among the candidates the service replays for a target:
-its own quantile forecasts and the same buffers, each with the declared windows (a buffer that
-ignores them leaves window pods waiting). Rolling maxima are not among them: measured on the Alibaba
-pod list, choosing among every family at once chose a different candidate almost every day,
-attained less and cost more (docs/service-levels.md).
+its own quantile forecasts and the same buffers, each with the declared windows, and where windows
+are declared the same buffers without them (``static_buffer@1%``'s): a forecast is served only when
+it was clearly cheaper than every buffer that met (``TuningSettings.forecast_margin``). Rolling
+maxima are not among them: measured on the Alibaba pod list, choosing among every family at once
+chose a different candidate almost every day, attained less and cost more (docs/service-levels.md).
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ AUTO_SLO_QUANTILES = CANDIDATE_LEVELS
 ROLLING_MAX_WINDOWS_MIN = (5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 240, 360, 480, 720)
 
 
-def candidate_texts(name: str, largest_demand: float, gpus_per_node: int) -> list[str]:
-    """The policies a tuned policy chooses among, by policy text, in the order ties are broken."""
+def candidate_texts(name: str, largest_demand: float, gpus_per_node: int, windows: bool = False) -> list[str]:
+    """The policies a tuned policy chooses among, by policy text, in the order ties are broken;
+    ``windows``: the workload declares windows (else a static buffer is a scheduled one)."""
     buffers = buffer_grid(largest_demand, gpus_per_node)
     if name in ("static_buffer", "scheduled_buffer"):
         return [f"{name}:{gpus}" for gpus in buffers]
@@ -43,5 +45,6 @@ def candidate_texts(name: str, largest_demand: float, gpus_per_node: int) -> lis
         return [f"reactive_max:{minutes}m" for minutes in ROLLING_MAX_WINDOWS_MIN]
     if name == "auto-slo":
         levels = [f"auto:{quantile:g}" for quantile in AUTO_SLO_QUANTILES]
-        return levels + [f"scheduled_buffer:{gpus}" for gpus in buffers]
+        plain = [f"static_buffer:{gpus}" for gpus in buffers] if windows else []
+        return levels + [f"scheduled_buffer:{gpus}" for gpus in buffers] + plain
     raise ValueError(f"policy {name!r} is not tuned to a target")

@@ -75,7 +75,8 @@ def _headroom_by_level(demand: np.ndarray) -> list[list[float]]:
 
 def test_a_tuner_chooses_the_cheapest_level_that_met_the_target_and_calibrates() -> None:
     target = parse_fraction_target("1%")
-    tuner = LevelTuner(target, TuningSettings(gain=1.0), gpus_per_node=8, step_s=STEP_S)
+    # Levels alone decide here: no margin a level must beat the buffers by (a test below has it).
+    tuner = LevelTuner(target, TuningSettings(gain=1.0, forecast_margin=0.0), gpus_per_node=8, step_s=STEP_S)
     demand = _surge_day(2)
     rows = _headroom_by_level(demand)
     assert tuner.level == FIRST_LEVEL
@@ -98,7 +99,9 @@ def test_a_tuner_chooses_the_cheapest_level_that_met_the_target_and_calibrates()
     assert tuner.level == 0.6
     assert "p60 met the level asked (1 % of minutes short) with 0.42 % of minutes short" in tuner.reason
     # At 0.3 %, the surge's minutes count: 0.95 is the cheapest level that met it.
-    strict = LevelTuner(parse_fraction_target("0.3%"), TuningSettings(), gpus_per_node=8, step_s=STEP_S)
+    strict = LevelTuner(
+        parse_fraction_target("0.3%"), TuningSettings(forecast_margin=0.0), gpus_per_node=8, step_s=STEP_S
+    )
     for minute in range(DAY_MINUTES + 1):
         strict.record(start + minute * STEP_S, demand[minute], rows[minute], 300.0)
     strict_request = strict.replay_request()
@@ -187,6 +190,8 @@ def test_check_config_refuses_a_bad_target_naming_the_field(tmp_path) -> None:
         ({"window_start_delay": "5m"}, "metrics.gpu_headroom.target.window_start_delay"),
         ({"window_start_delay_p95": "-2m"}, "metrics.gpu_headroom.target.window_start_delay_p95"),
         ({"window_start_delay_p95": "2m", "minutes_short": "1%"}, "exactly one"),
+        ({"minutes_short": "1%", "forecast_margin_percent": -1}, "metrics.gpu_headroom.target.forecast_margin_percent"),
+        ({"minutes_short": "1%", "forecast_margin_percent": 80}, "metrics.gpu_headroom.target.forecast_margin_percent"),
     ):
         document = {
             "metrics": {"gpu_headroom": {"signal": "gpus_requested", "kind": "headroom", "target": target}},
@@ -220,6 +225,24 @@ def test_check_config_refuses_a_bad_target_naming_the_field(tmp_path) -> None:
     late = windowed.metrics["m"].target
     assert late is not None and late.service_target() == make_target("window_start_delay_p95_s", 120.0)
     assert target.tuning() == TuningSettings()  # calibration off unless calibration_gain is set
+    margined = (
+        Settings.model_validate(
+            {
+                "prometheus": {"url": "http://127.0.0.1:9090"},
+                "signals": [{"name": "s", "preset": "gpus_requested"}],
+                "metrics": {
+                    "m": {
+                        "signal": "s",
+                        "kind": "headroom",
+                        "target": {"minutes_short": "1%", "forecast_margin_percent": 5},
+                    }
+                },
+            }
+        )
+        .metrics["m"]
+        .target
+    )
+    assert margined is not None and margined.tuning().forecast_margin == 0.05
 
 
 async def test_the_refresher_serves_a_target_at_the_level_its_replay_chose() -> None:
@@ -328,6 +351,52 @@ async def test_a_buffer_is_served_with_the_windows_due_when_it_is_cheapest() -> 
     assert tuner._window_starts == {windows[0].start.timestamp()}
     request = tuner.replay_request()
     assert request.headroom["buffer:9"][-1] == 25.0
+
+
+async def test_windows_that_bring_no_pods_let_a_buffer_without_them_be_served() -> None:
+    """A declared 16-GPU window due an hour each day whose pods never come: once the record holds a
+    window due, the buffers without windows join (the whole record replayed once), and, holding no
+    GPUs for the window, the smallest of them that met the target is the cheapest: it is served
+    without the windows due."""
+    plan = MetricPlan(metric="gpu_headroom", signal="gpus", kind="headroom", target=parse_fraction_target("1%"))
+    levels = TargetLevels(replay_levels, STEP_S)
+    now = datetime(2026, 11, 27, tzinfo=UTC)
+    situation = policy.Situation(
+        forecast=_forecast(now, {level: 70.0 + index for index, level in enumerate(CANDIDATE_LEVELS)}),
+        now=now,
+        lead_time=policy.LeadTime(timedelta(minutes=5), "configured"),
+        requested_now=40.0,
+    )
+    levels.decide(plan, "series", situation, now.timestamp())
+    tuner = levels._tuners[("gpu_headroom", "series")]
+    rows = [30.0 + index for index in range(len(CANDIDATE_LEVELS))]
+
+    async def run(key: object, function: object, request: ReplayRequest, timeout_s: float) -> object:
+        return replay_levels(request)
+
+    for minute in range(1, DAY_MINUTES + 1):  # a day without windows: the first choice
+        tuner.record(now.timestamp() + minute * STEP_S, 40.0, rows, 300.0)
+    await levels.tune_due(now.timestamp() + 86400, run, 10.0)
+    assert tuner.chosen == "buffer:0" and tuner._ledgers
+    assert not any(text.startswith("plain_buffer:") for text in tuner._ledgers)
+    for minute in range(DAY_MINUTES + 1, 2 * DAY_MINUTES + 1):  # a day with the window due, no pods
+        due = 16.0 if 600 <= minute % DAY_MINUTES < 660 else 0.0
+        tuner.record(now.timestamp() + minute * STEP_S, 40.0, rows, 300.0, due)
+    request = tuner.replay_request()
+    assert request.start_s == now.timestamp()  # the whole record again, not only the new day
+    assert request.headroom["plain_buffer:3"][0] == 3.0 and request.headroom["buffer:3"][-1] == 3.0
+    await levels.tune_due(now.timestamp() + 2 * 86400, run, 10.0)
+    assert (tuner.chosen, tuner.buffer_gpus, tuner.buffer_windows) == ("plain_buffer:0", 0, False)
+    assert "a buffer of 0 GPUs (windows not held) met the level asked" in tuner.reason
+    assert tuner.reason.endswith("at least cost (a level only when 2 % cheaper than the cheapest buffer that met)")
+    later = now + timedelta(days=2, minutes=1)
+    windows = (
+        ScheduledWindow("config", "ml", "nightly", later + timedelta(minutes=3), later + timedelta(hours=2), 16.0),
+    )
+    decision = levels.decide(plan, "series", replace(situation, now=later, windows=windows), later.timestamp())
+    assert decision is not None and decision.value == 0.0  # the window due is not held
+    assert "(a buffer of 0 GPUs above the GPUs requested now)" in decision.explanation
+    assert ": a buffer of 0 GPUs (windows not held) (chosen by replaying 11 levels and" in decision.explanation
 
 
 def test_demand_past_the_grid_sizes_it_again_and_replays_the_whole_record() -> None:

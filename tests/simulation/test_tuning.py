@@ -57,6 +57,37 @@ def test_each_day_serves_the_cheapest_candidate_that_met_the_target_over_the_day
     assert [choice.candidate for choice in wide] == ["middle"]
 
 
+def test_a_forecast_is_served_over_a_buffer_only_when_clearly_cheaper() -> None:
+    """Of the candidates that met, a forecast beats the cheapest buffer only when it held at least
+    ``forecast_margin`` fewer GPU-seconds; a buffer beats a forecast at any saving."""
+    target = parse_fraction_target("1%")
+    candidates = {
+        "auto:0.9": _ledger(2, [5, 5], held_per_minute=99),  # 1 % cheaper than the buffer
+        "auto:0.95": _ledger(2, [0, 0], held_per_minute=101),
+        "scheduled_buffer:4": _ledger(2, [5, 5], held_per_minute=100),
+        "scheduled_buffer:2": _ledger(2, [30, 30], held_per_minute=90),  # missed
+    }
+    forecasts = ["auto:0.9", "auto:0.95"]
+
+    def served(margin: float, ledgers: dict[str, MinuteLedger] = candidates) -> str:
+        settings = TuningSettings(forecast_margin=margin)
+        choices = walk_forward(
+            ledgers, target, DAY_S, 2 * DAY_S, settings, calibrate=False, history_from_s=0.0, forecasts=forecasts
+        )
+        return choices[0].candidate
+
+    assert TuningSettings().forecast_margin == 0.02
+    assert served(0.02) == "scheduled_buffer:4"
+    assert served(0.005) == "auto:0.9"
+    assert served(0.0) == "auto:0.9"
+    clearly = {**candidates, "auto:0.9": _ledger(2, [5, 5], held_per_minute=97)}  # 3 % cheaper
+    assert served(0.02, clearly) == "auto:0.9"
+    # A buffer cheaper than every forecast is served whatever the margin; a forecast alone is served.
+    assert served(0.5, {**candidates, "scheduled_buffer:4": _ledger(2, [5, 5], 98)}) == "scheduled_buffer:4"
+    only_forecasts = {text: candidates[text] for text in forecasts}
+    assert served(0.5, only_forecasts) == "auto:0.9"
+
+
 def test_when_nothing_met_the_closest_is_served() -> None:
     target = parse_fraction_target("0.3%")
     candidates = {"a": _ledger(2, [50, 0], 10), "b": _ledger(2, [20, 0], 20), "c": _ledger(2, [20, 0], 15)}
@@ -147,6 +178,9 @@ def test_candidates_and_the_static_grid() -> None:
     # The service's own levels, then the same buffers as the tuned heuristics, with the windows.
     assert slo[11:] == [f"scheduled_buffer:{gpus}" for gpus in buffer_grid(100, 8)]
     assert candidate_texts("scheduled_buffer", 100, 8) == slo[11:]
+    # Where windows are declared, the same buffers without them too (static_buffer@T's), last.
+    windowed = candidate_texts("auto-slo", 100, 8, windows=True)
+    assert windowed == slo + [f"static_buffer:{gpus}" for gpus in buffer_grid(100, 8)]
     assert all(text.startswith("reactive_max:") for text in candidate_texts("reactive_max", 100, 8))
     with pytest.raises(ValueError, match="not tuned"):
         candidate_texts("oracle", 100, 8)
