@@ -1,12 +1,15 @@
 """What choosing a target's candidate costs per series: the replay of every candidate (the quantile
 levels and the buffer grid) through the simulator's controller model, and the choice on the ledgers.
 
-    PYTHONPATH=. .venv/bin/python -m benchmarks.bench_service_levels [--days 7] [--step 1m]
+    PYTHONPATH=. .venv/bin/python -m benchmarks.bench_service_levels [--days 7] [--step 1m] [--window-gpus 16]
 
 Helios Earth running GPUs (the real trace, per minute, from ../shared/data), the last ``--days``
 of it as the record a tuner keeps (GPUs requested at every refresh), with each candidate level's
 headroom made as a rising share of the rise over the next 10 minutes (the replay's cost depends on
-how often capacity and placeholders change, not on where the numbers came from). Prints the time of
+how often capacity and placeholders change, not on where the numbers came from). A declared window
+of ``--window-gpus`` (the README's nightly 16 GPUs at 02:00) is due over the 5-minute lead time
+before each start, so the buffers are replayed with and without it (0: no window, half the
+buffers). Prints the time of
 ``replay_levels`` plus ``LevelTuner.take`` for each choice, and the level
 chosen for a 1 % target. The record is fed step by step and a choice made each time one is due
 (daily), as the service does: the first replays the first day, each later one only the new day (and
@@ -35,6 +38,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--days", type=float, default=7.0)
     parser.add_argument("--step", default="1m", help="the refresh interval (the record's step)")
+    parser.add_argument("--window-gpus", type=float, default=16.0, help="a nightly window's GPUs (0: none)")
     args = parser.parse_args()
     step_s = parse_positive_duration(args.step).total_seconds()
     series = helios_running_gpus()
@@ -49,7 +53,8 @@ def main() -> None:
     for index, requested in enumerate(record):
         now = start + index * step_s
         shares = [rise[index] * (0.5 + index_level * 0.15) for index_level in range(len(CANDIDATE_LEVELS))]
-        tuner.record(now, float(requested), shares, 300.0)
+        due = args.window_gpus if (now - 7200) % 86400 >= 86400 - 300 else 0.0  # due before 02:00
+        tuner.record(now, float(requested), shares, 300.0, due)
         if tuner.due(now):
             began = time.perf_counter()
             request = tuner.replay_request()
@@ -58,7 +63,8 @@ def main() -> None:
             replayed_steps.append(len(request.requested))
     print(
         f"record: {len(record)} steps of {step_s:g} s ({args.days:g} days), {len(CANDIDATE_LEVELS)} levels "
-        f"and {len(tuner.buffers())} buffers; load average {os.getloadavg()[0]:.1f}"
+        f"and {len(tuner.buffers())} buffers ({'with and without' if args.window_gpus else 'no'} windows); "
+        f"load average {os.getloadavg()[0]:.1f}"
     )
     for number, (seconds, steps) in enumerate(zip(times, replayed_steps, strict=True), start=1):
         print(f"choice {number}: replayed {steps} steps per level, replay + choice {seconds:.3f} s")

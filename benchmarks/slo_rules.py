@@ -1,15 +1,17 @@
 """Variants of the walk-forward choice of ``auto-slo``, judged on the same candidates: how sensitive
-attainment and cost are to the rule (window, calibration, a preference for levels over buffers).
+attainment and cost are to the rule (the candidates, the margin a forecast must beat the buffers by,
+the window, calibration).
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.slo_rules --out /tmp/slo-rules [--traces helios,alibaba,dlrm,genai]
 
 For each trace (as ``benchmarks/slo_attainment.py`` runs it), ``simulate`` runs ``auto-slo:T`` and
 the tuned buffers at T = 1 % and 0.3 %, and the candidates' minute ledgers are kept (a pickle in
 ``--out``, reused when present). Each variant then chooses walk-forward among the 11 levels and the
-``scheduled_buffer:N`` grid, and its figures are read from the chosen candidates' ledgers, period
-by period (*stitched*: the transitions between candidates are not simulated, so figures differ from
-a full run by about 0.1 %; ``slo_attainment`` gives the full runs). Prints a Markdown table: share
-of minutes short / provisioned GPU-hours per variant.
+``scheduled_buffer:N`` grid (and, where windows are declared, the ``static_buffer:N`` grid: "without
+windows"), and its figures are read from the chosen candidates' ledgers, period by period
+(*stitched*: the transitions between candidates are not simulated, so figures differ from a full
+run by about 0.1 %; ``slo_attainment`` gives the full runs). Prints a Markdown table: share of
+minutes short / provisioned GPU-hours per variant.
 """
 
 from __future__ import annotations
@@ -19,10 +21,9 @@ import contextlib
 import pickle
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 import autoscaler.simulation.runner as runner
 from autoscaler.scorecard import MinuteLedger, ServiceTarget
@@ -31,7 +32,6 @@ from autoscaler.service_levels import (
     Chooser,
     LedgerPrefix,
     TuningSettings,
-    judge,
     prefixes_of,
     walk_forward,
 )
@@ -76,51 +76,48 @@ def stitched(prefixes: Mapping[str, LedgerPrefix], choices: list[Choice]) -> tup
     return short / scored, held / 3600
 
 
-def preferring_levels(margin: float) -> Chooser:
-    """The cheapest level that met, unless a buffer that met is cheaper by more than ``margin``."""
-
-    def choose(
-        prefixes: Mapping[str, LedgerPrefix],
-        target: ServiceTarget,
-        asked: float,
-        start_s: float,
-        now_s: float,
-        window_starts: np.ndarray,
-    ) -> tuple[str, bool, float]:
-        judged = judge(prefixes, target, start_s, now_s, window_starts)
-        met = [entry for entry in judged if entry[1] <= asked + 1e-12]
-        if not met:
-            text, attained, _ = min(judged, key=lambda entry: (entry[1], entry[2]))
-            return text, False, attained
-        levels = [entry for entry in met if entry[0].startswith("auto:")]
-        buffers = [entry for entry in met if not entry[0].startswith("auto:")]
-        level = min(levels, key=lambda entry: entry[2]) if levels else None
-        buffer = min(buffers, key=lambda entry: entry[2]) if buffers else None
-        best = level if level and (buffer is None or level[2] <= buffer[2] * (1 + margin)) else buffer
-        assert best is not None
-        return best[0], True, best[1]
-
-    return choose
+FAMILIES = {
+    "levels": ("auto:",),
+    "buffers": ("scheduled_buffer:",),
+    "both": ("auto:", "scheduled_buffer:"),
+    "all": ("auto:", "scheduled_buffer:", "static_buffer:"),
+}
 
 
 def variants() -> list[tuple[str, str, TuningSettings, bool, Chooser | None]]:
     """(name, candidate families, tuning, calibrate, chooser)."""
+    plain = TuningSettings(forecast_margin=0.0)
     out: list[tuple[str, str, TuningSettings, bool, Chooser | None]] = [
-        ("levels and buffers, 7 d (adopted)", "both", TuningSettings(), False, None),
-        ("levels only, 7 d", "levels", TuningSettings(), False, None),
-        ("buffers only, 7 d (scheduled_buffer@)", "buffers", TuningSettings(), False, None),
+        ("levels, buffers with and without windows, margin 2 % (adopted)", "all", TuningSettings(), False, None),
+        ("levels and buffers with windows, no margin (before)", "both", plain, False, None),
+        ("levels only, 7 d", "levels", plain, False, None),
+        ("buffers only, 7 d (scheduled_buffer@)", "buffers", plain, False, None),
     ]
-    out += [(f"both, {days} d", "both", TuningSettings(window_s=days * 86400.0), False, None) for days in (5, 10, 14)]
-    out += [(f"both, gain {gain:g}", "both", TuningSettings(gain=gain, floor=0.5), True, None) for gain in (0.5, 1, 2)]
     out += [
         (
-            f"both, levels unless a buffer is {margin:.1%} cheaper",
+            f"levels and buffers with windows, margin {margin:.1%}",
             "both",
-            TuningSettings(),
+            TuningSettings(forecast_margin=margin),
             False,
-            preferring_levels(margin),
+            None,
         )
-        for margin in (0.005, 0.02)
+        for margin in (0.01, 0.02, 0.05)
+    ]
+    out += [
+        (
+            f"levels, buffers with and without windows, margin {margin:.1%}",
+            "all",
+            TuningSettings(forecast_margin=margin),
+            False,
+            None,
+        )
+        for margin in (0.0, 0.005, 0.01, 0.05)
+    ]
+    out += [
+        (f"no margin, {days} d", "both", replace(plain, window_s=days * 86400.0), False, None) for days in (5, 10, 14)
+    ]
+    out += [
+        (f"no margin, gain {gain:g}", "both", replace(plain, gain=gain, floor=0.5), True, None) for gain in (0.5, 1, 2)
     ]
     return out
 
@@ -137,12 +134,7 @@ def evaluate(calls: list[tuple[Any, ...]]) -> dict[tuple[str, float], dict[str, 
         target, args, kwargs = arguments[value]
         prefixes = prefixes_of(ledgers)
         for name, families, tuning, calibrate, chooser in variants():
-            texts = [
-                text
-                for text in ledgers
-                if (families != "buffers" and text.startswith("auto:"))
-                or (families != "levels" and text.startswith("scheduled_buffer:"))
-            ]
+            texts = [text for text in ledgers if text.startswith(FAMILIES[families])]
             start_s, end_s, _ = args
             choices = walk_forward(
                 {text: ledgers[text] for text in texts},
@@ -152,6 +144,7 @@ def evaluate(calls: list[tuple[Any, ...]]) -> dict[tuple[str, float], dict[str, 
                 tuning,
                 calibrate=calibrate,
                 history_from_s=kwargs["history_from_s"],
+                forecasts=[text for text in texts if text.startswith("auto:")],
                 chooser=chooser,
             )
             short, held = stitched(prefixes, choices)
