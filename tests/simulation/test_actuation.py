@@ -176,3 +176,22 @@ def test_buffer_triggers_are_its_writes_and_the_controllers_requeues_off_the_ste
     writes = np.array([0.0, 2 * STEP_S, 5 * STEP_S])  # the first step writes the buffer too
     assert spare.triggers.tolist() == sorted(set(requeues.tolist()) | set(writes.tolist()))
     assert not set(requeues.tolist()) & set((STEP_S * np.arange(10)).tolist())  # never on a step boundary
+
+
+def test_the_hpa_reads_each_served_value_as_a_quantity_whatever_repeats() -> None:
+    """The placeholders follow the HPA's reading of each step's value (milli-units rounded up, -1 for
+    NaN, negatives as 0), read once per distinct value: the same as reading every step."""
+    from autoscaler.simulation.hpa import milli_value, placeholder_replicas
+
+    rng = np.random.default_rng(7)
+    metric = np.concatenate([rng.normal(20, 10, 300), np.full(30, np.nan), rng.integers(0, 40, 300).astype(float)])
+    metric = np.concatenate([metric, [-0.0, 0.0, -3.2, 1e-4, 0.0015, 12.0005]])
+    rng.shuffle(metric)
+    end = len(metric) * STEP_S
+    spare = spare_capacity(PLACEHOLDERS, metric, STEP_S, 0.0, end)
+    syncs = SYNC_PERIOD_S * np.arange(math.ceil(end / SYNC_PERIOD_S))
+    per_step = np.asarray([-1 if math.isnan(v) else milli_value(max(v, 0.0)) for v in metric.tolist()], dtype=np.int64)
+    usage = per_step[np.minimum((syncs // STEP_S).astype(np.int64), len(metric) - 1)]
+    expected = placeholder_replicas(syncs, usage, PLACEHOLDERS.hpa)
+    assert np.array_equal(spare.replicas, expected)
+    assert len(set(expected.tolist())) > 10  # the values moved the placeholders
