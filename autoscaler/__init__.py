@@ -20,7 +20,7 @@ The package in layers, outermost first (``lint-imports`` holds them; nothing imp
   pacing state) as GPUForecast objects and serves what those hold, in the format
   ``forecast_objects`` defines (settings in ``publication_settings``); ``sharding`` (above them)
   makes a replica fit, publish and act only on the shards whose Lease it holds
-  (``adapters.shard_leases``). ``actuation`` writes the pools' CapacityBuffers from the served
+  (``adapters.kubernetes.shard_leases``). ``actuation`` writes the pools' CapacityBuffers from the served
   values (``buffer_sizing``; settings in ``actuator_settings``; only the Lease holder writes, or
   with sharding the owner of the pool's sizing series). ``fit_schedule`` says which work (select,
   refit, update) each series gets. ``selectors`` and ``quantity`` are the

@@ -37,10 +37,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from adapters.cronjobs import CronWindowSettings, windows_for_cronjob
-from adapters.pool_matching import NodePool
+from adapters.kubernetes.cronjobs import CronWindowSettings, windows_for_cronjob
+from adapters.kubernetes.pool_matching import NodePool
 from adapters.types import ScheduledWindow
-from autoscaler.plans import WindowsFunction
+from autoscaler.decisions.plans import WindowsFunction
 from autoscaler.simulation.actuation import Actuation
 from autoscaler.simulation.engine import Period, run_policy
 from autoscaler.simulation.hpa import HPASpec

@@ -25,8 +25,7 @@ from typing import Any
 import numpy as np
 
 import autoscaler.simulation.runner as runner
-from autoscaler.scorecard import MinuteLedger, ServiceTarget
-from autoscaler.service_levels import (
+from autoscaler.decisions.service_levels import (
     Choice,
     Chooser,
     LedgerPrefix,
@@ -35,6 +34,7 @@ from autoscaler.service_levels import (
     prefixes_of,
     walk_forward,
 )
+from autoscaler.scorecard.figures import MinuteLedger, ServiceTarget
 from benchmarks.slo_attainment import COMMON, trace_arguments
 
 

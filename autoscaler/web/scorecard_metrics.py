@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from autoscaler.pool_scorecard import PoolScorecard
+from autoscaler.scorecard.pools import PoolScorecard
 
 Cards = Callable[[], Mapping[str, PoolScorecard]]
 _POOL = ["nodepool"]
