@@ -1,1 +1,9 @@
-"""TODO"""
+"""What to serve, beyond the policy's pure functions (``autoscaler.policy``): metric plans and
+service-level targets.
+
+- ``plans``: what the refresher reads: the signals, the metrics made from them, and the cluster's facts.
+- ``target_levels``: a headroom metric served to a service-level target: each refresh decides every
+  candidate level and serves the one walk-forward tuning chose.
+- ``service_levels``: service-level targets: the cheapest candidate that met the target over the days
+  before each decision, judged on its replayed outcome (walk-forward tuning).
+"""
