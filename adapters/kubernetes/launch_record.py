@@ -84,7 +84,7 @@ class LaunchRecord:
         self._counted: dict[str, None] = {}  # uids whose outcome is recorded (insertion-ordered)
 
     def on_change(self, cache: WatchCache, event: WatchEvent | None) -> None:
-        """A ``kube_watch.OnChange``: a list (event None) or one event; never raises for bad input."""
+        """A ``watch.OnChange``: a list (event None) or one event; never raises for bad input."""
         if event is None:
             for key, obj in cache.objects.items():
                 self._observe(key, obj, gone=False)

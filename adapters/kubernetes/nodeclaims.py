@@ -128,7 +128,7 @@ class LeadTimeHistory:
         return sum(self.observe(nodeclaim) for nodeclaim in nodeclaims)
 
     def on_change(self, cache: WatchCache, event: WatchEvent | None) -> None:
-        """A ``kube_watch.OnChange`` callback: learn from every list and ADDED/MODIFIED event."""
+        """A ``watch.OnChange`` callback: learn from every list and ADDED/MODIFIED event."""
         if event is None:
             self.observe_all(cache.objects.values())
         elif event.type in ("ADDED", "MODIFIED"):

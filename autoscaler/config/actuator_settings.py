@@ -1,6 +1,6 @@
 """Settings of the actuators: what the service writes to the cluster itself (``actuators`` section).
 
-The CapacityBuffer writer (``actuation``) sizes one SIG Autoscaling ``CapacityBuffer`` per pool from
+The CapacityBuffer writer (``actuation.writer``) sizes one SIG Autoscaling ``CapacityBuffer`` per pool from
 a served metric; docs/capacity-buffers.md explains the design.
 """
 

@@ -1,8 +1,8 @@
 """The live scorecard of every pool this replica owns, collected once a refresh (docs/scorecard.md).
 
 Each refresh samples, per pool: GPUs short (pods waiting for capacity, from the Pending-pod watch),
-GPUs held and used (kube-state-metrics in Prometheus, ``scorecard_capacity``). Capacity waits and
-window start delays arrive from the pod watch (``scorecard_pods``). Each served headroom is kept
+GPUs held and used (kube-state-metrics in Prometheus, ``scorecard.capacity``). Capacity waits and
+window start delays arrive from the pod watch (``scorecard.pods``). Each served headroom is kept
 until its lead time has passed, then judged against the demand realized meanwhile (live coverage).
 
 With shards, a pool is scored only by the owner of its headroom series (``owns_pool``). Bad input
@@ -74,7 +74,7 @@ class LiveScorecard:
         return self.cards.setdefault(pool, PoolScorecard())
 
     def record(self, pool: str, what: Outcome, at_s: float, seconds: float) -> None:
-        """A capacity wait or a window start delay (from ``scorecard_pods``), in an owned pool."""
+        """A capacity wait or a window start delay (from ``scorecard.pods``), in an owned pool."""
         if not self.owns(pool):
             return
         if what == "capacity_wait":

@@ -35,7 +35,7 @@ from tests.eventually import eventually
 fake_kube = fakekube.fake_kube
 pool = test_publication.pool  # a thread pool running the real forecast worker function
 SHARDS = 4
-# One pool per shard of 4 (sha256 of the signal series, autoscaler/forecast_objects.shard_of).
+# One pool per shard of 4 (sha256 of the signal series, autoscaler/replication/forecast_objects.shard_of).
 POOLS = {"earth": 0, "uranus": 1, "saturn": 2, "jupiter": 3}
 SETTINGS = PublicationSettings.model_validate(
     {"enabled": True, "namespace": NAMESPACE, "shards": SHARDS, "serve_from": "objects", "sharding": {"enabled": True}}
