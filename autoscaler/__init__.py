@@ -16,7 +16,7 @@ The package in layers, outermost first (``lint-imports`` holds them; nothing imp
   ``pipeline`` assembles the sources from the settings or the demo; the ``refresher`` pulls, has
   worker processes fit and forecast, applies the policy and swaps a new snapshot in) beside
   ``actuation`` (the pools' CapacityBuffers, sized from the served values); ``config`` (the settings,
-  one module per section); ``decisions`` (metric plans, service-level targets and the levels tuned
+  one module per section); ``targets`` (metric plans, service-level targets and the levels tuned
   to them); ``scorecard`` (outcome figures, live per pool and in the simulator); ``serving`` (the
   snapshot the APIs read, each value's provenance, its copy on disk).
 - Shared leaves: ``policy`` (from forecasts to served values: pure functions, used by the refresher

@@ -33,11 +33,11 @@ from adapters.types import Signal
 from autoscaler.app.factory import build_access, client_ca_pems, create_app
 from autoscaler.app.serving import running
 from autoscaler.config.settings import Settings
-from autoscaler.decisions.plans import MetricPlan, RefreshInputs, RefreshSettings
 from autoscaler.refresh.pipeline import Pipeline
 from autoscaler.refresh.refresher import Refresher
 from autoscaler.refresh.workers import ForecastPools, default_workers, forecast_pools
 from autoscaler.serving.provider import MetricInfo, SnapshotProvider, empty_snapshot
+from autoscaler.targets.plans import MetricPlan, RefreshInputs, RefreshSettings
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.tls import ServerTLS, ServingFiles
 from benchmarks.bench_api import PATH, Result, load_in_this_process

@@ -53,7 +53,6 @@ _tests_of_this_tree()
 
 import autoscaler  # noqa: E402 - after the tests package is pinned to this tree
 from autoscaler.config.settings import Settings  # noqa: E402
-from autoscaler.decisions.plans import RefreshInputs  # noqa: E402
 from autoscaler.refresh.pipeline import open_pipeline  # noqa: E402
 from autoscaler.refresh.refresher import Refresher  # noqa: E402
 from autoscaler.refresh.workers import ForecastPools  # noqa: E402
@@ -65,10 +64,11 @@ from autoscaler.simulation.hpa import HPASpec  # noqa: E402
 from autoscaler.simulation.inputs import Pods, make_workload  # noqa: E402
 from autoscaler.simulation.lead_times import LeadTimeDistribution  # noqa: E402
 from autoscaler.simulation.provisioner import PoolConfig  # noqa: E402
+from autoscaler.targets.plans import RefreshInputs  # noqa: E402
 from tests.cluster_scenario import Node, Pod, Scenario, start_prometheus  # noqa: E402
 
 if TYPE_CHECKING:
-    from autoscaler.decisions.plans import WindowsFunction
+    from autoscaler.targets.plans import WindowsFunction
 
 MINUTE, HOUR, DAY = pd.Timedelta(minutes=1), pd.Timedelta(hours=1), pd.Timedelta(days=1)
 NIGHTS = 8

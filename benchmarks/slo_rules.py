@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 import autoscaler.simulation.runner as runner
-from autoscaler.decisions.service_levels import (
+from autoscaler.scorecard.figures import MinuteLedger, ServiceTarget
+from autoscaler.targets.service_levels import (
     Choice,
     Chooser,
     LedgerPrefix,
@@ -34,7 +35,6 @@ from autoscaler.decisions.service_levels import (
     prefixes_of,
     walk_forward,
 )
-from autoscaler.scorecard.figures import MinuteLedger, ServiceTarget
 from benchmarks.slo_attainment import COMMON, trace_arguments
 
 

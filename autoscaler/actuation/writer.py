@@ -24,14 +24,7 @@ from adapters.kubernetes import capacity_buffers as buffers
 from adapters.kubernetes.client import KubeError
 from adapters.kubernetes.leases import LeaseElector, LeaseTiming, own_identity
 from adapters.kubernetes.watch import WatchCache, WatchEvent, WatchGroup, WatchSettings
-from autoscaler.actuation.buffer_sizing import (
-    BufferState,
-    Mode,
-    Sizing,
-    desired,
-    reported_status,
-    upstream_sizing,
-)
+from autoscaler.actuation.buffer_sizing import BufferState, Mode, Sizing, desired, reported_status, upstream_sizing
 from autoscaler.config.actuator_settings import CapacityBufferSettings
 from autoscaler.serving.provider import Snapshot
 

@@ -24,7 +24,6 @@ from autoscaler.actuation.writer import BufferActuator
 from autoscaler.app import scoring
 from autoscaler.app.restoring import restore_published, restore_saved, serving_published
 from autoscaler.config.settings import Settings
-from autoscaler.decisions.plans import RefreshStats
 from autoscaler.refresh.kube_inputs import watch_settings
 from autoscaler.refresh.pipeline import Pipeline
 from autoscaler.refresh.refresher import Refresher
@@ -35,6 +34,7 @@ from autoscaler.replication.shards import Sharding, open_sharding
 from autoscaler.serving import persistence
 from autoscaler.serving.provider import MetricsProvider, Snapshot, SnapshotProvider, empty_snapshot
 from autoscaler.simulation.replay import replay_levels
+from autoscaler.targets.plans import RefreshStats
 from autoscaler.web import kubernetes_auth
 from autoscaler.web.auth import AccessControl, AllowAuthenticated, Authenticator, Authorizer, RequestHeaderConfig
 from autoscaler.web.certificates import CertificateFileError, common_name, read_certificates, validity_fault

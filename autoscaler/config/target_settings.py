@@ -1,4 +1,4 @@
-"""A headroom metric's service-level target, as the settings file states it (autoscaler/decisions/target_levels.py
+"""A headroom metric's service-level target, as the settings file states it (autoscaler/targets/target_levels.py
 serves it)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from datetime import timedelta
 from pydantic import BaseModel, Field, model_validator
 
 from autoscaler.config.server_settings import STRICT, Duration
-from autoscaler.decisions.service_levels import TuningSettings
 from autoscaler.quantity import Count, Number
 from autoscaler.scorecard.figures import ServiceTarget, TargetError, make_target, parse_fraction_target
+from autoscaler.targets.service_levels import TuningSettings
 
 _TARGET_FIELDS = ("minutes_short", "short_gpu_minutes_per_day", "window_start_delay_p95")
 
@@ -19,7 +19,7 @@ class TargetSettings(BaseModel):
     model_config = STRICT
 
     """A service level for a headroom metric, stated as an operator states it; the service then
-    chooses what to serve (autoscaler/decisions/target_levels.py). Exactly one of the first three."""
+    chooses what to serve (autoscaler/targets/target_levels.py). Exactly one of the first three."""
 
     # At most this share of minutes with any GPU short, as a percentage: "1%".
     minutes_short: str | None = None

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from adapters.traces.replay import ReplaySource, read_trace
 from adapters.types import Signal
-from autoscaler.decisions.plans import MetricPlan
 from autoscaler.serving.provider import MetricInfo
+from autoscaler.targets.plans import MetricPlan
 
 GPU_SIGNAL = "gpus_requested"
 RATE_SIGNAL = "request_rate"

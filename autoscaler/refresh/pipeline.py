@@ -23,7 +23,16 @@ from adapters.prometheus.client import PrometheusSource
 from adapters.types import ScheduledWindow
 from autoscaler.config.gpu_unit_settings import pod_gpu_units
 from autoscaler.config.settings import Settings, WindowSettings
-from autoscaler.decisions.plans import (
+from autoscaler.policy import Cap
+from autoscaler.refresh import demo
+from autoscaler.refresh.kube_inputs import KubernetesInputs, declared_windows, watch_settings
+from autoscaler.refresh.sources import KnownPools, PrometheusSignalSource, client_settings, signal_query
+from autoscaler.scorecard.capacity import PoolCapacity
+from autoscaler.scorecard.live import LiveScorecard
+from autoscaler.scorecard.pods import PodOutcomes
+from autoscaler.scorecard.store import FILE_NAME as SCORECARD_FILE
+from autoscaler.serving.provider import MetricInfo
+from autoscaler.targets.plans import (
     CapsFunction,
     LeadTimeFunction,
     MetricPlan,
@@ -34,16 +43,7 @@ from autoscaler.decisions.plans import (
     SignalSource,
     WindowsFunction,
 )
-from autoscaler.decisions.service_levels import TuningSettings
-from autoscaler.policy import Cap
-from autoscaler.refresh import demo
-from autoscaler.refresh.kube_inputs import KubernetesInputs, declared_windows, watch_settings
-from autoscaler.refresh.sources import KnownPools, PrometheusSignalSource, client_settings, signal_query
-from autoscaler.scorecard.capacity import PoolCapacity
-from autoscaler.scorecard.live import LiveScorecard
-from autoscaler.scorecard.pods import PodOutcomes
-from autoscaler.scorecard.store import FILE_NAME as SCORECARD_FILE
-from autoscaler.serving.provider import MetricInfo
+from autoscaler.targets.service_levels import TuningSettings
 
 log = logging.getLogger(__name__)
 

@@ -27,21 +27,14 @@ import pandas as pd
 
 from adapters.types import NODEPOOL_LABEL, AdapterError, ScheduledWindow, Signal
 from autoscaler import policy
-from autoscaler.decisions.plans import (
-    MetricPlan,
-    RefreshInputs,
-    RefreshSettings,
-    RefreshStats,
-    SignalSource,
-    windows_for,
-)
-from autoscaler.decisions.target_levels import TargetLevels
 from autoscaler.refresh import fit_groups, fitting
 from autoscaler.refresh.fitting import CapacityInputs, SeriesKey, WorkerResult, WorkRequest
 from autoscaler.refresh.schedule import FitSchedule
 from autoscaler.refresh.workers import ForecastPools, WorkFailed
 from autoscaler.serving.provenance import Provenance
 from autoscaler.serving.provider import ServedSeries, Snapshot, SnapshotProvider
+from autoscaler.targets.plans import MetricPlan, RefreshInputs, RefreshSettings, RefreshStats, SignalSource, windows_for
+from autoscaler.targets.target_levels import TargetLevels
 
 log = logging.getLogger(__name__)
 

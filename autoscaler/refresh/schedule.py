@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from autoscaler.decisions.plans import RefreshSettings
 from autoscaler.refresh.fitting import SeriesKey, WorkerResult
 from autoscaler.serving.provenance import WorkKind
+from autoscaler.targets.plans import RefreshSettings
 
 
 class FitSchedule:

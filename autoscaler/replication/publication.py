@@ -25,7 +25,6 @@ from adapters.kubernetes.gpuforecasts import ForecastWriter, gpuforecast_resourc
 from adapters.kubernetes.nodeclaims import LeadTimeSample
 from adapters.kubernetes.watch import WatchCache, WatchEvent, WatchGroup, WatchSettings, list_all
 from autoscaler.config.publication_settings import PublicationSettings
-from autoscaler.decisions.plans import MetricPlan
 from autoscaler.replication.forecast_objects import (
     MAX_OBJECT_BYTES,
     Pacing,
@@ -37,6 +36,7 @@ from autoscaler.replication.forecast_objects import (
     shard_statuses,
 )
 from autoscaler.serving.provider import MetricInfo, Snapshot, SnapshotProvider
+from autoscaler.targets.plans import MetricPlan
 
 log = logging.getLogger(__name__)
 

@@ -13,15 +13,8 @@ attained less and cost more (docs/service-levels.md).
 
 from __future__ import annotations
 
-from autoscaler.decisions.service_levels import (
-    DAY_S,
-    Choice,
-    TuningSettings,
-    buffer_grid,
-    stitched_metric,
-    walk_forward,
-)
-from autoscaler.decisions.target_levels import CANDIDATE_LEVELS
+from autoscaler.targets.service_levels import DAY_S, Choice, TuningSettings, buffer_grid, stitched_metric, walk_forward
+from autoscaler.targets.target_levels import CANDIDATE_LEVELS
 
 __all__ = [
     "DAY_S",

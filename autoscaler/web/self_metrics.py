@@ -19,10 +19,10 @@ from prometheus_client.registry import Collector
 
 from adapters.kubernetes.pool_matching import UnplacedDemand
 from autoscaler.actuation.buffer_sizing import BufferState
-from autoscaler.decisions.plans import RefreshStats
 from autoscaler.policy import lead_slice
 from autoscaler.replication.publication import Publisher
 from autoscaler.serving.provider import ServedSeries, Snapshot
+from autoscaler.targets.plans import RefreshStats
 
 Clock = Callable[[], datetime]
 _INVALID_LABEL_CHARACTERS = re.compile(r"[^a-zA-Z0-9_]")

@@ -12,9 +12,9 @@ import pytest
 from autoscaler.app.factory import build_access, client_ca_pems, create_app
 from autoscaler.app.serving import running
 from autoscaler.config.settings import Settings
-from autoscaler.decisions.plans import RefreshSettings
 from autoscaler.refresh.pipeline import Pipeline
 from autoscaler.serving.provider import SnapshotProvider
+from autoscaler.targets.plans import RefreshSettings
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.tls import ServerTLS, ServingFiles
 from tests.autoscaler.conftest import METRICS, NOW, fixed_snapshot

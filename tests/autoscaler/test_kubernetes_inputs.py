@@ -11,13 +11,13 @@ import pytest
 
 from adapters.kubernetes.watch import WatchGroup
 from autoscaler.config.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings
-from autoscaler.decisions.plans import MetricPlan, RefreshInputs, RefreshSettings
 from autoscaler.policy import LeadTime
 from autoscaler.refresh.kube_inputs import KubernetesInputs, watch_settings
 from autoscaler.refresh.refresher import Refresher
 from autoscaler.refresh.workers import ForecastPools
 from autoscaler.selectors import parse_selector
 from autoscaler.serving.provider import MetricInfo, SnapshotProvider, empty_snapshot
+from autoscaler.targets.plans import MetricPlan, RefreshInputs, RefreshSettings
 from tests.adapters.test_cronjobs import make_cronjob
 from tests.adapters.test_nodeclaims import nodeclaim
 from tests.autoscaler.test_refresher import FlakySource

@@ -19,13 +19,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from adapters.kubernetes.watch import WatchGroup
 from autoscaler.app.factory import create_app
 from autoscaler.config.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings, Settings
-from autoscaler.decisions.plans import RefreshInputs, RefreshSettings
 from autoscaler.refresh.kube_inputs import KubernetesInputs, watch_settings
 from autoscaler.refresh.pipeline import Pipeline
 from autoscaler.refresh.refresher import Refresher
 from autoscaler.refresh.workers import ForecastPools
 from autoscaler.selectors import parse_selector
 from autoscaler.serving.provider import SnapshotProvider, empty_snapshot
+from autoscaler.targets.plans import RefreshInputs, RefreshSettings
 from autoscaler.web.auth import AccessControl
 from autoscaler.web.launch_views import launch_panel, pool_json
 from tests.adapters.test_cronjobs import make_cronjob

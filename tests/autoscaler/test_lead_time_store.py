@@ -10,12 +10,12 @@ from datetime import UTC, datetime, timedelta
 
 from adapters.kubernetes.nodeclaims import LeadTimeHistory, LeadTimeSample
 from autoscaler.app.restoring import restore_saved
-from autoscaler.decisions.plans import RefreshSettings
 from autoscaler.refresh.pipeline import Pipeline
 from autoscaler.refresh.refresher import Refresher
 from autoscaler.refresh.workers import ForecastPools
 from autoscaler.replication import lead_time_store
 from autoscaler.serving.provider import SnapshotProvider, empty_snapshot
+from autoscaler.targets.plans import RefreshSettings
 from autoscaler.web.readiness import Readiness
 from tests.autoscaler.test_kubernetes_inputs import METRICS, PLANS
 

@@ -14,12 +14,12 @@ from adapters.kubernetes.watch import WatchGroup
 from adapters.types import Signal
 from autoscaler.app.factory import build_ops_app
 from autoscaler.config.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings, WindowSettings
-from autoscaler.decisions.plans import MetricPlan, RefreshInputs, RefreshSettings
 from autoscaler.refresh.kube_inputs import KubernetesInputs, watch_settings
 from autoscaler.refresh.refresher import Refresher
 from autoscaler.refresh.workers import ForecastPools
 from autoscaler.selectors import parse_selector
 from autoscaler.serving.provider import MetricInfo, ServedSeries, SnapshotProvider, empty_snapshot
+from autoscaler.targets.plans import MetricPlan, RefreshInputs, RefreshSettings
 from autoscaler.web.keys import UNPLACED
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.self_metrics import SelfMetrics

@@ -16,12 +16,12 @@ import pytest
 from autoscaler.app.factory import build_access, client_ca_pems, create_app, update_readiness
 from autoscaler.app.serving import running
 from autoscaler.config.settings import Settings
-from autoscaler.decisions.plans import RefreshInputs
 from autoscaler.refresh.pipeline import Pipeline, open_pipeline
 from autoscaler.refresh.refresher import Refresher
 from autoscaler.refresh.workers import ForecastPools
 from autoscaler.selectors import EVERYTHING, parse_selector
 from autoscaler.serving.provider import SnapshotProvider, empty_snapshot
+from autoscaler.targets.plans import RefreshInputs
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.tls import ServerTLS, ensure_self_signed
 from tests.eventually import eventually

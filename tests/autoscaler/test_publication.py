@@ -22,7 +22,6 @@ from adapters.traces.replay import ReplaySource, read_trace
 from adapters.types import AdapterError, Signal
 from autoscaler.config.publication_settings import PublicationSettings
 from autoscaler.config.settings import Settings
-from autoscaler.decisions.plans import MetricPlan, RefreshInputs, RefreshSettings
 from autoscaler.refresh import demo
 from autoscaler.refresh.refresher import Refresher
 from autoscaler.refresh.workers import ForecastPools
@@ -37,6 +36,7 @@ from autoscaler.replication.forecast_objects import (
 from autoscaler.replication.publication import PublishedView, Publisher, open_publication, signals_of
 from autoscaler.selectors import EVERYTHING
 from autoscaler.serving.provider import MetricInfo, PublishedRecord, SnapshotProvider, empty_snapshot
+from autoscaler.targets.plans import MetricPlan, RefreshInputs, RefreshSettings
 from tests.eventually import eventually
 
 NAMESPACE = "gpu-autoscaler"

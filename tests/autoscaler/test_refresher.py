@@ -16,12 +16,12 @@ import pytest
 from adapters.traces.replay import ReplaySource, read_trace
 from adapters.types import AdapterError, Signal
 from autoscaler import policy
-from autoscaler.decisions.plans import MetricPlan, RefreshInputs, RefreshSettings
 from autoscaler.refresh import demo, fitting
 from autoscaler.refresh.refresher import Refresher
 from autoscaler.refresh.workers import ForecastPools
 from autoscaler.selectors import EVERYTHING, Selector, parse_selector
 from autoscaler.serving.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider, empty_snapshot
+from autoscaler.targets.plans import MetricPlan, RefreshInputs, RefreshSettings
 from tests import trace_slices
 from tests.eventually import eventually
 

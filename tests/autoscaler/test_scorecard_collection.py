@@ -21,13 +21,13 @@ from prometheus_client import CollectorRegistry, generate_latest
 from adapters.kubernetes.watch import WatchCache, WatchEvent
 from adapters.prometheus.client import PrometheusClientSettings, PrometheusSource, PrometheusUnavailable
 from autoscaler.app import scoring
-from autoscaler.decisions.plans import MetricPlan
 from autoscaler.policy import LeadTime
 from autoscaler.scorecard.capacity import PoolCapacity
 from autoscaler.scorecard.live import LiveScorecard
 from autoscaler.scorecard.pods import PodOutcomes
 from autoscaler.serving.provenance import Provenance
 from autoscaler.serving.provider import MetricInfo, ServedSeries, Snapshot
+from autoscaler.targets.plans import MetricPlan
 from autoscaler.web.scorecard_metrics import ScorecardMetrics
 from forecast.types import Forecast
 

@@ -15,11 +15,11 @@ from adapters.types import ScheduledWindow
 from autoscaler import policy
 from autoscaler.commands.cli import main
 from autoscaler.config.settings import Settings
-from autoscaler.decisions.plans import MetricPlan
-from autoscaler.decisions.service_levels import ReplayRequest, TuningSettings, buffer_grid
-from autoscaler.decisions.target_levels import CANDIDATE_LEVELS, FIRST_LEVEL, LevelTuner, TargetLevels
 from autoscaler.scorecard.figures import MinuteLedger, make_target, parse_fraction_target, short_figures
 from autoscaler.simulation.replay import replay_levels
+from autoscaler.targets.plans import MetricPlan
+from autoscaler.targets.service_levels import ReplayRequest, TuningSettings, buffer_grid
+from autoscaler.targets.target_levels import CANDIDATE_LEVELS, FIRST_LEVEL, LevelTuner, TargetLevels
 from forecast.types import Forecast
 from tests.cli_helpers import assert_usage_error
 
@@ -227,10 +227,10 @@ async def test_the_refresher_serves_a_target_at_the_level_its_replay_chose() -> 
     record exists, replayed in the refresher's worker pool, and served with its reasons."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from autoscaler.decisions.plans import RefreshInputs, RefreshSettings
     from autoscaler.refresh.refresher import Refresher
     from autoscaler.refresh.workers import ForecastPools
     from autoscaler.serving.provider import MetricInfo, SnapshotProvider, empty_snapshot
+    from autoscaler.targets.plans import RefreshInputs, RefreshSettings
     from tests.autoscaler.test_refresher import Clock, FlakySource
 
     metrics = (MetricInfo("gpu_headroom", "headroom"),)

@@ -12,7 +12,6 @@ import pytest
 
 from adapters.types import Signal
 from autoscaler import policy
-from autoscaler.decisions.plans import MetricPlan, RefreshInputs, RefreshSettings
 from autoscaler.refresh import fitting
 from autoscaler.refresh.refresher import Refresher
 from autoscaler.refresh.workers import ForecastPools
@@ -29,6 +28,7 @@ from autoscaler.simulation.forecasting import (
 )
 from autoscaler.simulation.inputs import Workload, demand_workload, parse_schedule
 from autoscaler.simulation.policies import parse_policies
+from autoscaler.targets.plans import MetricPlan, RefreshInputs, RefreshSettings
 from forecast.engine import fit_select_predict
 from forecast.known_demand import remove_known_jobs
 from forecast.registry import make_model

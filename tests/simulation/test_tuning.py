@@ -7,7 +7,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from autoscaler.decisions.service_levels import LedgerPrefix
 from autoscaler.scorecard.figures import MinuteLedger, make_target, parse_fraction_target, short_figures
 from autoscaler.simulation.forecasting import ForecastCadence
 from autoscaler.simulation.inputs import Pods, expand_schedules, make_workload, parse_schedule
@@ -23,6 +22,7 @@ from autoscaler.simulation.tuning import (
     stitched_metric,
     walk_forward,
 )
+from autoscaler.targets.service_levels import LedgerPrefix
 
 MINUTES_A_DAY = 1440
 

@@ -27,8 +27,9 @@ from datetime import timedelta
 import numpy as np
 
 from autoscaler import policy
-from autoscaler.decisions.plans import MetricPlan
-from autoscaler.decisions.service_levels import (
+from autoscaler.scorecard.figures import MinuteLedger, ServiceTarget
+from autoscaler.targets.plans import MetricPlan
+from autoscaler.targets.service_levels import (
     LedgerPrefix,
     LiveLedgerFunction,
     ReplayFunction,
@@ -39,7 +40,6 @@ from autoscaler.decisions.service_levels import (
     choose,
     prefixes_of,
 )
-from autoscaler.scorecard.figures import MinuteLedger, ServiceTarget
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,6 @@
-"""What to serve, beyond the policy's pure functions (``autoscaler.policy``): metric plans and
-service-level targets.
+"""What to serve and to which target, beyond the policy's pure functions (``autoscaler.policy``): the
+metric plans a refresh runs, each metric with its optional service-level target, and the levels tuned
+to those targets.
 
 - ``plans``: what the refresher reads: the signals, the metrics made from them, and the cluster's facts.
 - ``target_levels``: a headroom metric served to a service-level target: each refresh decides every

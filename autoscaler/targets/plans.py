@@ -12,9 +12,9 @@ from typing import Protocol
 
 from adapters.types import NODEPOOL_LABEL, ScheduledWindow, Signal
 from autoscaler import policy
-from autoscaler.decisions.service_levels import LiveLedgerFunction, ReplayFunction, TuningSettings
 from autoscaler.scorecard.figures import ServiceTarget
 from autoscaler.serving.provider import MetricInfo
+from autoscaler.targets.service_levels import LiveLedgerFunction, ReplayFunction, TuningSettings
 
 
 class SignalSource(Protocol):
@@ -38,7 +38,7 @@ class MetricPlan:
     utilization_signal: str | None = None
     replicas_signal: str | None = None
     target_utilization: float = 60.0
-    # headroom: a service level to meet instead of a fixed quantile (autoscaler/decisions/target_levels.py).
+    # headroom: a service level to meet instead of a fixed quantile (autoscaler/targets/target_levels.py).
     target: ServiceTarget | None = None
     tuning: TuningSettings = field(default_factory=TuningSettings)
     target_gpus_per_node: int = 8  # the node size the target's replay provisions in
