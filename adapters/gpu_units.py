@@ -1,7 +1,7 @@
 """GPU units: which resources are GPUs, and how many physical GPUs one unit of each stands for.
 
-The one definition every path counts with: the PromQL presets (``adapters.presets``, over
-kube-state-metrics' per-resource series) and the pod-spec path (``adapters.gpu_requests``, for
+The one definition every path counts with: the PromQL presets (``adapters.prometheus.presets``, over
+kube-state-metrics' per-resource series) and the pod-spec path (``adapters.kubernetes.gpu_requests``, for
 Pending pods and CronJob windows), so that the same pods give the same number either way.
 
 - Whole GPUs: each unit one GPU (``nvidia.com/gpu``; another vendor's, ``amd.com/gpu``, when named).

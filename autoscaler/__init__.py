@@ -10,21 +10,19 @@ The package in layers, outermost first (``lint-imports`` holds them; nothing imp
 - ``keda``: KEDA's external scaler over gRPC (``server.grpc_port``), answered from the same provider.
 - ``web``: everything that answers HTTP (external metrics API, inspection API and page, probes,
   self-metrics, authentication, TLS); its own ``__init__`` maps it.
-- The core, flat: ``pipeline`` assembles, from ``settings`` (its ``server`` section in
-  ``server_settings``), the ``sources`` (Prometheus signals, with ``known_series``: the pools a
-  count of GPUs has, 0 while their exporter is alive),
-  ``kube_inputs`` (CronJob windows, NodeClaim lead times, GPU limits, the NodePool each pod lands
-  in, Pending pods' GPUs) or the ``demo``; the ``refresher`` pulls, has ``workers`` fit and
-  forecast, applies the ``policy`` and swaps a new snapshot into the ``provider``; ``persistence``
-  keeps the last served values across restarts; ``publication`` publishes them (and step-down
-  pacing state) as GPUForecast objects and serves what those hold, in the format
-  ``forecast_objects`` defines (settings in ``publication_settings``); ``sharding`` (above them)
-  makes a replica fit, publish and act only on the shards whose Lease it holds
-  (``adapters.shard_leases``). ``actuation`` writes the pools' CapacityBuffers from the served
-  values (``buffer_sizing``; settings in ``actuator_settings``; only the Lease holder writes, or
-  with sharding the owner of the pool's sizing series). ``fit_schedule`` says which work (select,
-  refit, update) each series gets. ``selectors`` and ``quantity`` are the
-  Kubernetes-syntax building blocks (durations are ``forecast.durations``).
+- The core, in rooms (each ``__init__`` maps its modules), outermost first:
+  ``replication`` (GPUForecast objects shared by replicas, and shards: high availability) beside
+  ``checks`` (``preflight``, and the read-only ``trial`` on a Prometheus); ``refresh`` (the
+  ``pipeline`` assembles the sources from the settings or the demo; the ``refresher`` pulls, has
+  worker processes fit and forecast, applies the policy and swaps a new snapshot in) beside
+  ``actuation`` (the pools' CapacityBuffers, sized from the served values); ``config`` (the settings,
+  one module per section); ``targets`` (metric plans, service-level targets and the levels tuned
+  to them); ``scorecard`` (outcome figures, live per pool and in the simulator); ``serving`` (the
+  snapshot the APIs read, each value's provenance, its copy on disk).
+- Shared leaves: ``policy`` (from forecasts to served values: pure functions, used by the refresher
+  and the simulator alike), ``selectors`` and ``quantity`` (Kubernetes-syntax building blocks;
+  durations are ``forecast.durations``), ``state_files`` (versioned JSON in the state directory) and
+  ``decimals``.
 
 ``forecast`` (pure numerics) and ``adapters`` (I/O) sit below all of it.
 """

@@ -37,16 +37,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from adapters.cronjobs import CronWindowSettings, windows_for_cronjob
-from adapters.pool_matching import NodePool
+from adapters.kubernetes.cronjobs import CronWindowSettings, windows_for_cronjob
+from adapters.kubernetes.pool_matching import NodePool
 from adapters.types import ScheduledWindow
-from autoscaler.plans import WindowsFunction
 from autoscaler.simulation.actuation import Actuation
 from autoscaler.simulation.engine import Period, run_policy
 from autoscaler.simulation.hpa import HPASpec
 from autoscaler.simulation.inputs import Pods, Workload, make_workload
 from autoscaler.simulation.lead_times import LeadTimeDistribution
 from autoscaler.simulation.provisioner import PoolConfig
+from autoscaler.targets.plans import WindowsFunction
 from benchmarks.idle_pool import (
     CONSOLIDATE_AFTER_S,
     DAY,

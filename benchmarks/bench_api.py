@@ -52,8 +52,8 @@ def serve(series_count: int, pki_dir: Path, prometheus_url: str | None) -> None:
 
     from autoscaler.app.factory import build_access, build_api_app, build_ops_app, client_ca_pems
     from autoscaler.app.serving import running, settle_heap
-    from autoscaler.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
-    from autoscaler.settings import Settings
+    from autoscaler.config.settings import Settings
+    from autoscaler.serving.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
     from autoscaler.web.readiness import Readiness
     from autoscaler.web.responses import status_response
     from autoscaler.web.self_metrics import SelfMetrics

@@ -32,10 +32,10 @@ def main() -> None:
     sys.path.insert(0, str(args.tree.resolve()))  # the tree's packages before the installed ones
     import pandas as pd
 
+    from autoscaler.refresh.workers import single_threaded_libraries
     from autoscaler.simulation.forecasting import ForecastCadence, forecast_groups, plan_blocks, run_block
     from autoscaler.simulation.inputs import demand_workload, parse_schedule
     from autoscaler.simulation.policies import parse_policies
-    from autoscaler.workers import single_threaded_libraries
 
     single_threaded_libraries()
     windows = (parse_schedule("0 2 * * *;16;2h"),)

@@ -43,8 +43,8 @@ SELECTOR = "nodepool=pool-7"
 def serve(series_count: int, pki_dir: Path) -> None:
     from autoscaler.app.factory import build_access, build_api_app, build_ops_app, client_ca_pems
     from autoscaler.app.serving import running, settle_heap
-    from autoscaler.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
-    from autoscaler.settings import Settings
+    from autoscaler.config.settings import Settings
+    from autoscaler.serving.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
     from autoscaler.web.keys import PROVIDER
     from autoscaler.web.readiness import Readiness
     from autoscaler.web.self_metrics import SelfMetrics

@@ -21,12 +21,12 @@ from dataclasses import replace
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-from adapters.gpuforecasts import ForecastWriter
-from autoscaler.fitting import SeriesKey
-from autoscaler.forecast_objects import MAX_OBJECT_BYTES, Pacing, object_bytes, shard_statuses
-from autoscaler.provider import ServedSeries, Snapshot
-from autoscaler.publication import Publisher, signals_of
-from autoscaler.workers import ForecastPools
+from adapters.kubernetes.gpuforecasts import ForecastWriter
+from autoscaler.refresh.fitting import SeriesKey
+from autoscaler.refresh.workers import ForecastPools
+from autoscaler.replication.forecast_objects import MAX_OBJECT_BYTES, Pacing, object_bytes, shard_statuses
+from autoscaler.replication.publication import Publisher, signals_of
+from autoscaler.serving.provider import ServedSeries, Snapshot
 from tests.autoscaler.test_publication import NAMESPACE, PLANS, Clock, refresher
 from tests.fakekube import FakeKube
 

@@ -22,8 +22,8 @@ from datetime import UTC, datetime
 import numpy as np
 from prometheus_client import CollectorRegistry, generate_latest
 
-from autoscaler.pool_scorecard import PoolScorecard
-from autoscaler.scorecard_live import LiveScorecard
+from autoscaler.scorecard.live import LiveScorecard
+from autoscaler.scorecard.pools import PoolScorecard
 from autoscaler.web.scorecard_metrics import ScorecardMetrics
 
 T0 = 1_800_000_000.0

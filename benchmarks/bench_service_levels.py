@@ -26,10 +26,10 @@ import time
 import numpy as np
 import pandas as pd
 
-from autoscaler.scorecard import parse_fraction_target
-from autoscaler.service_levels import TuningSettings
+from autoscaler.scorecard.figures import parse_fraction_target
 from autoscaler.simulation.replay import replay_levels
-from autoscaler.target_levels import CANDIDATE_LEVELS, LevelTuner, describe
+from autoscaler.targets.service_levels import TuningSettings
+from autoscaler.targets.target_levels import CANDIDATE_LEVELS, LevelTuner, describe
 from forecast.durations import parse_positive_duration
 from tests.data_helpers import helios_running_gpus
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import data_helpers  # importable once the path above is set
 
 from autoscaler.commands.simulate import DEFAULT_POLICIES
-from autoscaler.settings import ForecastSettings
+from autoscaler.config.settings import ForecastSettings
 from autoscaler.simulation.forecasting import ForecastCadence
 from autoscaler.simulation.inputs import demand_workload, parse_schedule
 from autoscaler.simulation.lead_times import parse_lead_time_distribution

@@ -18,8 +18,8 @@ import pstats
 import time
 from collections import Counter
 
-from autoscaler import fitting
-from autoscaler.fitting import WorkRequest
+from autoscaler.refresh import fitting
+from autoscaler.refresh.fitting import WorkRequest
 from tests.service_replicas import real_series
 
 

@@ -52,23 +52,23 @@ def _tests_of_this_tree() -> None:
 _tests_of_this_tree()
 
 import autoscaler  # noqa: E402 - after the tests package is pinned to this tree
-from autoscaler.pipeline import open_pipeline  # noqa: E402
-from autoscaler.plans import RefreshInputs  # noqa: E402
-from autoscaler.provider import ProviderError, SnapshotProvider, empty_snapshot  # noqa: E402
-from autoscaler.refresher import Refresher  # noqa: E402
+from autoscaler.config.settings import Settings  # noqa: E402
+from autoscaler.refresh.pipeline import open_pipeline  # noqa: E402
+from autoscaler.refresh.refresher import Refresher  # noqa: E402
+from autoscaler.refresh.workers import ForecastPools  # noqa: E402
 from autoscaler.selectors import parse_selector  # noqa: E402
-from autoscaler.settings import Settings  # noqa: E402
+from autoscaler.serving.provider import ProviderError, SnapshotProvider, empty_snapshot  # noqa: E402
 from autoscaler.simulation.actuation import Actuation  # noqa: E402
 from autoscaler.simulation.engine import Period, run_policy  # noqa: E402
 from autoscaler.simulation.hpa import HPASpec  # noqa: E402
 from autoscaler.simulation.inputs import Pods, make_workload  # noqa: E402
 from autoscaler.simulation.lead_times import LeadTimeDistribution  # noqa: E402
 from autoscaler.simulation.provisioner import PoolConfig  # noqa: E402
-from autoscaler.workers import ForecastPools  # noqa: E402
+from autoscaler.targets.plans import RefreshInputs  # noqa: E402
 from tests.cluster_scenario import Node, Pod, Scenario, start_prometheus  # noqa: E402
 
 if TYPE_CHECKING:
-    from autoscaler.plans import WindowsFunction
+    from autoscaler.targets.plans import WindowsFunction
 
 MINUTE, HOUR, DAY = pd.Timedelta(minutes=1), pd.Timedelta(hours=1), pd.Timedelta(days=1)
 NIGHTS = 8

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import autoscaler.simulation.runner as runner
-from autoscaler.scorecard import MinuteLedger, ServiceTarget
-from autoscaler.service_levels import (
+from autoscaler.scorecard.figures import MinuteLedger, ServiceTarget
+from autoscaler.targets.service_levels import (
     Choice,
     Chooser,
     LedgerPrefix,

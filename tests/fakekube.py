@@ -50,7 +50,7 @@ import yaml
 from aiohttp import web
 from kubernetes_asyncio.client import ApiClient
 
-from adapters.kube_client import KubeClientSettings, create_api_client
+from adapters.kubernetes.client import KubeClientSettings, create_api_client
 from tests.fakekube_writes import (
     APPLY_PATCH,
     JSON_PATCH,
@@ -1089,7 +1089,7 @@ async def fake_kube(tmp_path: Path) -> AsyncIterator[FakeKube]:
 
 @pytest.fixture
 async def kube_api(fake_kube: FakeKube) -> AsyncIterator[ApiClient]:
-    """A kubernetes-asyncio ApiClient talking to ``fake_kube`` (built by adapters.kube_client)."""
+    """A kubernetes-asyncio ApiClient talking to ``fake_kube`` (built by adapters.kubernetes.client)."""
     api = await fake_kube.api_client()
     try:
         yield api

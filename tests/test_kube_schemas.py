@@ -11,8 +11,8 @@ import pytest
 from kubernetes_asyncio.client import CoreV1Api, CustomObjectsApi
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from adapters.kube_watch import WatchGroup, WatchSettings
-from adapters.pending_pods import pending_pod_resource
+from adapters.kubernetes.pending_pods import pending_pod_resource
+from adapters.kubernetes.watch import WatchGroup, WatchSettings
 from tests import fakekube
 from tests.eventually import eventually
 from tests.kube_objects import expression, gpu_pod_spec, nodepool, pending_pod

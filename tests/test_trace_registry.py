@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from autoscaler.settings_loader import ENV_PREFIX, load_settings
+from autoscaler.config.settings_loader import ENV_PREFIX, load_settings
 from tests import trace_slices, traces
 
 ROOT = Path(__file__).resolve().parent.parent

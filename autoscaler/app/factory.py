@@ -19,20 +19,22 @@ from aiohttp import web
 from cryptography import x509
 from kubernetes_asyncio.client import ApiClient
 
-from adapters.nodeclaims import LeadTimeSample
-from autoscaler import lead_time_store, persistence
-from autoscaler.actuation import BufferActuator
+from adapters.kubernetes.nodeclaims import LeadTimeSample
+from autoscaler.actuation.writer import BufferActuator
 from autoscaler.app import scoring
 from autoscaler.app.restoring import restore_published, restore_saved, serving_published
-from autoscaler.kube_inputs import watch_settings
-from autoscaler.pipeline import Pipeline
-from autoscaler.plans import RefreshStats
-from autoscaler.provider import MetricsProvider, Snapshot, SnapshotProvider, empty_snapshot
-from autoscaler.publication import Publication, Publisher, open_publication
-from autoscaler.refresher import Refresher
-from autoscaler.settings import Settings
-from autoscaler.sharding import Sharding, open_sharding
+from autoscaler.config.settings import Settings
+from autoscaler.refresh.kube_inputs import watch_settings
+from autoscaler.refresh.pipeline import Pipeline
+from autoscaler.refresh.refresher import Refresher
+from autoscaler.refresh.workers import default_workers, process_pools
+from autoscaler.replication import lead_time_store
+from autoscaler.replication.publication import Publication, Publisher, open_publication
+from autoscaler.replication.shards import Sharding, open_sharding
+from autoscaler.serving import persistence
+from autoscaler.serving.provider import MetricsProvider, Snapshot, SnapshotProvider, empty_snapshot
 from autoscaler.simulation.replay import replay_levels
+from autoscaler.targets.plans import RefreshStats
 from autoscaler.web import kubernetes_auth
 from autoscaler.web.auth import AccessControl, AllowAuthenticated, Authenticator, Authorizer, RequestHeaderConfig
 from autoscaler.web.certificates import CertificateFileError, common_name, read_certificates, validity_fault
@@ -57,7 +59,6 @@ from autoscaler.web.page import add_page_routes
 from autoscaler.web.probes import add_metrics_route, add_probe_routes
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.self_metrics import SelfMetrics
-from autoscaler.workers import default_workers, process_pools
 
 log = logging.getLogger(__name__)
 

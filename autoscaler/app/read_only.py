@@ -1,7 +1,7 @@
 """The read-only trial's process: the refresher, the page and the inspection API, nothing else.
 
 Built as the service is (``open_pipeline``, ``create_app``) from settings that use no Kubernetes API
-(``autoscaler.trial.read_only_settings``); the secure app is started for its refresher but bound to no
+(``autoscaler.checks.trial.read_only_settings``); the secure app is started for its refresher but bound to no
 port, so neither the external metrics API nor KEDA's scaler is served. Only the plain port listens.
 """
 
@@ -16,8 +16,8 @@ from aiohttp import web
 
 from autoscaler.app.factory import create_app, needs_kubernetes_api
 from autoscaler.app.serving import settle_heap
-from autoscaler.pipeline import open_pipeline
-from autoscaler.settings import Settings
+from autoscaler.config.settings import Settings
+from autoscaler.refresh.pipeline import open_pipeline
 from autoscaler.web.auth import AccessControl
 from autoscaler.web.keys import NOTICE
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from autoscaler import lead_time_store, persistence
-from autoscaler.forecast_objects import Published
-from autoscaler.pipeline import Pipeline
-from autoscaler.provider import Snapshot
-from autoscaler.refresher import Refresher
+from autoscaler.refresh.pipeline import Pipeline
+from autoscaler.refresh.refresher import Refresher
+from autoscaler.replication import lead_time_store
+from autoscaler.replication.forecast_objects import Published
+from autoscaler.serving import persistence
+from autoscaler.serving.provider import Snapshot
 from autoscaler.web.readiness import Readiness
 
 log = logging.getLogger(__name__)

@@ -9,9 +9,9 @@ from functools import partial
 
 from aiohttp import web
 
-from autoscaler.plans import MetricPlan
-from autoscaler.provider import Snapshot
-from autoscaler.scorecard_live import LiveScorecard
+from autoscaler.scorecard.live import LiveScorecard
+from autoscaler.serving.provider import Snapshot
+from autoscaler.targets.plans import MetricPlan
 from autoscaler.web.keys import SCORECARD
 from autoscaler.web.scorecard_metrics import ScorecardMetrics
 from autoscaler.web.self_metrics import SelfMetrics

@@ -16,16 +16,16 @@ from datetime import timedelta
 from aiohttp import web
 from kubernetes_asyncio.client import ApiClient
 
-from adapters.kube_client import KubeClientSettings, create_api_client
-from adapters.leases import own_identity
+from adapters.kubernetes.client import KubeClientSettings, create_api_client
+from adapters.kubernetes.leases import own_identity
 from autoscaler import __version__
 from autoscaler.app.factory import buffer_actuator, build_access, client_ca_pems, create_app, needs_kubernetes_api
+from autoscaler.checks.preflight import PreflightFailed, run_checks
+from autoscaler.config.server_settings import DEMO_GRPC_PORT
+from autoscaler.config.settings import Settings
 from autoscaler.keda.server import GrpcListening, serving_grpc
-from autoscaler.kube_inputs import watch_settings
-from autoscaler.pipeline import open_pipeline
-from autoscaler.preflight import PreflightFailed, run_checks
-from autoscaler.server_settings import DEMO_GRPC_PORT
-from autoscaler.settings import Settings
+from autoscaler.refresh.kube_inputs import watch_settings
+from autoscaler.refresh.pipeline import open_pipeline
 from autoscaler.web import demo_pki, kubernetes_auth
 from autoscaler.web.auth import AccessControl
 from autoscaler.web.certificates import CertificateFileError

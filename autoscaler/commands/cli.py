@@ -23,7 +23,7 @@ from autoscaler.commands.numbers import integer
 from autoscaler.decimals import parse_integer
 
 if TYPE_CHECKING:
-    from autoscaler.settings import Settings
+    from autoscaler.config.settings import Settings
 
 # Commands in their own modules: name -> (module, attribute, the command's one-line help, as its
 # docstring starts; a test checks they agree), imported only when the command runs.
@@ -242,7 +242,7 @@ def serve(
 
     from adapters.types import AdapterError
     from autoscaler.app.serving import serve as run_server  # heavy imports only when serving
-    from autoscaler.preflight import PreflightFailed
+    from autoscaler.checks.preflight import PreflightFailed
 
     try:
         # uvloop's event loop and TLS transport serve about twice the requests per core.
@@ -262,7 +262,7 @@ def check_config(config_file: Path) -> None:
 
 def _load_settings(config_file: Path | None, overrides: dict[str, Any]) -> Settings:
     """Settings that cannot be used (unreadable, not YAML, invalid) are a usage error."""
-    from autoscaler.settings_loader import SettingsError, load_settings  # pydantic and the Kubernetes client
+    from autoscaler.config.settings_loader import SettingsError, load_settings  # pydantic and the Kubernetes client
 
     try:
         return load_settings(config_file, overrides=overrides)

@@ -17,8 +17,8 @@ if TYPE_CHECKING:  # imported when the command runs, so that `--help` stays ligh
     import numpy as np
     import pandas as pd
 
-    from adapters.prometheus import PrometheusClientSettings
-    from adapters.promql import SignalQuery
+    from adapters.prometheus.client import PrometheusClientSettings
+    from adapters.prometheus.promql import SignalQuery
     from forecast.engine import EngineResult
 
 
@@ -67,7 +67,7 @@ def history_summary(series: pd.Series) -> dict[str, Any]:
 
 
 async def _pull(settings: PrometheusClientSettings, query: SignalQuery, start: datetime, end: datetime) -> list[Any]:
-    from adapters.prometheus import PrometheusSource
+    from adapters.prometheus.client import PrometheusSource
 
     async with PrometheusSource(settings) as prometheus:
         return await prometheus.backfill(query, start, end)
@@ -119,8 +119,8 @@ def forecast_command(
     timeout: timedelta,
 ) -> None:
     """Pull one query's history from Prometheus and print the forecast the service would make."""
-    from adapters.prometheus import PrometheusClientSettings
-    from adapters.promql import SignalQuery
+    from adapters.prometheus.client import PrometheusClientSettings
+    from adapters.prometheus.promql import SignalQuery
 
     try:
         settings = PrometheusClientSettings(
@@ -147,7 +147,7 @@ def _pull_one_series(
 ) -> pd.Series:
     """The query's one series over ``start``-``end``; Prometheus failing or answering nothing is a
     runtime failure, several series a usage error (the query must aggregate them)."""
-    from adapters.prometheus import PrometheusError
+    from adapters.prometheus.client import PrometheusError
 
     try:
         signals = asyncio.run(_pull(settings, query, start, end))

@@ -12,12 +12,12 @@ import click
 from autoscaler.commands.errors import CommandFailed
 
 if TYPE_CHECKING:  # --help stays light: the settings import pydantic and the Kubernetes client
-    from autoscaler.settings import Settings
+    from autoscaler.config.settings import Settings
 
 
 async def _run(settings: Settings) -> list[Any]:
     from autoscaler.app.serving import kubernetes_client
-    from autoscaler.preflight import run_checks
+    from autoscaler.checks.preflight import run_checks
 
     async with kubernetes_client(settings) as api:
         return await run_checks(api, settings)
@@ -26,7 +26,7 @@ async def _run(settings: Settings) -> list[Any]:
 def run_preflight(settings: Settings, fmt: str) -> None:
     """Print one line per check (or the JSON report); fail (exit 1) when any check found a problem."""
     from adapters.types import AdapterError
-    from autoscaler.preflight import report_json
+    from autoscaler.checks.preflight import report_json
 
     try:
         checks = asyncio.run(_run(settings))
@@ -58,7 +58,7 @@ def preflight_command(config_file: Path | None, kubeconfig: Path | None, take_ov
 
     One line per check; exit 0 when all pass, 1 when any found a problem.
     """
-    from autoscaler.settings_loader import SettingsError, load_settings
+    from autoscaler.config.settings_loader import SettingsError, load_settings
 
     overrides: dict[str, Any] = {
         "kubernetes.kubeconfig": str(kubeconfig) if kubeconfig else None,

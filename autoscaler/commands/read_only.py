@@ -1,6 +1,6 @@
 """``gpu-autoscaler serve --prometheus-url URL``: the read-only trial on your own Prometheus.
 
-No cluster, no config file: the settings come from ``autoscaler.trial``, the Prometheus is checked
+No cluster, no config file: the settings come from ``autoscaler.checks.trial``, the Prometheus is checked
 first (one line, exit 1, when it cannot be reached, has no kube-state-metrics or too short a history),
 then the refresher and the page run as in the service. Nothing is served to the cluster.
 """
@@ -17,7 +17,7 @@ import click
 from autoscaler.commands.errors import CommandFailed
 
 if TYPE_CHECKING:  # the settings model is imported when the command runs, not for --help
-    from autoscaler.settings import Settings
+    from autoscaler.config.settings import Settings
 
 log = logging.getLogger(__name__)
 # The flags of ``serve`` that only mean something when serving the cluster, in its parameters' order.
@@ -40,7 +40,7 @@ def serve_read_only(url: str, http_port: int | None, bind_address: str | None, s
     import uvloop
     from pydantic import ValidationError
 
-    from autoscaler.trial import read_only_settings
+    from autoscaler.checks.trial import read_only_settings
 
     if bind_address is not None and not _loopback(bind_address):
         raise click.UsageError(f"--bind-address {bind_address}: the read-only trial binds to a loopback address only")
@@ -63,10 +63,9 @@ def serve_read_only(url: str, http_port: int | None, bind_address: str | None, s
 async def _checked_and_served(settings: Settings, overrides: dict[str, Any]) -> None:
     from datetime import UTC, datetime
 
-    from adapters.prometheus import PrometheusSource
+    from adapters.prometheus.client import PrometheusSource
     from autoscaler.app.read_only import serve_read_only as run
-    from autoscaler.sources import client_settings
-    from autoscaler.trial import (
+    from autoscaler.checks.trial import (
         GOOD_HISTORY,
         LOOKBACK,
         TrialError,
@@ -76,6 +75,7 @@ async def _checked_and_served(settings: Settings, overrides: dict[str, Any]) -> 
         read_only_settings,
         span_text,
     )
+    from autoscaler.refresh.sources import client_settings
 
     if settings.prometheus is None:
         raise ValueError("the read-only trial's settings name no Prometheus")

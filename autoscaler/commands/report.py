@@ -83,7 +83,7 @@ def report_command(
         raise click.BadParameter(f"must hold reactive and {SERVICE_POLICY} (the service)", param_hint="--policies")
     needed = (warmup or WARMUP_BOUNDS[0]) + SCORED_AT_LEAST
     if since < needed:
-        from autoscaler.trial import span_text
+        from autoscaler.checks.trial import span_text
 
         raise click.BadParameter(
             f"{span_text(since)} is shorter than the {span_text(needed)} the report needs (the warmup, then a "
@@ -111,9 +111,9 @@ async def _pull(url: str, since: timedelta, needed: timedelta) -> dict[str, pd.S
     """Each node pool's GPUs requested over ``since`` (from its first point), after the checks."""
     from datetime import UTC, datetime
 
-    from adapters.prometheus import PrometheusClientSettings, PrometheusError, PrometheusSource
+    from adapters.prometheus.client import PrometheusClientSettings, PrometheusError, PrometheusSource
     from adapters.types import NODEPOOL_LABEL
-    from autoscaler.trial import TrialError, check_prometheus, gpu_query
+    from autoscaler.checks.trial import TrialError, check_prometheus, gpu_query
 
     try:
         settings = PrometheusClientSettings(url=url)
@@ -137,11 +137,11 @@ async def _pull(url: str, since: timedelta, needed: timedelta) -> dict[str, pd.S
 
 def _config(history: timedelta, warmup: timedelta | None, lead_time: timedelta, gpus_per_node: int) -> SimulationConfig:
     """The simulator as ``simulate`` runs it by default, on the service's 5-minute signal step."""
-    from autoscaler.settings import ForecastSettings
+    from autoscaler.checks.trial import LOOKBACK, STEP, span_text
+    from autoscaler.config.settings import ForecastSettings
     from autoscaler.simulation.forecasting import ForecastCadence
     from autoscaler.simulation.lead_times import parse_lead_time_distribution
     from autoscaler.simulation.runner import SimulationConfig
-    from autoscaler.trial import LOOKBACK, STEP, span_text
 
     low, high = WARMUP_BOUNDS
     chosen = warmup if warmup is not None else min(high, max(low, history / 4))

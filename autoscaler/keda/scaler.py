@@ -40,7 +40,7 @@ from autoscaler.keda.metadata import (
     shown,
     trigger_fields,
 )
-from autoscaler.provider import MetricNotFound, MetricUnavailable, SnapshotProvider, not_served
+from autoscaler.serving.provider import MetricNotFound, MetricUnavailable, SnapshotProvider, not_served
 from autoscaler.web.auth import AccessDenied, Authorizer, User
 from autoscaler.web.certificates import common_name, organizations
 from autoscaler.web.external_metrics import namespace_fault

@@ -17,12 +17,12 @@ from typing import cast
 
 import grpc
 
+from autoscaler.config.server_settings import ServerSettings
 from autoscaler.keda.core_log import core_log
 from autoscaler.keda.externalscaler_pb2_grpc import add_ExternalScalerServicer_to_server
 from autoscaler.keda.interceptor import MAX_REQUEST_BYTES, RequestMetrics
 from autoscaler.keda.scaler import RECHECK_INTERVAL_S, ExternalScaler
-from autoscaler.provider import SnapshotProvider
-from autoscaler.server_settings import ServerSettings
+from autoscaler.serving.provider import SnapshotProvider
 from autoscaler.web.auth import Authorizer
 from autoscaler.web.certificates import CertificateFileError, check_pair, read_certificates
 from autoscaler.web.self_metrics import SelfMetrics

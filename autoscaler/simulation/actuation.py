@@ -11,7 +11,7 @@ the provisioner at once.
 refresh), with no HPA in between: no tolerance, no stabilisation window, no rate limit. The served
 values are already what ``policy.decide`` serves (its minimum, maximum, pacing and caps, none of
 which the simulator configures), so the replicas follow them exactly. The buffer's virtual pods are
-as many as the autoscaler's sizing rule gives (``autoscaler.buffer_sizing.upstream_sizing``, July
+as many as the autoscaler's sizing rule gives (``autoscaler.actuation.buffer_sizing.upstream_sizing``, July
 2026): ``spec.replicas``, capped by the chunks that fit in ``spec.limits`` when ``--buffer-limit-gpus``
 sets one (the buffer names a PodTemplate, so no ``percentage``; namespace quotas are not modelled).
 What the node autoscaler does with the buffer is modelled on Karpenter's implementation (the
@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autoscaler.buffer_sizing import chunks_within, replicas_for
+from autoscaler.actuation.buffer_sizing import chunks_within, replicas_for
 from autoscaler.simulation.defaults import PLACEHOLDER_GPUS as PLACEHOLDER_GPUS  # re-exported
 from autoscaler.simulation.defaults import ActuationKind
 from autoscaler.simulation.hpa import SYNC_PERIOD_S, HPASpec, milli_value, placeholder_replicas

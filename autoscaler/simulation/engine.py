@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from autoscaler.scorecard import MinuteLedger, integrate_per_minute, window_start_delay
+from autoscaler.scorecard.figures import MinuteLedger, integrate_per_minute, window_start_delay
 from autoscaler.simulation.actuation import Actuation, SpareCapacity, spare_capacity
 from autoscaler.simulation.cluster import ClusterState
 from autoscaler.simulation.inputs import Workload
@@ -59,7 +59,7 @@ class Outcome:
     placeholders: np.ndarray = field(default_factory=lambda: np.zeros(0))
     seconds: float = 0.0  # wall time of this run (HPA and cluster loops)
     # Short, held and used GPU-seconds per minute, from the cluster's start (the scorecard's ledger:
-    # the same definitions as the live service's, autoscaler/scorecard.py).
+    # the same definitions as the live service's, autoscaler/scorecard/figures.py).
     # Each declared window's run in the scored period: seconds from its start until all its pods ran.
     window_start_delays: np.ndarray = field(default_factory=lambda: np.zeros(0))
     ledger: MinuteLedger = field(

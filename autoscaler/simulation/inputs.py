@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from adapters.cron_schedule import CronScheduleError, fire_times
+from adapters.kubernetes.cron_schedule import CronScheduleError, fire_times
 from adapters.types import ScheduledWindow
 from forecast.durations import parse_duration, parse_positive_duration
 from forecast.io import SeriesFileError, aggregate, read_series_csv

@@ -14,7 +14,7 @@ from typing import Literal, get_args
 import numpy as np
 import pandas as pd
 
-from autoscaler.scorecard import ServiceTarget, TargetError, parse_target_text
+from autoscaler.scorecard.figures import ServiceTarget, TargetError, parse_target_text
 from autoscaler.simulation.hpa import SYNC_PERIOD_S
 from autoscaler.simulation.inputs import Workload
 from forecast.durations import parse_positive_duration

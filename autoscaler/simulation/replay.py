@@ -1,7 +1,7 @@
 """The controller model run for the live service: each level's recorded headroom replayed against the
 demand that followed, through the same placeholder HPA and node pool as ``simulate``.
 
-A metric with a service-level target (autoscaler/target_levels.py) chooses its level on these
+A metric with a service-level target (autoscaler/targets/target_levels.py) chooses its level on these
 ledgers; this runs in a worker process, once per series every ``tune_every``.
 """
 
@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from autoscaler.scorecard import MinuteLedger
-from autoscaler.service_levels import ReplayRequest
+from autoscaler.scorecard.figures import MinuteLedger
 from autoscaler.simulation.actuation import Actuation
 from autoscaler.simulation.engine import Period, run_policy
 from autoscaler.simulation.hpa import HPASpec, Tolerance
 from autoscaler.simulation.inputs import Pods, make_workload
 from autoscaler.simulation.lead_times import LeadTimeDistribution
 from autoscaler.simulation.provisioner import PoolConfig
+from autoscaler.targets.service_levels import ReplayRequest
 
 _ORIGIN = pd.Timestamp("2000-01-01T00:00:00Z")  # replays count seconds from the record's start
 

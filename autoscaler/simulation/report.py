@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from autoscaler.scorecard import gpu_allocation, short_figures, wait_figures
+from autoscaler.scorecard.figures import gpu_allocation, short_figures, wait_figures
 from autoscaler.simulation.actuation import BUFFER_RESYNC_OFFSET_S, BUFFER_RESYNC_S, PLACEHOLDER_GPUS, Actuation
 from autoscaler.simulation.engine import Outcome, Period
 from autoscaler.simulation.policies import parse_policy
@@ -45,7 +45,7 @@ def policy_figures(
 
     Provisioned GPU-hours count nodes from launch (what is billed), not only while Ready; idle is
     provisioned minus what real pods used; short is requested GPUs above Ready capacity. The
-    scorecard's figures come from the run's minute ledger (autoscaler/scorecard.py: the live
+    scorecard's figures come from the run's minute ledger (autoscaler/scorecard/figures.py: the live
     service's definitions).
     """
     totals = run.outcome.totals

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from autoscaler.refresh.workers import start_simulation_worker
 from autoscaler.simulation.actuation import Actuation
 from autoscaler.simulation.engine import Outcome, Period, run_policy
 from autoscaler.simulation.forecasting import (
@@ -47,7 +48,6 @@ from autoscaler.simulation.tuning import (
     stitched_metric,
     walk_forward,
 )
-from autoscaler.workers import start_simulation_worker
 from forecast.types import ProgressCallback
 
 # The cluster runs this long before scoring starts, so that every policy enters the scored period

@@ -22,7 +22,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 from multidict import MultiMapping
 
-from adapters.kube_auth import UserInfo as User
+from adapters.kubernetes.auth import UserInfo as User
 from autoscaler.web.certificates import common_name, issued_by, organizations
 from autoscaler.web.throttled_log import ThrottledLog
 

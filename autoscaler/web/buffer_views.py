@@ -20,8 +20,8 @@ from datetime import UTC
 from html import escape
 from typing import Any
 
-from autoscaler.actuation import BufferActuator
-from autoscaler.buffer_sizing import BufferState
+from autoscaler.actuation.buffer_sizing import BufferState
+from autoscaler.actuation.writer import BufferActuator
 
 
 def _state_json(state: BufferState) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MultipleLocator
 
 from autoscaler.policy import figure
-from autoscaler.provider import Snapshot
+from autoscaler.serving.provider import Snapshot
 from autoscaler.web.views import SeriesView
 
 MAX_CACHED_CHARTS = 256

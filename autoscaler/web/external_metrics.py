@@ -10,8 +10,8 @@ import re
 
 from aiohttp import web
 
-from autoscaler.provider import MetricNotFound, MetricUnavailable, MetricWarmingUp
 from autoscaler.selectors import SelectorError, parse_selector
+from autoscaler.serving.provider import MetricNotFound, MetricUnavailable, MetricWarmingUp
 from autoscaler.web import responses
 from autoscaler.web.auth import AccessDenied
 from autoscaler.web.keys import ACCESS, METRICS_PROVIDER, SELF_METRICS, USER

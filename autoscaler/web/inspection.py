@@ -18,8 +18,8 @@ import pandas as pd
 from aiohttp import web
 
 from adapters.types import ScheduledWindow
-from autoscaler.provider import Snapshot, not_served
 from autoscaler.selectors import EVERYTHING, Selector, SelectorError, parse_selector
+from autoscaler.serving.provider import Snapshot, not_served
 from autoscaler.web.buffer_views import buffers_json
 from autoscaler.web.keys import BUFFERS, CLOCK, SNAPSHOTS
 from autoscaler.web.launch_views import add_launch_routes

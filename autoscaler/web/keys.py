@@ -12,11 +12,11 @@ from datetime import datetime
 
 from aiohttp import web
 
-from adapters.launch_record import LaunchRecord
-from adapters.pool_matching import UnplacedDemand
-from autoscaler.actuation import BufferActuator
-from autoscaler.provider import MetricsProvider, SnapshotProvider, SnapshotSource
-from autoscaler.scorecard_live import LiveScorecard
+from adapters.kubernetes.launch_record import LaunchRecord
+from adapters.kubernetes.pool_matching import UnplacedDemand
+from autoscaler.actuation.writer import BufferActuator
+from autoscaler.scorecard.live import LiveScorecard
+from autoscaler.serving.provider import MetricsProvider, SnapshotProvider, SnapshotSource
 from autoscaler.web.auth import AccessControl, DelegatedHTTPAuth, User
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.self_metrics import SelfMetrics

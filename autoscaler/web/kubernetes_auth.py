@@ -12,10 +12,10 @@ from functools import partial
 from cryptography import x509
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
-from adapters import kube_auth
-from adapters.kube_client import KubeError
-from adapters.kube_watch import WatchCache, WatchedResource, WatchEvent, WatchGroup, WatchSettings
-from autoscaler.settings import AuthSettings
+from adapters.kubernetes import auth as kube_auth
+from adapters.kubernetes.client import KubeError
+from adapters.kubernetes.watch import WatchCache, WatchedResource, WatchEvent, WatchGroup, WatchSettings
+from autoscaler.config.settings import AuthSettings
 from autoscaler.web.auth import (
     Authenticator,
     DelegatedHTTPAuth,

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from adapters.launch_record import LaunchRecord
+from adapters.kubernetes.launch_record import LaunchRecord
 
 
 class LaunchMetrics(Collector):

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from aiohttp import web
 
-from adapters.launch_record import LaunchRecord, PoolLaunches
+from adapters.kubernetes.launch_record import LaunchRecord, PoolLaunches
 from autoscaler.web.keys import CLOCK, LAUNCHES
 
 LAUNCHES_PATH = "/api/v1/launches"

@@ -20,9 +20,9 @@ from urllib.parse import quote, urlencode
 import pandas as pd
 from aiohttp import web
 
-from adapters.pool_matching import UnplacedDemand
-from autoscaler.provider import MetricInfo, Snapshot, not_served
+from adapters.kubernetes.pool_matching import UnplacedDemand
 from autoscaler.quantity import format_quantity
+from autoscaler.serving.provider import MetricInfo, Snapshot, not_served
 from autoscaler.web.buffer_views import buffers_section
 from autoscaler.web.charts import ZOOM_HOURS, ChartCache, band_level, format_labels, number, render_chart
 from autoscaler.web.keys import BUFFERS, CLOCK, LAUNCHES, NOTICE, SCORECARD, SNAPSHOTS, UNPLACED

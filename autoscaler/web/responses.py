@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from autoscaler import __version__
-from autoscaler.provider import MetricInfo, ServedSeries
+from autoscaler.serving.provider import MetricInfo, ServedSeries
 
 GROUP = "external.metrics.k8s.io"
 VERSION = "v1beta1"

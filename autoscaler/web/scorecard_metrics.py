@@ -1,6 +1,6 @@
 """The live scorecard on ``/metrics``: counters and histograms Prometheus can rate over any window.
 
-Read at scrape time from each pool's running totals (``pool_scorecard``), which only grow and carry
+Read at scrape time from each pool's running totals (``scorecard.pools``), which only grow and carry
 on across restarts, so ``increase(gpu_autoscaler_short_gpu_seconds_total[1h]) / 60`` is the hour's
 short GPU-minutes and ``rate`` of the coverage counters is live coverage (docs/scorecard.md).
 """
@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from autoscaler.pool_scorecard import PoolScorecard
+from autoscaler.scorecard.pools import PoolScorecard
 
 Cards = Callable[[], Mapping[str, PoolScorecard]]
 _POOL = ["nodepool"]

@@ -1,8 +1,8 @@
 """``GET /api/v1/scorecard``, and the page's panel: what happened in each pool over the last hour, day
 and week.
 
-Every figure comes from the pool's live scorecard (``autoscaler.pool_scorecard``, defined in
-``autoscaler.scorecard``); docs/scorecard.md says what each one means and where it is read from.
+Every figure comes from the pool's live scorecard (``autoscaler.scorecard.pools``, defined in
+``autoscaler.scorecard.figures``); docs/scorecard.md says what each one means and where it is read from.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from autoscaler.scorecard_live import LiveScorecard
+from autoscaler.scorecard.live import LiveScorecard
 from autoscaler.web.keys import CLOCK, SCORECARD
 
 SCORECARD_PATH = "/api/v1/scorecard"

@@ -17,12 +17,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from adapters.pool_matching import UnplacedDemand
-from autoscaler.buffer_sizing import BufferState
-from autoscaler.plans import RefreshStats
+from adapters.kubernetes.pool_matching import UnplacedDemand
+from autoscaler.actuation.buffer_sizing import BufferState
 from autoscaler.policy import lead_slice
-from autoscaler.provider import ServedSeries, Snapshot
-from autoscaler.publication import Publisher
+from autoscaler.replication.publication import Publisher
+from autoscaler.serving.provider import ServedSeries, Snapshot
+from autoscaler.targets.plans import RefreshStats
 
 Clock = Callable[[], datetime]
 _INVALID_LABEL_CHARACTERS = re.compile(r"[^a-zA-Z0-9_]")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from cryptography import x509
 
-from autoscaler.server_settings import AEAD_CIPHER_SUITES, TLSCipherSuite
+from autoscaler.config.server_settings import AEAD_CIPHER_SUITES, TLSCipherSuite
 from autoscaler.web.certificates import (
     CertificateFileError,
     check_pair,

@@ -13,8 +13,9 @@ from datetime import datetime, timedelta
 import pandas as pd
 
 from adapters.types import ScheduledWindow
-from autoscaler.provenance import Provenance
-from autoscaler.provider import (
+from autoscaler.selectors import SelectorError, parse_selector
+from autoscaler.serving.provenance import Provenance
+from autoscaler.serving.provider import (
     MetricInfo,
     MetricUnavailable,
     PublishedRecord,
@@ -22,7 +23,6 @@ from autoscaler.provider import (
     Snapshot,
     apply_staleness,
 )
-from autoscaler.selectors import SelectorError, parse_selector
 from forecast.durations import parse_duration
 from forecast.types import Forecast
 

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from adapters.cron_schedule import CronScheduleError, fire_times
-from adapters.cronjobs import (
+from adapters.gpu_units import GpuUnits
+from adapters.kubernetes.cron_schedule import CronScheduleError, fire_times
+from adapters.kubernetes.cronjobs import (
     CronWindowSettings,
     config_windows,
     cronjob_resource,
@@ -23,9 +24,8 @@ from adapters.cronjobs import (
     unplaced_cronjobs,
     windows_for_cronjob,
 )
-from adapters.gpu_requests import parse_quantity, pod_gpu_requests
-from adapters.gpu_units import GpuUnits
-from adapters.kube_watch import WatchGroup, WatchSettings
+from adapters.kubernetes.gpu_requests import parse_quantity, pod_gpu_requests
+from adapters.kubernetes.watch import WatchGroup, WatchSettings
 from tests import fakekube
 from tests.eventually import eventually
 from tests.kube_objects import expression, nodepool, taint

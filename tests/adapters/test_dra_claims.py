@@ -1,4 +1,4 @@
-"""GPUs of DRA claims (``adapters.dra_claims``), request by request as the scheduler's allocator reads
+"""GPUs of DRA claims (``adapters.kubernetes.dra_claims``), request by request as the scheduler's allocator reads
 them. Every claim, template and pod here is first checked against Kubernetes 1.37's
 ``resource.k8s.io/v1`` and ``v1`` schemas (kubernetes-validate, strict), so the shapes are the API's."""
 
@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import yaml
 
-from adapters.dra_claims import ClaimLookup, claim_spec_gpus, pod_claims
-from adapters.dra_devices import DeviceInventory
 from adapters.gpu_units import GpuUnits
-from adapters.pending_pods import pending_gpus
+from adapters.kubernetes.dra_claims import ClaimLookup, claim_spec_gpus, pod_claims
+from adapters.kubernetes.dra_devices import DeviceInventory
+from adapters.kubernetes.pending_pods import pending_gpus
 from tests import kube_schemas
 
 LOOKUP = ClaimLookup()
@@ -87,7 +87,7 @@ def test_all_counts_the_devices_allocated_or_waits_for_the_pool():
     assert gpus(claim("all", request, status=status)) == (8, ())
 
 
-# --- allocationMode All on a node of the candidate pool (adapters.dra_devices) ----------------------
+# --- allocationMode All on a node of the candidate pool (adapters.kubernetes.dra_devices) ----------------------
 
 # NVIDIA's DeviceClasses as its Helm chart renders them (tests/data/nvidia-dra/README.md: the chart's
 # deviceclass-gpu.yaml and deviceclass-mig.yaml templates, resource.k8s.io/v1).
@@ -342,7 +342,7 @@ def test_the_extended_resources_claim_is_not_counted_a_second_time():
 def test_a_cronjobs_all_claims_count_per_pod_on_its_pool():
     from datetime import UTC, datetime, timedelta
 
-    from adapters.cronjobs import CronWindowSettings, windows_for_cronjob
+    from adapters.kubernetes.cronjobs import CronWindowSettings, windows_for_cronjob
 
     devices = inventory(resource_slice("node-1", [(f"gpu-{i}", "gpu") for i in range(8)]))
     request = [{"name": "node-gpus", "exactly": exactly(allocationMode="All")}]

@@ -13,11 +13,11 @@ from fractions import Fraction
 import pandas as pd
 import pytest
 
-from adapters import presets
-from adapters.cronjobs import CronWindowSettings, gpu_template
 from adapters.gpu_units import GpuUnits
-from adapters.pending_pods import pending_gpus
-from adapters.prometheus import PrometheusClientSettings, PrometheusSource
+from adapters.kubernetes.cronjobs import CronWindowSettings, gpu_template
+from adapters.kubernetes.pending_pods import pending_gpus
+from adapters.prometheus import presets
+from adapters.prometheus.client import PrometheusClientSettings, PrometheusSource
 from tests import kube_schemas
 from tests.cluster_scenario import Node, Pod, Scenario, start_prometheus
 from tests.kube_objects import pending_pod
@@ -133,7 +133,7 @@ def test_units_refuse_what_would_count_twice_or_not_at_all() -> None:
 
 
 def test_a_malformed_mig_profile_skips_the_pod_and_the_cronjob_names_it(caplog: pytest.LogCaptureFixture) -> None:
-    from adapters.cronjobs import cronjob_windows
+    from adapters.kubernetes.cronjobs import cronjob_windows
 
     bad = pod_spec("nvidia.com/mig-big", 1)
     good = pod_spec("nvidia.com/gpu", 1)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.kube_auth import (
+from adapters.kubernetes.auth import (
     RequestHeaderConfig,
     UserInfo,
     read_request_header_config,
     review_access,
     review_token,
 )
-from adapters.kube_client import (
+from adapters.kubernetes.client import (
     KubeClientSettings,
     KubeError,
     KubeForbidden,

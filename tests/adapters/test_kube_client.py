@@ -10,7 +10,7 @@ import pytest
 import yaml
 from kubernetes_asyncio.client import BatchV1Api
 
-from adapters.kube_client import (
+from adapters.kubernetes.client import (
     KubeClientSettings,
     KubeError,
     KubeForbidden,
@@ -109,7 +109,7 @@ async def test_the_service_client_names_its_replica_like_kubectl(fake_kube, monk
     """``gpu-autoscaler/<version> (<Lease identity>)``: POD_NAME plus the per-process suffix."""
     from autoscaler import __version__
     from autoscaler.app.serving import kubernetes_client
-    from autoscaler.settings import Settings
+    from autoscaler.config.settings import Settings
 
     monkeypatch.setenv("POD_NAME", "gpu-autoscaler-7d9f-x2k4")
     settings = Settings.model_validate({"kubernetes": {"kubeconfig": str(fake_kube.kubeconfig_path)}})

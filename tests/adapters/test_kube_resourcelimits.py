@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from adapters.resourcelimits import (
+from adapters.kubernetes.resourcelimits import (
     GpuQuota,
     gpu_quotas,
     nodepool_gpu_limit,

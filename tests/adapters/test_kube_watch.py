@@ -13,9 +13,10 @@ from itertools import pairwise
 import pytest
 from kubernetes_asyncio.client import BatchV1Api
 
-from adapters.cronjobs import cronjob_resource, job_resource
-from adapters.kube_client import KubeUnavailable, ResourceVersionExpired
-from adapters.kube_watch import (
+from adapters.kubernetes.client import KubeUnavailable, ResourceVersionExpired
+from adapters.kubernetes.cronjobs import cronjob_resource, job_resource
+from adapters.kubernetes.nodeclaims import nodeclaim_resource
+from adapters.kubernetes.watch import (
     WatchCache,
     WatchedResource,
     WatchEvent,
@@ -25,7 +26,6 @@ from adapters.kube_watch import (
     list_then_watch,
     stream_events,
 )
-from adapters.nodeclaims import nodeclaim_resource
 from tests import fakekube
 from tests.eventually import eventually
 from tests.kube_objects import nodeclaim_spec

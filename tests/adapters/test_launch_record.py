@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from adapters.kube_watch import WatchCache, WatchEvent
-from adapters.launch_record import LaunchRecord, LaunchSettings
-from adapters.nodeclaim_states import gone_reason, read_claim
-from adapters.nodeclaims import LeadTimeHistory
+from adapters.kubernetes.launch_record import LaunchRecord, LaunchSettings
+from adapters.kubernetes.nodeclaim_states import gone_reason, read_claim
+from adapters.kubernetes.nodeclaims import LeadTimeHistory
+from adapters.kubernetes.watch import WatchCache, WatchEvent
 from tests.kube_objects import nodeclaim_spec
 
 T0 = datetime(2026, 11, 20, 8, tzinfo=UTC)
@@ -182,7 +182,7 @@ def test_node_sizes_come_from_status_capacity():
 )
 def test_a_malformed_nodeclaim_is_logged_by_name_and_the_rest_carry_on(broken, caplog):
     feed = Feed()
-    with caplog.at_level(logging.ERROR, logger="adapters.launch_record"):
+    with caplog.at_level(logging.ERROR, logger="adapters.kubernetes.launch_record"):
         feed.send("ADDED", broken)
     assert broken["metadata"]["name"] in caplog.text
     feed.send("ADDED", claim("a-1", T0, ready_after=timedelta(minutes=3)))

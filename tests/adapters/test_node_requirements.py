@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.node_requirements import Requirement, combine, incompatibility, requirement
+from adapters.kubernetes.node_requirements import Requirement, combine, incompatibility, requirement
 
 # Karpenter's own compatibility table (pkg/scheduling/requirements_test.go, "Compatibility"): row
 # ``existing.Compatible(incoming)``, "+" where it succeeds. The first table is for a well-known label

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from adapters.kube_watch import WatchGroup, WatchSettings
-from adapters.nodeclaims import LeadTimeHistory, lead_time_sample, nodeclaim_resource
+from adapters.kubernetes.nodeclaims import LeadTimeHistory, lead_time_sample, nodeclaim_resource
+from adapters.kubernetes.watch import WatchGroup, WatchSettings
 from tests import fakekube
 from tests.eventually import eventually
 from tests.kube_objects import nodeclaim_spec

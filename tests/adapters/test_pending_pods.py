@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from adapters.gpu_units import GpuUnits
-from adapters.pending_pods import pending_gpus, unplaced, waiting_for_a_node
-from adapters.pool_matching import UnplacedDemand
+from adapters.kubernetes.pending_pods import pending_gpus, unplaced, waiting_for_a_node
+from adapters.kubernetes.pool_matching import UnplacedDemand
 from tests.kube_objects import expression, gpu_pod_spec, nodepool, pending_pod, taint
 
 A = nodepool("a", taints=[taint("nvidia.com/gpu")], labels={"gpu": "a100"})

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from adapters import pod_outcomes
+from adapters.kubernetes import pod_outcomes
 
 T = datetime(2026, 11, 20, 9, 0, tzinfo=UTC).timestamp()
 

@@ -3,7 +3,7 @@ fallback past a pool whose launches keep failing."""
 
 from __future__ import annotations
 
-from adapters.pool_matching import choose_pool, limit_refusal, with_observations
+from adapters.kubernetes.pool_matching import choose_pool, limit_refusal, with_observations
 from tests.kube_objects import gpu_pod_spec, nodepool
 
 EIGHT_GPU_NODE = {"nvidia.com/gpu": 8.0, "cpu": 96.0, "memory": 1152 * 2**30}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.pool_matching import (
+from adapters.kubernetes.pool_matching import (
     choose_pool,
     karpenter_order,
     limit_refusal,

@@ -12,15 +12,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from adapters import presets
-from adapters.prometheus import (
+from adapters.prometheus import presets
+from adapters.prometheus.client import (
     PrometheusBadResponse,
     PrometheusClientSettings,
     PrometheusQueryError,
     PrometheusSource,
     PrometheusUnavailable,
 )
-from adapters.promql import SignalQuery, grid_start, merge_signal
+from adapters.prometheus.promql import SignalQuery, grid_start, merge_signal
 from adapters.types import Signal
 from tests import prometheus_fixture
 from tests.prometheus_fixture import (

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from aiohttp import web
 
-from adapters.prometheus import (
+from adapters.prometheus.client import (
     PrometheusAuthError,
     PrometheusBadResponse,
     PrometheusClientSettings,
@@ -26,7 +26,7 @@ from adapters.prometheus import (
     PrometheusSource,
     PrometheusUnavailable,
 )
-from adapters.promql import SignalQuery
+from adapters.prometheus.promql import SignalQuery
 
 MINUTE = timedelta(minutes=1)
 NOW = pd.Timestamp("2026-11-22T08:00:00Z")

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from adapters.prometheus_matrix import MatrixError, decode_matrix
+from adapters.prometheus.matrix import MatrixError, decode_matrix
 
 T = 1_795_680_000.0
 POOL = {"__name__": "gpus", "pool": "a100", "namespace": "ml"}

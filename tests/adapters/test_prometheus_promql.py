@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from adapters import presets
-from adapters.prometheus import PrometheusClientSettings
-from adapters.promql import (
+from adapters.prometheus import presets
+from adapters.prometheus.client import PrometheusClientSettings
+from adapters.prometheus.promql import (
     RawSeries,
     SignalQuery,
     grid_end,

@@ -1,4 +1,4 @@
-"""Shards owned through Leases (adapters/shard_leases.py) against the fake API with the real client,
+"""Shards owned through Leases (adapters/kubernetes/shard_leases.py) against the fake API with the real client,
 on looptime's loop: balance, failover of a dead replica, a replica cut off the API, the forced race."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 import pytest
 from kubernetes_asyncio.client import CoordinationV1Api, V1DeleteOptions, V1Preconditions
 
-from adapters.leases import LeaseElector, LeaseTiming
-from adapters.shard_leases import ShardOwnership, member_lease_name, shard_lease_name
+from adapters.kubernetes.leases import LeaseElector, LeaseTiming
+from adapters.kubernetes.shard_leases import ShardOwnership, member_lease_name, shard_lease_name
 from tests import fakekube
 from tests.eventually import eventually
 

@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from adapters.kube_watch import WatchSettings
-from autoscaler.actuation import BufferActuator
-from autoscaler.actuator_settings import CapacityBufferSettings
-from autoscaler.provider import MetricInfo, ServedSeries, Snapshot
+from adapters.kubernetes.watch import WatchSettings
+from autoscaler.actuation.writer import BufferActuator
+from autoscaler.config.actuator_settings import CapacityBufferSettings
+from autoscaler.serving.provider import MetricInfo, ServedSeries, Snapshot
 from tests.eventually import eventually
 
 GROUP, PLURAL = "autoscaling.x-k8s.io", "capacitybuffers"

@@ -10,10 +10,10 @@ import pytest
 
 from autoscaler.app.factory import build_access, client_ca_pems, create_app
 from autoscaler.app.serving import Listening, running
-from autoscaler.pipeline import Pipeline
-from autoscaler.plans import RefreshSettings
-from autoscaler.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
-from autoscaler.settings import Settings
+from autoscaler.config.settings import Settings
+from autoscaler.refresh.pipeline import Pipeline
+from autoscaler.serving.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
+from autoscaler.targets.plans import RefreshSettings
 from autoscaler.web.auth import AccessControl, Authorizer
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.tls import ServerTLS, ServingFiles

@@ -22,13 +22,13 @@ from typing import Any
 
 import pandas as pd
 
-from autoscaler.pipeline import Pipeline, open_pipeline
-from autoscaler.plans import RefreshInputs
-from autoscaler.provider import ServedSeries, Snapshot, SnapshotProvider, empty_snapshot
-from autoscaler.refresher import Refresher
+from autoscaler.config.settings import Settings
+from autoscaler.refresh.pipeline import Pipeline, open_pipeline
+from autoscaler.refresh.refresher import Refresher
+from autoscaler.refresh.workers import ForecastPools
 from autoscaler.selectors import parse_selector
-from autoscaler.settings import Settings
-from autoscaler.workers import ForecastPools
+from autoscaler.serving.provider import ServedSeries, Snapshot, SnapshotProvider, empty_snapshot
+from autoscaler.targets.plans import RefreshInputs
 from tests.cluster_scenario import Node, Pod, Scenario, start_prometheus
 from tests.prometheus_fixture import PrometheusServer
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 import aiohttp
 import pytest
 
-from autoscaler.provider import empty_snapshot
+from autoscaler.serving.provider import empty_snapshot
 from tests.autoscaler.conftest import METRICS, RunningServer, fixed_snapshot
 
 PREFIX = "/apis/external.metrics.k8s.io/v1beta1"

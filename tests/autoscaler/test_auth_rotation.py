@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from autoscaler.app.serving import serve
-from autoscaler.settings import Settings
+from autoscaler.config.settings import Settings
 from autoscaler.web.certificates import generate_ca, issue_certificate
 from tests.eventually import eventually
 from tests.fakekube import FakeKube

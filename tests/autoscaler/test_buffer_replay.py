@@ -10,13 +10,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from adapters.replay import ReplaySource, read_trace
+from adapters.traces.replay import ReplaySource, read_trace
 from adapters.types import Signal
-from autoscaler import demo
-from autoscaler.plans import MetricPlan, RefreshInputs, RefreshSettings
-from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
-from autoscaler.refresher import Refresher
-from autoscaler.workers import ForecastPools
+from autoscaler.refresh import demo
+from autoscaler.refresh.refresher import Refresher
+from autoscaler.refresh.workers import ForecastPools
+from autoscaler.serving.provider import MetricInfo, SnapshotProvider, empty_snapshot
+from autoscaler.targets.plans import MetricPlan, RefreshInputs, RefreshSettings
 from tests import fakekube
 from tests.autoscaler.buffer_helpers import PLURAL, buffer_settings, running_writer, show, writes
 from tests.eventually import eventually

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.settings_loader import SettingsError, load_settings
+from autoscaler.config.settings_loader import SettingsError, load_settings
 
 SERVED = (
     "prometheus: {url: 'http://p:9090'}\n"

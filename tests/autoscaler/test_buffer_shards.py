@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from autoscaler.actuation import BufferActuator
-from autoscaler.provider import ServedSeries, Snapshot
+from autoscaler.actuation.writer import BufferActuator
+from autoscaler.serving.provider import ServedSeries, Snapshot
 from tests import fakekube
 from tests.autoscaler.buffer_helpers import HEADROOM, PLURAL, WATCH, buffer_settings, show
 from tests.eventually import eventually

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from autoscaler.buffer_sizing import BufferState, Condition, Sizing, chunks_within, upstream_sizing
+from autoscaler.actuation.buffer_sizing import BufferState, Condition, Sizing, chunks_within, upstream_sizing
 from tests.autoscaler.buffer_helpers import buffer_settings
 
 CPU_CHUNK = {"cpu": 1.0}

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from adapters.kube_watch import WatchGroup
-from autoscaler.kube_inputs import KubernetesInputs, watch_settings
-from autoscaler.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings
+from adapters.kubernetes.watch import WatchGroup
+from autoscaler.config.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings
+from autoscaler.refresh.kube_inputs import KubernetesInputs, watch_settings
 from tests.adapters.test_cronjobs import make_cronjob
 from tests.autoscaler.test_pool_resolution import (
     A100,
@@ -142,7 +142,7 @@ async def test_claimed_gpus_join_their_pool_and_are_not_taken_out_of_the_pool_le
 
 
 async def test_a_claim_that_cannot_be_resolved_is_named_in_the_log_and_the_rest_still_count(fake_kube, inputs, caplog):
-    caplog.set_level(logging.WARNING, logger="adapters.pending_pods")
+    caplog.set_level(logging.WARNING, logger="adapters.kubernetes.pending_pods")
     fake_kube.add("pods", pending_pod("lost", claiming_spec({"name": "gpus", "resourceClaimTemplateName": "gone"})))
     fake_kube.add("pods", pending_pod("fine", claiming_spec({"name": "gpus", "resourceClaimTemplateName": "two-gpus"})))
     await eventually(lambda: inputs.pending_gpus("a100") == 2, message="the resolvable pod's 2 GPUs")

@@ -32,8 +32,8 @@ import aiohttp
 import pytest
 import yaml
 
-from autoscaler.publication_settings import ShardingSettings
-from autoscaler.settings import ForecastSettings
+from autoscaler.config.publication_settings import ShardingSettings
+from autoscaler.config.settings import ForecastSettings
 from tests.eventually import eventually
 from tests.fakekube import FakeKube
 from tests.prometheus_fixture import PrometheusServer, binaries_or_skip

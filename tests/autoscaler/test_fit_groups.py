@@ -1,5 +1,5 @@
 """The order a refresh fits its series in and the groups it serves as they finish
-(autoscaler/fit_groups.py)."""
+(autoscaler/refresh/fit_groups.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import asyncio
 
 import pytest
 
-from autoscaler import fit_groups
-from autoscaler.fitting import SeriesKey
-from autoscaler.provenance import WorkKind
+from autoscaler.refresh import fit_groups
+from autoscaler.refresh.fitting import SeriesKey
+from autoscaler.serving.provenance import WorkKind
 
 
 def key(name: str) -> SeriesKey:

@@ -8,8 +8,8 @@ from datetime import timedelta
 
 import pytest
 
-from autoscaler import fitting
-from autoscaler.fitting import WorkRequest, work_in_worker
+from autoscaler.refresh import fitting
+from autoscaler.refresh.fitting import WorkRequest, work_in_worker
 from tests.autoscaler.test_publication import Clock, TraceSource
 
 

@@ -24,11 +24,11 @@ import aiohttp
 import grpc
 import pytest
 
-from autoscaler import persistence
 from autoscaler.keda import externalscaler_pb2 as pb
 from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerStub
 from autoscaler.keda.interceptor import UNAUTHENTICATED_MESSAGE
 from autoscaler.keda.scaler import TRIGGER_OVERHEAD_BYTES
+from autoscaler.serving import persistence
 from autoscaler.web.certificates import load_authority
 from autoscaler.web.responses import status
 from tests.autoscaler.demo_process import DemoProcess

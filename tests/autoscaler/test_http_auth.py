@@ -15,10 +15,10 @@ from kubernetes_asyncio.client import ApiClient
 
 from autoscaler.app.factory import build_access, client_ca_pems, create_app
 from autoscaler.app.serving import guard_plain_port, running
-from autoscaler.pipeline import Pipeline
-from autoscaler.plans import RefreshSettings
-from autoscaler.provider import SnapshotProvider
-from autoscaler.settings import Settings
+from autoscaler.config.settings import Settings
+from autoscaler.refresh.pipeline import Pipeline
+from autoscaler.serving.provider import SnapshotProvider
+from autoscaler.targets.plans import RefreshSettings
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.responses import status
 from autoscaler.web.tls import ServerTLS, ServingFiles

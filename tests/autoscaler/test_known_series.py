@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from adapters.types import Signal
-from autoscaler.known_series import alive_points, fill_absent, known_identities, newest_pools
+from autoscaler.refresh.known_series import alive_points, fill_absent, known_identities, newest_pools
 
 STEP = pd.Timedelta(minutes=5)
 GRID = pd.date_range("2026-11-22T00:00Z", periods=6, freq=STEP)

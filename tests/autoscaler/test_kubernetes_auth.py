@@ -11,10 +11,10 @@ import pytest
 
 from autoscaler.app.factory import build_access, client_ca_pems, create_app
 from autoscaler.app.serving import running
-from autoscaler.pipeline import Pipeline
-from autoscaler.plans import RefreshSettings
-from autoscaler.provider import SnapshotProvider
-from autoscaler.settings import Settings
+from autoscaler.config.settings import Settings
+from autoscaler.refresh.pipeline import Pipeline
+from autoscaler.serving.provider import SnapshotProvider
+from autoscaler.targets.plans import RefreshSettings
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.tls import ServerTLS, ServingFiles
 from tests.autoscaler.conftest import METRICS, NOW, fixed_snapshot
@@ -126,7 +126,7 @@ async def test_reviews_unavailable_fail_closed(kube_mode_server, pki, fake_kube,
 
 
 async def test_missing_configmap_stops_start_up(fake_kube, kube_api, tmp_path):
-    from adapters.kube_client import KubeError
+    from adapters.kubernetes.client import KubeError
 
     settings = Settings.model_validate({"auth": {"mode": "kubernetes"}, "state_dir": str(tmp_path)})
     with pytest.raises(KubeError, match="extension-apiserver-authentication"):

@@ -9,15 +9,15 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from adapters.kube_watch import WatchGroup
-from autoscaler.kube_inputs import KubernetesInputs, watch_settings
-from autoscaler.plans import MetricPlan, RefreshInputs, RefreshSettings
+from adapters.kubernetes.watch import WatchGroup
+from autoscaler.config.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings
 from autoscaler.policy import LeadTime
-from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
-from autoscaler.refresher import Refresher
+from autoscaler.refresh.kube_inputs import KubernetesInputs, watch_settings
+from autoscaler.refresh.refresher import Refresher
+from autoscaler.refresh.workers import ForecastPools
 from autoscaler.selectors import parse_selector
-from autoscaler.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings
-from autoscaler.workers import ForecastPools
+from autoscaler.serving.provider import MetricInfo, SnapshotProvider, empty_snapshot
+from autoscaler.targets.plans import MetricPlan, RefreshInputs, RefreshSettings
 from tests.adapters.test_cronjobs import make_cronjob
 from tests.adapters.test_nodeclaims import nodeclaim
 from tests.autoscaler.test_refresher import FlakySource

@@ -16,18 +16,18 @@ import yaml
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from adapters.kube_watch import WatchGroup
+from adapters.kubernetes.watch import WatchGroup
 from autoscaler.app.factory import create_app
-from autoscaler.kube_inputs import KubernetesInputs, watch_settings
-from autoscaler.pipeline import Pipeline
-from autoscaler.plans import RefreshInputs, RefreshSettings
-from autoscaler.provider import SnapshotProvider, empty_snapshot
-from autoscaler.refresher import Refresher
+from autoscaler.config.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings, Settings
+from autoscaler.refresh.kube_inputs import KubernetesInputs, watch_settings
+from autoscaler.refresh.pipeline import Pipeline
+from autoscaler.refresh.refresher import Refresher
+from autoscaler.refresh.workers import ForecastPools
 from autoscaler.selectors import parse_selector
-from autoscaler.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings, Settings
+from autoscaler.serving.provider import SnapshotProvider, empty_snapshot
+from autoscaler.targets.plans import RefreshInputs, RefreshSettings
 from autoscaler.web.auth import AccessControl
 from autoscaler.web.launch_views import launch_panel, pool_json
-from autoscaler.workers import ForecastPools
 from tests.adapters.test_cronjobs import make_cronjob
 from tests.adapters.test_launch_record import T0, Feed
 from tests.autoscaler.test_kubernetes_inputs import METRICS, PLANS, wait_synced

@@ -8,15 +8,15 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
-from adapters.nodeclaims import LeadTimeHistory, LeadTimeSample
-from autoscaler import lead_time_store
+from adapters.kubernetes.nodeclaims import LeadTimeHistory, LeadTimeSample
 from autoscaler.app.restoring import restore_saved
-from autoscaler.pipeline import Pipeline
-from autoscaler.plans import RefreshSettings
-from autoscaler.provider import SnapshotProvider, empty_snapshot
-from autoscaler.refresher import Refresher
+from autoscaler.refresh.pipeline import Pipeline
+from autoscaler.refresh.refresher import Refresher
+from autoscaler.refresh.workers import ForecastPools
+from autoscaler.replication import lead_time_store
+from autoscaler.serving.provider import SnapshotProvider, empty_snapshot
+from autoscaler.targets.plans import RefreshSettings
 from autoscaler.web.readiness import Readiness
-from autoscaler.workers import ForecastPools
 from tests.autoscaler.test_kubernetes_inputs import METRICS, PLANS
 
 T0 = datetime(2026, 11, 20, 8, tzinfo=UTC)

@@ -13,8 +13,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from autoscaler import persistence
-from autoscaler.provider import MetricInfo, ServedSeries, Snapshot
+from autoscaler.serving import persistence
+from autoscaler.serving.provider import MetricInfo, ServedSeries, Snapshot
 from tests.autoscaler.demo_process import DemoProcess
 from tests.eventually import eventually
 

@@ -19,17 +19,17 @@ import pytest
 import yaml
 from aiohttp.test_utils import TestClient, TestServer
 
-from adapters.kube_watch import WatchGroup
-from adapters.prometheus import PrometheusClientSettings, PrometheusSource
+from adapters.kubernetes.watch import WatchGroup
+from adapters.prometheus.client import PrometheusClientSettings, PrometheusSource
 from adapters.types import Signal
 from autoscaler.app.factory import build_api_app, update_readiness
-from autoscaler.kube_inputs import KubernetesInputs, watch_settings
-from autoscaler.pipeline import known_pools
-from autoscaler.provider import MetricNotFound
-from autoscaler.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings
-from autoscaler.settings_loader import load_settings
+from autoscaler.config.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings
+from autoscaler.config.settings_loader import load_settings
+from autoscaler.refresh.kube_inputs import KubernetesInputs, watch_settings
+from autoscaler.refresh.pipeline import known_pools
+from autoscaler.refresh.sources import PrometheusSignalSource, SourceDown, signal_query
+from autoscaler.serving.provider import MetricNotFound
 from autoscaler.simulation.hpa import SYNC_PERIOD_S, HPASpec, milli_value, placeholder_replicas
-from autoscaler.sources import PrometheusSignalSource, SourceDown, signal_query
 from autoscaler.web.auth import AccessControl
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.self_metrics import SelfMetrics

@@ -23,10 +23,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler.app import scoring
 from autoscaler.app.factory import build_ops_app
-from autoscaler.pipeline import Pipeline, open_pipeline
-from autoscaler.provider import SnapshotProvider, empty_snapshot
-from autoscaler.scorecard_live import LiveScorecard
-from autoscaler.settings import Settings
+from autoscaler.config.settings import Settings
+from autoscaler.refresh.pipeline import Pipeline, open_pipeline
+from autoscaler.scorecard.live import LiveScorecard
+from autoscaler.serving.provider import SnapshotProvider, empty_snapshot
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.self_metrics import SelfMetrics
 from tests.autoscaler.live_cluster import HOUR, MINUTE, PLACEHOLDERS

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from autoscaler import policy
-from autoscaler.kube_inputs import declared_windows
+from autoscaler.config.settings import WindowSettings
 from autoscaler.policy import Cap, Decision
-from autoscaler.settings import WindowSettings
+from autoscaler.refresh.kube_inputs import declared_windows
 from forecast.types import Forecast
 from tests import trace_slices
 

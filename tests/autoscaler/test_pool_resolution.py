@@ -10,19 +10,19 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import generate_latest
 
-from adapters.kube_watch import WatchGroup
+from adapters.kubernetes.watch import WatchGroup
 from adapters.types import Signal
 from autoscaler.app.factory import build_ops_app
-from autoscaler.kube_inputs import KubernetesInputs, watch_settings
-from autoscaler.plans import MetricPlan, RefreshInputs, RefreshSettings
-from autoscaler.provider import MetricInfo, ServedSeries, SnapshotProvider, empty_snapshot
-from autoscaler.refresher import Refresher
+from autoscaler.config.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings, WindowSettings
+from autoscaler.refresh.kube_inputs import KubernetesInputs, watch_settings
+from autoscaler.refresh.refresher import Refresher
+from autoscaler.refresh.workers import ForecastPools
 from autoscaler.selectors import parse_selector
-from autoscaler.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings, WindowSettings
+from autoscaler.serving.provider import MetricInfo, ServedSeries, SnapshotProvider, empty_snapshot
+from autoscaler.targets.plans import MetricPlan, RefreshInputs, RefreshSettings
 from autoscaler.web.keys import UNPLACED
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.self_metrics import SelfMetrics
-from autoscaler.workers import ForecastPools
 from tests.adapters.test_cronjobs import make_cronjob
 from tests.autoscaler.test_refresher import FlakySource
 from tests.eventually import eventually

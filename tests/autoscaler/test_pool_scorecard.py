@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from autoscaler.pool_scorecard import KEEP_S, MAX_HOLD_S, MINUTE_COLUMNS, WAIT_BUCKETS_S, PoolScorecard
+from autoscaler.scorecard.pools import KEEP_S, MAX_HOLD_S, MINUTE_COLUMNS, WAIT_BUCKETS_S, PoolScorecard
 
 T0 = 1_800_000_000.0  # a whole minute
 COLUMNS = MINUTE_COLUMNS[1:]

@@ -16,9 +16,9 @@ import yaml
 from click.testing import CliRunner, Result
 
 from autoscaler.app.serving import serve
+from autoscaler.checks.preflight import PreflightFailed
 from autoscaler.commands.cli import main
-from autoscaler.preflight import PreflightFailed
-from autoscaler.settings_loader import load_settings
+from autoscaler.config.settings_loader import load_settings
 from tests.cli_helpers import assert_runtime_failure
 from tests.fakekube import FakeKube
 from tests.pki import make_pki

@@ -15,15 +15,15 @@ import pytest
 
 from autoscaler.app.factory import build_access, client_ca_pems, create_app, update_readiness
 from autoscaler.app.serving import running
-from autoscaler.pipeline import Pipeline, open_pipeline
-from autoscaler.plans import RefreshInputs
-from autoscaler.provider import SnapshotProvider, empty_snapshot
-from autoscaler.refresher import Refresher
+from autoscaler.config.settings import Settings
+from autoscaler.refresh.pipeline import Pipeline, open_pipeline
+from autoscaler.refresh.refresher import Refresher
+from autoscaler.refresh.workers import ForecastPools
 from autoscaler.selectors import EVERYTHING, parse_selector
-from autoscaler.settings import Settings
+from autoscaler.serving.provider import SnapshotProvider, empty_snapshot
+from autoscaler.targets.plans import RefreshInputs
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.tls import ServerTLS, ensure_self_signed
-from autoscaler.workers import ForecastPools
 from tests.eventually import eventually
 from tests.prometheus_fixture import ProxyMode
 

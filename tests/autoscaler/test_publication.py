@@ -15,21 +15,28 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import ValidationError
 
-from adapters.gpuforecasts import ForecastWriter, gpuforecast_resource
-from adapters.kube_watch import WatchGroup, WatchSettings
-from adapters.nodeclaims import LeadTimeHistory
-from adapters.replay import ReplaySource, read_trace
+from adapters.kubernetes.gpuforecasts import ForecastWriter, gpuforecast_resource
+from adapters.kubernetes.nodeclaims import LeadTimeHistory
+from adapters.kubernetes.watch import WatchGroup, WatchSettings
+from adapters.traces.replay import ReplaySource, read_trace
 from adapters.types import AdapterError, Signal
-from autoscaler import demo
-from autoscaler.forecast_objects import object_name, pool_key, read_objects, rfc3339, shard_of, shard_statuses
-from autoscaler.plans import MetricPlan, RefreshInputs, RefreshSettings
-from autoscaler.provider import MetricInfo, PublishedRecord, SnapshotProvider, empty_snapshot
-from autoscaler.publication import PublishedView, Publisher, open_publication, signals_of
-from autoscaler.publication_settings import PublicationSettings
-from autoscaler.refresher import Refresher
+from autoscaler.config.publication_settings import PublicationSettings
+from autoscaler.config.settings import Settings
+from autoscaler.refresh import demo
+from autoscaler.refresh.refresher import Refresher
+from autoscaler.refresh.workers import ForecastPools
+from autoscaler.replication.forecast_objects import (
+    object_name,
+    pool_key,
+    read_objects,
+    rfc3339,
+    shard_of,
+    shard_statuses,
+)
+from autoscaler.replication.publication import PublishedView, Publisher, open_publication, signals_of
 from autoscaler.selectors import EVERYTHING
-from autoscaler.settings import Settings
-from autoscaler.workers import ForecastPools
+from autoscaler.serving.provider import MetricInfo, PublishedRecord, SnapshotProvider, empty_snapshot
+from autoscaler.targets.plans import MetricPlan, RefreshInputs, RefreshSettings
 from tests.eventually import eventually
 
 NAMESPACE = "gpu-autoscaler"
@@ -208,7 +215,7 @@ async def test_failed_writes_are_counted_and_logged_never_raised(fake_kube, kube
     instance, publishing = refresher(pool, clock), publisher(kube_api, clock)
     snapshot = await instance.refresh_once()
     fake_kube.fail(status=503, plural="gpuforecasts", times=None)
-    with caplog.at_level(logging.WARNING, "autoscaler.publication"):
+    with caplog.at_level(logging.WARNING, "autoscaler.replication.publication"):
         await publishing.publish(snapshot, instance.pacing)
     assert publishing.stats.failures == SHARDS and publishing.stats.writes == 0
     assert f"GPUForecast {HOME} not published: get gpuforecasts {NAMESPACE}/{HOME}: HTTP 503" in caplog.text
@@ -320,7 +327,7 @@ async def test_unusable_items_are_ignored_with_a_clear_log_and_the_rest_served(f
     clock = Clock()
     reader = SnapshotProvider(empty_snapshot(METRICS), clock=clock)
     view = PublishedView(reader, metrics=METRICS, signal_of=signals_of(PLANS), shards=SHARDS)
-    with caplog.at_level(logging.WARNING, "autoscaler.publication"):
+    with caplog.at_level(logging.WARNING, "autoscaler.replication.publication"):
         async with WatchGroup(WatchSettings()) as group:
             group.start(gpuforecast_resource(kube_api, NAMESPACE), view.on_change)
             await eventually(lambda: reader.snapshot.series["gpu_headroom"], message="the readable item is served")

@@ -16,9 +16,9 @@ import aiohttp
 
 from autoscaler.app.factory import build_access, client_ca_pems, create_app
 from autoscaler.app.serving import Listening, running
-from autoscaler.pipeline import Pipeline
-from autoscaler.plans import RefreshSettings
-from autoscaler.settings import Settings
+from autoscaler.config.settings import Settings
+from autoscaler.refresh.pipeline import Pipeline
+from autoscaler.targets.plans import RefreshSettings
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.tls import ServerTLS, ensure_self_signed
 from tests.autoscaler.test_publication import HOME, METRICS, NAMESPACE, PLANS, SHARDS, TraceSource

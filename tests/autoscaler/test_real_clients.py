@@ -14,7 +14,7 @@ import yaml
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from autoscaler.provider import empty_snapshot
+from autoscaler.serving.provider import empty_snapshot
 from tests.autoscaler.conftest import METRICS, RunningServer, fixed_snapshot
 from tests.pki import Client
 

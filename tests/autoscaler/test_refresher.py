@@ -13,14 +13,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from adapters.replay import ReplaySource, read_trace
+from adapters.traces.replay import ReplaySource, read_trace
 from adapters.types import AdapterError, Signal
-from autoscaler import demo, fitting, policy
-from autoscaler.plans import MetricPlan, RefreshInputs, RefreshSettings
-from autoscaler.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider, empty_snapshot
-from autoscaler.refresher import Refresher
+from autoscaler import policy
+from autoscaler.refresh import demo, fitting
+from autoscaler.refresh.refresher import Refresher
+from autoscaler.refresh.workers import ForecastPools
 from autoscaler.selectors import EVERYTHING, Selector, parse_selector
-from autoscaler.workers import ForecastPools
+from autoscaler.serving.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider, empty_snapshot
+from autoscaler.targets.plans import MetricPlan, RefreshInputs, RefreshSettings
 from tests import trace_slices
 from tests.eventually import eventually
 
@@ -174,7 +175,7 @@ async def test_a_refresh_between_fits_forecasts_from_the_new_data_with_the_held_
 
 
 def test_staleness_fallbacks(parts):
-    from autoscaler.provider import MetricUnavailable, ServedSeries, Snapshot
+    from autoscaler.serving.provider import MetricUnavailable, ServedSeries, Snapshot
 
     now = datetime(2026, 11, 20, tzinfo=UTC)
     series = ServedSeries("m", {"a": "b"}, 7.0, now)
@@ -272,8 +273,8 @@ def test_label_index_finds_the_same_series_as_a_scan():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from autoscaler.provider import ServedSeries, Snapshot
     from autoscaler.selectors import format_selector
+    from autoscaler.serving.provider import ServedSeries, Snapshot
     from tests.autoscaler.test_selectors import requirements
 
     now = datetime(2026, 11, 20, tzinfo=UTC)

@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 
 from adapters.types import Signal
-from autoscaler.plans import RefreshInputs, RefreshSettings
-from autoscaler.provider import SnapshotProvider, empty_snapshot
-from autoscaler.refresher import Refresher
-from autoscaler.workers import ForecastPools, forecast_pool, forecast_pools
+from autoscaler.refresh.refresher import Refresher
+from autoscaler.refresh.workers import ForecastPools, forecast_pool, forecast_pools
+from autoscaler.serving.provider import SnapshotProvider, empty_snapshot
+from autoscaler.targets.plans import RefreshInputs, RefreshSettings
 from tests.autoscaler.test_refresher import METRICS, PLANS, Clock, FlakySource
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autoscaler.scorecard import (
+from autoscaler.scorecard.figures import (
     MinuteLedger,
     ServiceTarget,
     TargetError,

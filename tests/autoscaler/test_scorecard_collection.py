@@ -18,16 +18,16 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from prometheus_client import CollectorRegistry, generate_latest
 
-from adapters.kube_watch import WatchCache, WatchEvent
-from adapters.prometheus import PrometheusClientSettings, PrometheusSource, PrometheusUnavailable
+from adapters.kubernetes.watch import WatchCache, WatchEvent
+from adapters.prometheus.client import PrometheusClientSettings, PrometheusSource, PrometheusUnavailable
 from autoscaler.app import scoring
-from autoscaler.plans import MetricPlan
 from autoscaler.policy import LeadTime
-from autoscaler.provenance import Provenance
-from autoscaler.provider import MetricInfo, ServedSeries, Snapshot
-from autoscaler.scorecard_capacity import PoolCapacity
-from autoscaler.scorecard_live import LiveScorecard
-from autoscaler.scorecard_pods import PodOutcomes
+from autoscaler.scorecard.capacity import PoolCapacity
+from autoscaler.scorecard.live import LiveScorecard
+from autoscaler.scorecard.pods import PodOutcomes
+from autoscaler.serving.provenance import Provenance
+from autoscaler.serving.provider import MetricInfo, ServedSeries, Snapshot
+from autoscaler.targets.plans import MetricPlan
 from autoscaler.web.scorecard_metrics import ScorecardMetrics
 from forecast.types import Forecast
 
@@ -98,7 +98,7 @@ async def test_dcgm_busy_shares_are_recorded_per_pool_and_bad_ones_refused(caplo
 class PoolCapacityDocument:
     @staticmethod
     def round_trip(card: Any) -> Any:
-        from autoscaler.pool_scorecard import PoolScorecard
+        from autoscaler.scorecard.pools import PoolScorecard
 
         return PoolScorecard.from_document(json.loads(json.dumps(card.document())))
 

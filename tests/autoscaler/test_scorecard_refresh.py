@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 
 from autoscaler.app.factory import after_refresh
-from autoscaler.pipeline import open_pipeline
-from autoscaler.provider import SnapshotProvider, empty_snapshot
-from autoscaler.refresher import Refresher
+from autoscaler.refresh.pipeline import open_pipeline
+from autoscaler.refresh.refresher import Refresher
+from autoscaler.refresh.workers import ForecastPools
+from autoscaler.serving.provider import SnapshotProvider, empty_snapshot
 from autoscaler.web.readiness import Readiness
-from autoscaler.workers import ForecastPools
 from tests.autoscaler.live_cluster import Clock
 from tests.autoscaler.test_live_scorecard import (
     MINUTE,

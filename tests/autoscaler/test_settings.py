@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from adapters.gpu_units import GpuUnits
 from autoscaler.commands.cli import main
-from autoscaler.gpu_unit_settings import pod_gpu_units
-from autoscaler.settings import Settings
-from autoscaler.settings_loader import SettingsError, load_settings
+from autoscaler.config.gpu_unit_settings import pod_gpu_units
+from autoscaler.config.settings import Settings
+from autoscaler.config.settings_loader import SettingsError, load_settings
 from tests.cli_helpers import assert_usage_error
 
 
@@ -293,7 +293,7 @@ def test_shipped_example_is_valid():
 
 def configured_queries(tmp_path, signals: str) -> dict:
     """The query of each signal in ``signals`` (YAML list items), as the service builds them."""
-    from autoscaler.sources import signal_query
+    from autoscaler.refresh.sources import signal_query
 
     text = "prometheus: {url: 'http://p:9090'}\nsignals:\n" + signals
     settings = load_settings(write(tmp_path, text), environ={})
@@ -311,7 +311,7 @@ def test_pending_pods_and_windows_count_in_the_gpu_signals_units(tmp_path):
     assert pod_gpu_units(settings.signals) == GpuUnits(
         ("nvidia.com/gpu", "amd.com/gpu"), False, {"nvidia.com/gpu.shared": 4}
     )
-    from autoscaler.sources import signal_query
+    from autoscaler.refresh.sources import signal_query
 
     requested = signal_query(settings.signals[0])
     assert 'resource=~"nvidia_com_gpu|amd_com_gpu|nvidia_com_gpu_shared"}' in requested.promql

@@ -18,15 +18,15 @@ import pytest
 from kubernetes_asyncio.client import ApiClient
 from pydantic import ValidationError
 
-from adapters.kube_watch import WatchSettings
+from adapters.kubernetes.watch import WatchSettings
 from adapters.types import Signal
-from autoscaler import fitting
-from autoscaler.forecast_objects import shard_of
-from autoscaler.provider import SnapshotProvider, empty_snapshot
-from autoscaler.publication import Publication, open_publication
-from autoscaler.publication_settings import PublicationSettings
-from autoscaler.refresher import Refresher
-from autoscaler.sharding import Sharding, open_sharding
+from autoscaler.config.publication_settings import PublicationSettings
+from autoscaler.refresh import fitting
+from autoscaler.refresh.refresher import Refresher
+from autoscaler.replication.forecast_objects import shard_of
+from autoscaler.replication.publication import Publication, open_publication
+from autoscaler.replication.shards import Sharding, open_sharding
+from autoscaler.serving.provider import SnapshotProvider, empty_snapshot
 from tests import fakekube
 from tests.autoscaler import test_publication
 from tests.autoscaler.test_publication import METRICS, NAMESPACE, PLANS, Clock, TraceSource, refresher, served_items
@@ -35,7 +35,7 @@ from tests.eventually import eventually
 fake_kube = fakekube.fake_kube
 pool = test_publication.pool  # a thread pool running the real forecast worker function
 SHARDS = 4
-# One pool per shard of 4 (sha256 of the signal series, autoscaler/forecast_objects.shard_of).
+# One pool per shard of 4 (sha256 of the signal series, autoscaler/replication/forecast_objects.shard_of).
 POOLS = {"earth": 0, "uranus": 1, "saturn": 2, "jupiter": 3}
 SETTINGS = PublicationSettings.model_validate(
     {"enabled": True, "namespace": NAMESPACE, "shards": SHARDS, "serve_from": "objects", "sharding": {"enabled": True}}

@@ -14,12 +14,12 @@ from click.testing import CliRunner
 from adapters.types import ScheduledWindow
 from autoscaler import policy
 from autoscaler.commands.cli import main
-from autoscaler.plans import MetricPlan
-from autoscaler.scorecard import MinuteLedger, make_target, parse_fraction_target, short_figures
-from autoscaler.service_levels import ReplayRequest, TuningSettings, buffer_grid
-from autoscaler.settings import Settings
+from autoscaler.config.settings import Settings
+from autoscaler.scorecard.figures import MinuteLedger, make_target, parse_fraction_target, short_figures
 from autoscaler.simulation.replay import replay_levels
-from autoscaler.target_levels import CANDIDATE_LEVELS, FIRST_LEVEL, LevelTuner, TargetLevels
+from autoscaler.targets.plans import MetricPlan
+from autoscaler.targets.service_levels import ReplayRequest, TuningSettings, buffer_grid
+from autoscaler.targets.target_levels import CANDIDATE_LEVELS, FIRST_LEVEL, LevelTuner, TargetLevels
 from forecast.types import Forecast
 from tests.cli_helpers import assert_usage_error
 
@@ -250,10 +250,10 @@ async def test_the_refresher_serves_a_target_at_the_level_its_replay_chose() -> 
     record exists, replayed in the refresher's worker pool, and served with its reasons."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from autoscaler.plans import RefreshInputs, RefreshSettings
-    from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
-    from autoscaler.refresher import Refresher
-    from autoscaler.workers import ForecastPools
+    from autoscaler.refresh.refresher import Refresher
+    from autoscaler.refresh.workers import ForecastPools
+    from autoscaler.serving.provider import MetricInfo, SnapshotProvider, empty_snapshot
+    from autoscaler.targets.plans import RefreshInputs, RefreshSettings
     from tests.autoscaler.test_refresher import Clock, FlakySource
 
     metrics = (MetricInfo("gpu_headroom", "headroom"),)
@@ -486,7 +486,7 @@ def _one_minute() -> MinuteLedger:
 
 
 def test_a_pools_live_ledger_is_its_scorecards_for_the_pools_this_replica_scores() -> None:
-    from autoscaler.scorecard_live import LiveScorecard
+    from autoscaler.scorecard.live import LiveScorecard
 
     scorecard = LiveScorecard(headroom_metrics=["gpu_headroom"])
     for minute in range(4):

@@ -119,7 +119,7 @@ async def test_rotation_under_load_fails_no_request(api_server):
 
 
 def test_every_configurable_cipher_suite_is_an_ecdhe_aead_one_openssl_knows():
-    from autoscaler.server_settings import AEAD_CIPHER_SUITES
+    from autoscaler.config.server_settings import AEAD_CIPHER_SUITES
     from autoscaler.web.tls import OPENSSL_CIPHERS
 
     assert set(OPENSSL_CIPHERS) == set(AEAD_CIPHER_SUITES)

@@ -11,7 +11,7 @@ from multiprocessing import get_context
 import pytest
 
 from autoscaler.app.serving import settle_heap
-from autoscaler.workers import cgroup_cpu_limit, default_workers, forecast_pool, usable_cpus
+from autoscaler.refresh.workers import cgroup_cpu_limit, default_workers, forecast_pool, usable_cpus
 
 
 def _scheduling() -> tuple[int, int]:

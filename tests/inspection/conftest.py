@@ -26,9 +26,9 @@ from adapters.types import ScheduledWindow
 from autoscaler import policy
 from autoscaler.app.factory import build_ops_app
 from autoscaler.policy import PlanKind
-from autoscaler.provenance import Provenance
-from autoscaler.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
-from autoscaler.scorecard_live import LiveScorecard
+from autoscaler.scorecard.live import LiveScorecard
+from autoscaler.serving.provenance import Provenance
+from autoscaler.serving.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
 from autoscaler.web.keys import SCORECARD
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.self_metrics import SelfMetrics

@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import pytest
 
-from autoscaler.provider import MetricInfo, ServedSeries, Snapshot
+from autoscaler.serving.provider import MetricInfo, ServedSeries, Snapshot
 from autoscaler.web import page as ui
 from autoscaler.web.notes import plain_notes
 from autoscaler.web.scorecard_views import scorecard_panel

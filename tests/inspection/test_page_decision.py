@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from autoscaler import policy
-from autoscaler.provenance import Provenance
-from autoscaler.provider import ServedSeries, Snapshot
 from autoscaler.quantity import format_quantity
+from autoscaler.serving.provenance import Provenance
+from autoscaler.serving.provider import ServedSeries, Snapshot
 from tests.inspection.conftest import (
     LEAD_TIME,
     NOW,

@@ -8,8 +8,8 @@ from datetime import timedelta
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from autoscaler.provider import ServedSeries, Snapshot
-from autoscaler.refresher import RefreshStats
+from autoscaler.refresh.refresher import RefreshStats
+from autoscaler.serving.provider import ServedSeries, Snapshot
 from autoscaler.web.self_metrics import RefreshCollector, SnapshotCollector
 from tests.inspection.conftest import LEAD_TIME, NOW, QUANTILE, SCRAPE_DELAY, OpsServer
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import grpc
 import pytest
 
+from autoscaler.config.server_settings import ServerSettings
 from autoscaler.keda import externalscaler_pb2 as pb
 from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerStub
 from autoscaler.keda.server import GrpcListening, serving_grpc
-from autoscaler.provider import SnapshotProvider
-from autoscaler.server_settings import ServerSettings
+from autoscaler.serving.provider import SnapshotProvider
 from autoscaler.web.self_metrics import SelfMetrics
 from autoscaler.web.tls import ServingFiles
 from tests.autoscaler.conftest import NOW, SettableClock, fixed_snapshot

@@ -12,10 +12,10 @@ import grpc
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
+from autoscaler.config.server_settings import ServerSettings
 from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerStub
 from autoscaler.keda.server import serving_grpc
-from autoscaler.provider import SnapshotProvider
-from autoscaler.server_settings import ServerSettings
+from autoscaler.serving.provider import SnapshotProvider
 from autoscaler.web import kubernetes_auth
 from autoscaler.web.self_metrics import SelfMetrics
 from autoscaler.web.tls import ServingFiles

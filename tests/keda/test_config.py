@@ -8,8 +8,8 @@ from click.testing import CliRunner
 import autoscaler.app.serving
 from autoscaler.app.serving import prepare_demo
 from autoscaler.commands.cli import main
-from autoscaler.settings import Settings
-from autoscaler.settings_loader import SettingsError, load_settings
+from autoscaler.config.settings import Settings
+from autoscaler.config.settings_loader import SettingsError, load_settings
 from tests.cli_helpers import assert_usage_error
 
 

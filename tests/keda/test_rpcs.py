@@ -15,8 +15,8 @@ import grpc
 import pytest
 
 from autoscaler.keda import externalscaler_pb2 as pb
-from autoscaler.provider import ServedSeries, empty_snapshot
 from autoscaler.selectors import SelectorError, parse_selector
+from autoscaler.serving.provider import ServedSeries, empty_snapshot
 from tests.keda.conftest import ref
 
 

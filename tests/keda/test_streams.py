@@ -13,7 +13,7 @@ import pytest
 from autoscaler.keda import externalscaler_pb2 as pb
 from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerStub
 from autoscaler.keda.server import serving_grpc
-from autoscaler.provider import ServedSeries, SnapshotProvider
+from autoscaler.serving.provider import ServedSeries, SnapshotProvider
 from autoscaler.web.self_metrics import SelfMetrics
 from autoscaler.web.tls import ServingFiles
 from tests.autoscaler.conftest import NOW, SettableClock, fixed_snapshot

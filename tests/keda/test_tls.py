@@ -9,7 +9,7 @@ import pytest
 
 from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerStub
 from autoscaler.keda.server import serving_grpc
-from autoscaler.provider import SnapshotProvider
+from autoscaler.serving.provider import SnapshotProvider
 from autoscaler.web.certificates import CertificateFileError, generate_ca, issue_certificate
 from autoscaler.web.self_metrics import SelfMetrics
 from autoscaler.web.tls import ServingFiles

@@ -1,6 +1,7 @@
 """The example CapacityBuffer, its chunk PodTemplate and the writer's RBAC hold together: the buffer
 is valid under the upstream CRD (CEL rules included), its template lands on the example NodePool,
-and the Roles grant exactly what the writer does (adapters/capacity_buffers.py, adapters/leases.py)."""
+and the Roles grant exactly what the writer does (adapters/kubernetes/capacity_buffers.py,
+adapters/kubernetes/leases.py)."""
 
 from __future__ import annotations
 

@@ -13,8 +13,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from adapters.nodeclaims import LeadTimeSample
-from autoscaler.forecast_objects import object_name, sample_item, shard_status
+from adapters.kubernetes.nodeclaims import LeadTimeSample
+from autoscaler.replication.forecast_objects import object_name, sample_item, shard_status
 from tests import kube_schemas
 
 BASE = Path(__file__).resolve().parents[2] / "manifests" / "base"

@@ -11,8 +11,8 @@ import copy
 import kubernetes_validate
 import pytest
 
+from autoscaler.config.settings_loader import load_settings
 from autoscaler.keda.metadata import parse_trigger
-from autoscaler.settings_loader import load_settings
 from tests import kube_schemas
 from tests.manifests.test_manifests import KUBERNETES_VERSION, config_file, one
 

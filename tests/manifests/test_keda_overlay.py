@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.settings_loader import load_settings
+from autoscaler.config.settings_loader import load_settings
 from tests import kube_schemas
 from tests.manifests.test_manifests import config_file, objects, one, render
 

@@ -36,7 +36,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from autoscaler.settings_loader import load_settings
+from autoscaler.config.settings_loader import load_settings
 from tests import kube_schemas
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -488,7 +488,7 @@ def test_rbac():
 @pytest.mark.parametrize("kustomization", SERVICES)
 def test_rbac_grants_what_preflight_checks(kustomization, config_file):
     """Every permission ``gpu-autoscaler preflight`` asks about for the shipped config is granted here."""
-    from autoscaler.preflight import required_permissions
+    from autoscaler.checks.preflight import required_permissions
 
     settings = load_settings(config_file(kustomization), environ={})
     cluster_rules = one(kustomization, "ClusterRole", "gpu-autoscaler")["rules"]
@@ -618,9 +618,9 @@ def test_the_placeholder_hpa_follows_the_headroom_to_the_gpu():
 
 
 def test_hpa_metric_names_are_served():
-    # The service's metric list (autoscaler/demo.py; `serve` uses it outside the demo too). Imported
+    # The service's metric list (autoscaler/refresh/demo.py; `serve` uses it outside the demo too). Imported
     # here so that a move breaks this test only, with a clear ImportError.
-    from autoscaler.demo import METRICS
+    from autoscaler.refresh.demo import METRICS
 
     served = {info.name for info in METRICS}
     assert {"gpu_demand_forecast", "gpu_headroom", "request_rate_forecast"} <= served
@@ -644,7 +644,7 @@ def test_hpa_selectors_match_the_configured_series(config_file):
 
 def test_gpus_requested_is_the_preset_without_placeholders(config_file):
     """The ConfigMap counts GPUs with the preset, leaving the placeholders' namespace out."""
-    from autoscaler.sources import signal_query
+    from autoscaler.refresh.sources import signal_query
 
     settings = load_settings(config_file("base"), environ={})
     signal = next(signal for signal in settings.signals if signal.name == "gpus_requested")
@@ -657,7 +657,7 @@ def test_gpus_requested_is_the_preset_without_placeholders(config_file):
 
 
 def test_configured_queries_parse(config_file, tmp_path):
-    from autoscaler.sources import signal_query
+    from autoscaler.refresh.sources import signal_query
 
     promtool = tool("promtool")
     settings = load_settings(config_file("base"), environ={})

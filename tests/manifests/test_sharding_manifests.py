@@ -1,11 +1,11 @@
 """The base runs sharded: two replicas spread across nodes, a PodDisruptionBudget, the Lease RBAC the
-shard owners use (adapters/shard_leases.py, adapters/leases.py) and a config that shards."""
+shard owners use (adapters/kubernetes/shard_leases.py, adapters/kubernetes/leases.py) and a config that shards."""
 
 from __future__ import annotations
 
 import pytest
 
-from autoscaler.settings_loader import load_settings
+from autoscaler.config.settings_loader import load_settings
 from tests.manifests import test_manifests
 from tests.manifests.test_manifests import one, render
 

@@ -285,6 +285,6 @@ def test_pools_failures_and_spot_interruptions_on_the_command_line(tmp_path, dem
 def test_the_default_lead_time_margin_is_the_services() -> None:
     """simulate's help shows it without loading the settings: the two must stay equal."""
     from autoscaler.commands.simulate import LEAD_TIME_MARGIN
-    from autoscaler.settings import ForecastSettings
+    from autoscaler.config.settings import ForecastSettings
 
     assert f"{ForecastSettings().lead_time_margin.total_seconds():g}s" == LEAD_TIME_MARGIN

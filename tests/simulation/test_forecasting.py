@@ -11,10 +11,11 @@ import pandas as pd
 import pytest
 
 from adapters.types import Signal
-from autoscaler import fitting, policy
-from autoscaler.plans import MetricPlan, RefreshInputs, RefreshSettings
-from autoscaler.provider import MetricInfo, SnapshotProvider, empty_snapshot
-from autoscaler.refresher import Refresher
+from autoscaler import policy
+from autoscaler.refresh import fitting
+from autoscaler.refresh.refresher import Refresher
+from autoscaler.refresh.workers import ForecastPools
+from autoscaler.serving.provider import MetricInfo, SnapshotProvider, empty_snapshot
 from autoscaler.simulation.forecasting import (
     SIMULATED_LEAD_TIME_SOURCE,
     BlockJob,
@@ -27,7 +28,7 @@ from autoscaler.simulation.forecasting import (
 )
 from autoscaler.simulation.inputs import Workload, demand_workload, parse_schedule
 from autoscaler.simulation.policies import parse_policies
-from autoscaler.workers import ForecastPools
+from autoscaler.targets.plans import MetricPlan, RefreshInputs, RefreshSettings
 from forecast.engine import fit_select_predict
 from forecast.known_demand import remove_known_jobs
 from forecast.registry import make_model

@@ -7,8 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from autoscaler.scorecard import MinuteLedger, make_target, parse_fraction_target, short_figures
-from autoscaler.service_levels import LedgerPrefix
+from autoscaler.scorecard.figures import MinuteLedger, make_target, parse_fraction_target, short_figures
 from autoscaler.simulation.forecasting import ForecastCadence
 from autoscaler.simulation.inputs import Pods, expand_schedules, make_workload, parse_schedule
 from autoscaler.simulation.lead_times import parse_lead_time_distribution
@@ -23,6 +22,7 @@ from autoscaler.simulation.tuning import (
     stitched_metric,
     walk_forward,
 )
+from autoscaler.targets.service_levels import LedgerPrefix
 
 MINUTES_A_DAY = 1440
 

@@ -1,0 +1,249 @@
+"""What the service serves and where its inputs come from, assembled from the settings.
+
+``open_pipeline`` owns the long-lived clients (the Prometheus thread pool, the Kubernetes watches)
+and closes them when the service stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from kubernetes_asyncio.client import ApiClient
+
+from adapters.kubernetes.launch_record import LaunchRecord
+from adapters.kubernetes.nodeclaims import LeadTimeHistory
+from adapters.kubernetes.pool_matching import UnplacedDemand, pool_name
+from adapters.kubernetes.watch import WatchGroup
+from adapters.prometheus.client import PrometheusSource
+from adapters.types import ScheduledWindow
+from autoscaler.config.gpu_unit_settings import pod_gpu_units
+from autoscaler.config.settings import Settings, WindowSettings
+from autoscaler.policy import Cap
+from autoscaler.refresh import demo
+from autoscaler.refresh.kube_inputs import KubernetesInputs, declared_windows, watch_settings
+from autoscaler.refresh.sources import KnownPools, PrometheusSignalSource, client_settings, signal_query
+from autoscaler.scorecard.capacity import PoolCapacity
+from autoscaler.scorecard.live import LiveScorecard
+from autoscaler.scorecard.pods import PodOutcomes
+from autoscaler.scorecard.store import FILE_NAME as SCORECARD_FILE
+from autoscaler.serving.provider import MetricInfo
+from autoscaler.targets.plans import (
+    CapsFunction,
+    LeadTimeFunction,
+    MetricPlan,
+    PendingGpusFunction,
+    PendingPlacementFunction,
+    RefreshInputs,
+    RefreshSettings,
+    SignalSource,
+    WindowsFunction,
+)
+from autoscaler.targets.service_levels import TuningSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Pipeline(RefreshInputs):
+    """What the refresher reads, plus what the service reports about its inputs."""
+
+    # Extra lines for /readyz?verbose (watch states and the like).
+    health: Callable[[], dict[str, str]] | None = None
+    # GPU demand that fits no NodePool, for /metrics and the page.
+    unplaced: Callable[[], Sequence[UnplacedDemand]] | None = None
+    # NodeClaim lead times learned so far: published with the forecasts, restored from them.
+    lead_times: LeadTimeHistory | None = None
+    # Each pool's NodeClaim launch record (docs/launch-outcomes.md), for /metrics and the page.
+    launches: LaunchRecord | None = None
+    # What happened in each pool (docs/scorecard.md), collected after each refresh.
+    scorecard: LiveScorecard | None = None
+
+
+def metric_infos(settings: Settings) -> tuple[MetricInfo, ...]:
+    return tuple(
+        MetricInfo(
+            name=name,
+            description=spec.description or f"{spec.kind} of signal {spec.signal}",
+            fallback=spec.fallback,
+            fallback_value=spec.fallback_value,
+            staleness_ttl=spec.staleness_ttl,
+        )
+        for name, spec in settings.metrics.items()
+    )
+
+
+def metric_plans(settings: Settings) -> tuple[MetricPlan, ...]:
+    return tuple(
+        MetricPlan(
+            metric=name,
+            signal=spec.signal,
+            kind=spec.kind,
+            quantile=spec.quantile,
+            min_value=spec.min_value,
+            max_value=spec.max_value,
+            max_decrease_per_minute=spec.max_decrease_per_minute,
+            placeholder_namespace=spec.placeholder_namespace,
+            utilization_signal=spec.utilization_signal,
+            replicas_signal=spec.replicas_signal,
+            target_utilization=spec.target_utilization,
+            target=spec.target.service_target() if spec.target is not None else None,
+            tuning=spec.target.tuning() if spec.target is not None else TuningSettings(),
+            target_gpus_per_node=spec.target.gpus_per_node if spec.target is not None else 8,
+        )
+        for name, spec in settings.metrics.items()
+    )
+
+
+def refresh_settings(settings: Settings, lead_time: timedelta) -> RefreshSettings:
+    forecast = settings.forecast
+    return RefreshSettings(
+        interval=forecast.interval,
+        lead_time=lead_time,
+        fit_timeout=forecast.fit_timeout,
+        reselect_every=forecast.reselect_every,
+        refit_every=forecast.refit_every,
+        window_horizon=max(timedelta(hours=1), 2 * lead_time),
+    )
+
+
+def known_pools(inputs: KubernetesInputs | None) -> KnownPools | None:
+    """Node pools known from outside Prometheus, beside those kube_node_labels and the history name:
+    the Karpenter NodePools the Kubernetes inputs watch, so a pool with no node yet is known too."""
+    if inputs is None:
+        return None
+    nodepools = inputs.nodepools
+    return lambda: [pool_name(nodepool) for nodepool in nodepools() or ()]
+
+
+# The demo declares a nightly training window so that gpu_headroom visibly rises one lead time
+# before 02:00 UTC and falls after 04:00.
+DEMO_WINDOWS = (WindowSettings(name="nightly-training", cron="0 2 * * *", gpus=64, duration=timedelta(hours=2)),)
+DEMO_LEAD_TIME = timedelta(minutes=10)
+
+
+def demo_pipeline() -> Pipeline:
+    def windows(start: datetime, horizon: timedelta) -> list[ScheduledWindow]:
+        return declared_windows(DEMO_WINDOWS, start, horizon)
+
+    return Pipeline(
+        metrics=demo.METRICS,
+        plans=demo.PLANS,
+        sources=(demo.DemoSignals(),),
+        refresh=RefreshSettings(interval=timedelta(seconds=60), lead_time=DEMO_LEAD_TIME),
+        windows=windows,
+    )
+
+
+@contextlib.asynccontextmanager
+async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIterator[Pipeline]:
+    if settings.demo.enabled:
+        yield demo_pipeline()
+        return
+    async with contextlib.AsyncExitStack() as stack:
+        inputs = await _start_kubernetes_inputs(settings, kube, stack)
+        sources: list[SignalSource] = []
+        prometheus: PrometheusSource | None = None
+        if settings.prometheus is not None:
+            prometheus = await stack.enter_async_context(PrometheusSource(client_settings(settings.prometheus)))
+            pools = known_pools(inputs)
+            sources = [
+                PrometheusSignalSource(prometheus, signal_query(spec), settings.forecast.lookback, pools)
+                for spec in settings.signals
+            ]
+        windows: WindowsFunction | None = None
+        lead_time: LeadTimeFunction | None = None
+        caps: CapsFunction | None = None
+        health: Callable[[], dict[str, str]] | None = None
+        pending_gpus: PendingGpusFunction | None = None
+        pending_placement: PendingPlacementFunction | None = None
+        unplaced: Callable[[], Sequence[UnplacedDemand]] | None = None
+        if settings.inputs is not None and inputs is not None and kube is not None:
+            windows, lead_time, health = inputs.windows, inputs.lead_time, inputs.health
+            if settings.inputs.pending_pods:
+                pending_gpus, pending_placement = inputs.pending_gpus, inputs.pending_placement
+            unplaced = inputs.unplaced
+            plans = metric_plans(settings)
+            namespaces = sorted({p.placeholder_namespace for p in plans if p.placeholder_namespace})
+            limits_task = asyncio.create_task(
+                inputs.poll_limits(kube, namespaces, settings.forecast.interval), name="gpu-limits"
+            )
+            stack.push_async_callback(_cancel, limits_task)
+
+            def caps(plan: MetricPlan, labels: Mapping[str, str], requested_now: float) -> Sequence[Cap]:
+                return inputs.caps(plan.placeholder_namespace, labels, requested_now)
+        elif settings.windows:
+            declared = settings.windows
+
+            def windows(start: datetime, horizon: timedelta) -> list[ScheduledWindow]:
+                return declared_windows(declared, start, horizon)
+
+        scorecard = live_scorecard(settings, inputs if kube is not None else None, prometheus)
+        yield Pipeline(
+            metrics=metric_infos(settings),
+            plans=metric_plans(settings),
+            sources=sources,
+            refresh=refresh_settings(settings, settings.forecast.default_lead_time),
+            windows=windows,
+            lead_time=lead_time,
+            caps=caps,
+            health=health,
+            pending_gpus=pending_gpus,
+            pending_placement=pending_placement,
+            unplaced=unplaced,
+            lead_times=inputs.lead_times if inputs is not None else None,
+            launches=inputs.launches if inputs is not None and settings.inputs and settings.inputs.nodeclaims else None,
+            scorecard=scorecard,
+            live_ledger=scorecard.pool_ledger if scorecard is not None else None,
+        )
+
+
+def live_scorecard(
+    settings: Settings, inputs: KubernetesInputs | None, prometheus: PrometheusSource | None
+) -> LiveScorecard:
+    """The live scorecard, fed by the Pending-pod watch (GPUs short, waits, window starts) and by
+    Prometheus (GPUs held and used); restored from the state directory."""
+    plans = metric_plans(settings)
+    placeholders = {p.placeholder_namespace for p in plans if p.placeholder_namespace}
+    if settings.inputs is not None:
+        placeholders |= set(settings.inputs.placeholder_namespaces)
+    watching = inputs is not None and settings.inputs is not None and settings.inputs.pending_pods
+    scorecard = LiveScorecard(
+        headroom_metrics=[plan.metric for plan in plans if plan.kind == "headroom"],
+        short_gpus=inputs.short_gpus if watching and inputs is not None else None,
+        capacity=PoolCapacity(prometheus, sorted(placeholders)) if prometheus is not None else None,
+        state_path=settings.state_dir / SCORECARD_FILE,
+    )
+    if watching and inputs is not None:
+        scorecard.pods = PodOutcomes(pod_pool=inputs.pod_gpus_and_pool, job=inputs.job, record=scorecard.record)
+        inputs.pod_listeners.append(scorecard.pods.on_change)
+    scorecard.restore()
+    return scorecard
+
+
+async def _start_kubernetes_inputs(
+    settings: Settings, kube: ApiClient | None, stack: contextlib.AsyncExitStack
+) -> KubernetesInputs | None:
+    """The watches of ``settings.inputs`` (CronJobs, Jobs, NodeClaims, NodePools, Pending pods), started."""
+    if settings.inputs is None or kube is None:
+        return None
+    # Pending pods and CronJob windows count GPUs in the units of the signals they are added to.
+    inputs = KubernetesInputs(
+        inputs=settings.inputs,
+        forecast=settings.forecast,
+        declared=settings.windows,
+        units=pod_gpu_units(settings.signals),
+    )
+    group = await stack.enter_async_context(WatchGroup(watch_settings(settings.kubernetes)))
+    inputs.start(group, kube)
+    return inputs
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -1,0 +1,111 @@
+"""A replica fits, publishes and acts only on the shards whose Lease it holds (docs/high-availability.md).
+
+``open_sharding`` runs ``adapters.kubernetes.shard_leases.ShardOwnership`` and ties it to the refresher (it fits
+only the series of owned shards), the publisher (it writes only owned shards) and, through
+``Sharding.owns_series``, to whatever else acts. A shard taken over is first restored from its
+published object (values, step-down pacing, lead-time samples, the models its owner selected), then
+refreshed at once: its series are refitted with those models, not selected again, and each shard is
+published as soon as its series are fitted, not when the whole refresh ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from functools import partial
+
+from kubernetes_asyncio.client import ApiClient
+
+from adapters.kubernetes.leases import LeaseTiming, own_identity
+from adapters.kubernetes.nodeclaims import LeadTimeHistory
+from adapters.kubernetes.shard_leases import ShardOwnership
+from autoscaler.config.publication_settings import PublicationSettings
+from autoscaler.refresh.fitting import SeriesKey
+from autoscaler.refresh.refresher import Refresher
+from autoscaler.replication.forecast_objects import shard_of
+from autoscaler.replication.publication import Publication
+from autoscaler.serving.provider import Snapshot
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Sharding:
+    ownership: ShardOwnership
+    signal_of: Mapping[str, str]  # served metric -> its signal (a served series' shard is its signal's)
+
+    def owns_key(self, key: SeriesKey) -> bool:
+        return self.ownership.owns(shard_of(key, self.ownership.shards))
+
+    def owns_series(self, metric: str, labels: Mapping[str, str]) -> bool:
+        """Whether this replica owns the shard of a served series (e.g. the one sizing a buffer)."""
+        signal = self.signal_of.get(metric)
+        return signal is not None and self.owns_key((signal, tuple(sorted(labels.items()))))
+
+
+def take_over(
+    refresher: Refresher, publication: Publication, lead_times: LeadTimeHistory | None, namespace: str, shard: int
+) -> None:
+    """Continue a shard from what its previous owner published: its values (served until this
+    replica's own forecast replaces them), its step-down pacing and its lead-time samples."""
+    found = publication.view.shard(namespace, shard)
+    if found is not None:
+        obj, published = found
+        publication.publisher.seed([obj])  # what is published already is not written again
+        refresher.restore(published.snapshot(refresher.metrics, refresher.clock()))
+        refresher.restore_pacing(published.pacing)
+        if lead_times is not None:
+            lead_times.restore(published.lead_time_samples)
+        log.info("shard %d: continuing from its published object %s", shard, obj["metadata"]["name"])
+    refresher.keep_owned()  # the restore brought the other shards' values too
+    # Its series are fitted (refits of the published models) at once, not at the next interval.
+    refresher.wake()
+
+
+@contextlib.asynccontextmanager
+async def open_sharding(
+    settings: PublicationSettings,
+    kube: ApiClient,
+    *,
+    refresher: Refresher,
+    publication: Publication,
+    lead_times: LeadTimeHistory | None,
+    identity: str | None = None,
+) -> AsyncIterator[Sharding]:
+    """Own shards for as long as the block runs; hand them back at its end."""
+    lease = settings.sharding
+    timing = LeaseTiming(
+        lease.lease_duration.total_seconds(), lease.renew_deadline.total_seconds(), lease.retry_period.total_seconds()
+    )
+
+    def changed(shard: int, owned: bool) -> None:
+        if owned:
+            take_over(refresher, publication, lead_times, settings.namespace, shard)
+        else:
+            refresher.keep_owned()
+
+    ownership = ShardOwnership(
+        kube, settings.namespace, prefix=lease.lease_prefix, shards=settings.shards,
+        identity=identity or own_identity(), timing=timing, on_change=changed,
+        forget_members_after_s=lease.forget_members_after.total_seconds(),
+    )  # fmt: skip
+    sharding = Sharding(ownership, publication.publisher.signal_of)
+    refresher.owns = sharding.owns_key
+    refresher.group_of = partial(shard_of, shards=settings.shards)
+
+    def publish_shard(snapshot: Snapshot, shard: int) -> None:
+        """A shard whose series are all fitted is published before the refresh ends (``fit_groups``)."""
+        samples = lead_times.samples() if lead_times is not None else ()
+        publication.publisher.publish_soon(snapshot, refresher.pacing, samples, only=shard)
+
+    refresher.on_group_done = publish_shard
+    publication.publisher.owns = ownership.owns
+    refresher.keep_owned()  # owning nothing yet: values restored at start-up are served from the objects
+    async with ownership.running():
+        # The first round takes this replica's share before its first refresh (bounded: the API may be down).
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(ownership.attempted.wait(), 2 * timing.retry_period_s)
+        yield sharding

@@ -1,0 +1,10 @@
+"""What to serve and to which target, beyond the policy's pure functions (``autoscaler.policy``): the
+metric plans a refresh runs, each metric with its optional service-level target, and the levels tuned
+to those targets.
+
+- ``plans``: what the refresher reads: the signals, the metrics made from them, and the cluster's facts.
+- ``target_levels``: a headroom metric served to a service-level target: each refresh decides every
+  candidate level and serves the one walk-forward tuning chose.
+- ``service_levels``: service-level targets: the cheapest candidate that met the target over the days
+  before each decision, judged on its replayed outcome (walk-forward tuning).
+"""
