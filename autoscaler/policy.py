@@ -146,7 +146,7 @@ def windows_due(windows: Sequence[ScheduledWindow], now: datetime, lead_time: ti
 
 def buffer_demand(buffer_gpus: float, situation: Situation, with_windows: bool = True) -> Decision:
     """A static buffer above the GPUs requested now, plus the windows due within the lead time: a
-    service-level target's buffer candidates (autoscaler/target_levels.py), the operator's static
+    service-level target's buffer candidates (autoscaler/targets/target_levels.py), the operator's static
     buffer with a cron scaler for declared windows (``with_windows``), or without one."""
     requested = situation.requested_now if math.isfinite(situation.requested_now) else 0.0
     due = windows_due(situation.windows, situation.now, situation.lead_time.value) if with_windows else []

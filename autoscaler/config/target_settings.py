@@ -32,7 +32,7 @@ class TargetSettings(BaseModel):
     # Online calibration: the level asked of the past moves by this x (target - attained) each period.
     calibration_gain: Number = Field(default=0.0, ge=0, le=2)
     # A level is served over the cheapest buffer that met only when it held this many percent fewer
-    # GPU-seconds over the window (autoscaler/service_levels.py, TuningSettings.forecast_margin).
+    # GPU-seconds over the window (autoscaler/targets/service_levels.py, TuningSettings.forecast_margin).
     forecast_margin_percent: Number = Field(default=2.0, ge=0, le=50)
     # The node size the replay provisions in (the pool's GPUs per node).
     gpus_per_node: Count = Field(default=8, ge=1, le=64)

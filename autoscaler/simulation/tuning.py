@@ -1,5 +1,5 @@
 """The simulator's tuned policies: the candidates each one chooses among (the choosing itself is the
-service's, :mod:`autoscaler.service_levels`).
+service's, :mod:`autoscaler.targets.service_levels`).
 
 ``static_buffer@1%`` is how an operator tunes a heuristic on the past and runs it on the future: each
 day, the smallest buffer that would have kept minutes short under 1 % over the previous 7 days

@@ -4,9 +4,9 @@ days before it (walk-forward tuning), judged on each candidate's replayed outcom
 This is how an operator tunes a heuristic on the past and runs it on the future
 (``static_buffer@1%``: each day, the smallest buffer that would have kept minutes short under 1 %
 over the previous 7 days), and how a metric with a ``target`` (the simulator's ``auto-slo``) chooses
-the quantile level it serves. Each candidate's past is its own run through the same controller and node pool (its
-ledger, :mod:`autoscaler.scorecard`), so a choice is judged on the decision itself, the capacity it
-made and what that cost, not on per-step forecast error.
+the quantile level it serves. Each candidate's past is its own run through the same controller and
+node pool (its ledger, :mod:`autoscaler.scorecard.figures`), so a choice is judged on the decision
+itself, the capacity it made and what that cost, not on per-step forecast error.
 
 A target also calibrates online, as adaptive conformal inference does for a coverage level: the
 level it asks of the past moves down after a period that missed the target and back up after
@@ -260,5 +260,5 @@ class ReplayRequest:
 # The simulator's controller model over each level's headroom (autoscaler/simulation/replay.py):
 # injected, since the core sits below the simulator.
 ReplayFunction = Callable[[ReplayRequest], dict[str, MinuteLedger]]
-# A pool's live minute ledger (autoscaler/scorecard_live.py), None where this replica does not score it.
+# A pool's live minute ledger (autoscaler/scorecard/live.py), None where this replica does not score it.
 LiveLedgerFunction = Callable[[str], MinuteLedger | None]

@@ -4,14 +4,14 @@ For a metric with a ``target``, every refresh decides the headroom at each candi
 (:data:`CANDIDATE_LEVELS`, through the one policy path, ``policy.decide``) and records it with the
 GPUs requested at that moment and the GPUs of declared windows due within the lead time. Every
 ``tune_every`` (a day by default), once a day of that record exists, each candidate is replayed
-against the demand that followed through the simulator's controller model (placeholder HPA and
-node pool; a worker process runs it): the levels' recorded headroom, and static buffers of the
-operator's grid (:func:`autoscaler.service_levels.buffer_grid`) each with the windows due and, once
-the record holds a window, each without them. The cheapest candidate that met the target over the
-past ``tune_window`` is served until the next choice (:func:`autoscaler.service_levels.choose`, the
-simulator's ``auto-slo``; a level only when clearly cheaper than every buffer that met). The level asked of
-the past is calibrated by what the candidate served attained since the last choice: down after a
-miss, back up after a period within the target.
+against the demand that followed through the simulator's controller model (placeholder HPA and node
+pool; a worker process runs it): the levels' recorded headroom, and static buffers of the operator's
+grid (:func:`autoscaler.targets.service_levels.buffer_grid`) each with the windows due and, once the
+record holds a window, each without them. The cheapest candidate that met the target over the past
+``tune_window`` is served until the next choice (:func:`autoscaler.targets.service_levels.choose`,
+the simulator's ``auto-slo``; a level only when clearly cheaper than every buffer that met). The
+level asked of the past is calibrated by what the candidate served attained since the last choice:
+down after a miss, back up after a period within the target.
 
 Until the first choice, :data:`FIRST_LEVEL` is served. The record lives in memory: after a restart
 it starts again (docs/service-levels.md).
