@@ -136,6 +136,8 @@ async def test_a_new_pod_with_an_empty_state_dir_serves_the_published_values_at_
             served = await items(session, old, "gpu_demand_forecast")
             forecast = fake_kube.get("gpuforecasts", HOME, NAMESPACE)
             assert forecast is not None, "not created yet"  # the publisher writes in the background
+            # Created first, its status written next (a subresource): both are awaited.
+            assert "status" in forecast, "status not written yet"
             status = forecast["status"]
             assert abs(status["items"][0]["value"] - _value(served[0]["value"])) < 0.001
             return served

@@ -302,13 +302,12 @@ def _surges_of(rise: float, minutes: int) -> np.ndarray:
     return demand
 
 
-async def test_a_buffer_is_served_with_the_windows_due_when_it_is_cheapest() -> None:
-    """Levels that all hold 30 GPUs or more against surges of 12 above 40: a buffer of 9 meets 0.3 % at
-    less cost (the smallest that does: 9 to 16 all hold 7 nodes of 8 GPUs, and ties go to the first)."""
-    plan = MetricPlan(metric="gpu_headroom", signal="gpus", kind="headroom", target=parse_fraction_target("0.3%"))
+def _a_tuned_headroom(target: str) -> tuple[MetricPlan, TargetLevels, policy.Situation, LevelTuner]:
+    """A headroom metric with a target, decided once at 2026-11-27 00:00 (40 GPUs requested, a 5-minute
+    lead time, levels forecasting 70 GPUs and up): its plan, levels, situation and tuner."""
+    plan = MetricPlan(metric="gpu_headroom", signal="gpus", kind="headroom", target=parse_fraction_target(target))
     levels = TargetLevels(replay_levels, STEP_S)
     now = datetime(2026, 11, 27, tzinfo=UTC)
-    demand = _surges_of(12.0, DAY_MINUTES + 1)
     situation = policy.Situation(
         forecast=_forecast(now, {level: 70.0 + index for index, level in enumerate(CANDIDATE_LEVELS)}),
         now=now,
@@ -316,7 +315,15 @@ async def test_a_buffer_is_served_with_the_windows_due_when_it_is_cheapest() -> 
         requested_now=40.0,
     )
     levels.decide(plan, "series", situation, now.timestamp())
-    tuner = levels._tuners[("gpu_headroom", "series")]
+    return plan, levels, situation, levels._tuners[("gpu_headroom", "series")]
+
+
+async def test_a_buffer_is_served_with_the_windows_due_when_it_is_cheapest() -> None:
+    """Levels that all hold 30 GPUs or more against surges of 12 above 40: a buffer of 9 meets 0.3 % at
+    less cost (the smallest that does: 9 to 16 all hold 7 nodes of 8 GPUs, and ties go to the first)."""
+    plan, levels, situation, tuner = _a_tuned_headroom("0.3%")
+    now = situation.now
+    demand = _surges_of(12.0, DAY_MINUTES + 1)
     for minute in range(1, DAY_MINUTES + 1):
         rows = [30.0 + index for index in range(len(CANDIDATE_LEVELS))]
         tuner.record(now.timestamp() + minute * STEP_S, demand[minute], rows, 300.0)
@@ -358,17 +365,8 @@ async def test_windows_that_bring_no_pods_let_a_buffer_without_them_be_served() 
     window due, the buffers without windows join (the whole record replayed once), and, holding no
     GPUs for the window, the smallest of them that met the target is the cheapest: it is served
     without the windows due."""
-    plan = MetricPlan(metric="gpu_headroom", signal="gpus", kind="headroom", target=parse_fraction_target("1%"))
-    levels = TargetLevels(replay_levels, STEP_S)
-    now = datetime(2026, 11, 27, tzinfo=UTC)
-    situation = policy.Situation(
-        forecast=_forecast(now, {level: 70.0 + index for index, level in enumerate(CANDIDATE_LEVELS)}),
-        now=now,
-        lead_time=policy.LeadTime(timedelta(minutes=5), "configured"),
-        requested_now=40.0,
-    )
-    levels.decide(plan, "series", situation, now.timestamp())
-    tuner = levels._tuners[("gpu_headroom", "series")]
+    plan, levels, situation, tuner = _a_tuned_headroom("1%")
+    now = situation.now
     rows = [30.0 + index for index in range(len(CANDIDATE_LEVELS))]
 
     async def run(key: object, function: object, request: ReplayRequest, timeout_s: float) -> object:
