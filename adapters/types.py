@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -14,6 +14,8 @@ KARPENTER_NODEPOOL_LABEL = "karpenter.sh/nodepool"
 # The label that names a node pool on series and windows (joined from KARPENTER_NODEPOOL_LABEL).
 NODEPOOL_LABEL = "nodepool"
 NO_OFFSET = pd.Timedelta(0)
+# What tells the time; tests give a fake one.
+Clock = Callable[[], datetime]
 
 
 class AdapterError(Exception):

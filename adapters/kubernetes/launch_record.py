@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,10 +26,10 @@ from adapters.kubernetes.nodeclaim_states import (
 )
 from adapters.kubernetes.nodeclaims import LeadTimeHistory, LeadTimeSample
 from adapters.kubernetes.watch import WatchCache, WatchEvent, object_key
+from adapters.types import Clock
 
 log = logging.getLogger(__name__)
 
-Clock = Callable[[], datetime]
 KEEP_OUTCOMES = 20  # per pool, for "keeps failing" and the page
 KEEP_COUNTED = 20_000  # NodeClaims remembered as counted (a relist must not count them again)
 

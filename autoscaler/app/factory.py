@@ -20,6 +20,7 @@ from cryptography import x509
 from kubernetes_asyncio.client import ApiClient
 
 from adapters.kubernetes.nodeclaims import LeadTimeSample
+from adapters.types import Clock
 from autoscaler.actuation.writer import BufferActuator
 from autoscaler.app import scoring
 from autoscaler.app.restoring import restore_published, restore_saved, serving_published
@@ -51,7 +52,6 @@ from autoscaler.web.keys import (
     SELF_METRICS,
     SNAPSHOTS,
     UNPLACED,
-    Clock,
 )
 from autoscaler.web.launch_metrics import LaunchMetrics
 from autoscaler.web.middleware import authenticate, authenticate_plain_port, errors_and_metrics

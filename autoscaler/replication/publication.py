@@ -24,6 +24,7 @@ from adapters.kubernetes.client import KubeError
 from adapters.kubernetes.gpuforecasts import ForecastWriter, gpuforecast_resource
 from adapters.kubernetes.nodeclaims import LeadTimeSample
 from adapters.kubernetes.watch import WatchCache, WatchEvent, WatchGroup, WatchSettings, list_all
+from adapters.types import Clock
 from autoscaler.config.publication_settings import PublicationSettings
 from autoscaler.replication.forecast_objects import (
     MAX_OBJECT_BYTES,
@@ -39,8 +40,6 @@ from autoscaler.serving.provider import MetricInfo, Snapshot, SnapshotProvider
 from autoscaler.targets.plans import MetricPlan
 
 log = logging.getLogger(__name__)
-
-Clock = Callable[[], datetime]
 
 
 @dataclass

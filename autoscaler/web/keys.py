@@ -8,12 +8,12 @@ provider object in the service.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime
 
 from aiohttp import web
 
 from adapters.kubernetes.launch_record import LaunchRecord
 from adapters.kubernetes.pool_matching import UnplacedDemand
+from adapters.types import Clock
 from autoscaler.actuation.writer import BufferActuator
 from autoscaler.scorecard.live import LiveScorecard
 from autoscaler.serving.provider import MetricsProvider, SnapshotProvider, SnapshotSource
@@ -21,7 +21,6 @@ from autoscaler.web.auth import AccessControl, DelegatedHTTPAuth, User
 from autoscaler.web.readiness import Readiness
 from autoscaler.web.self_metrics import SelfMetrics
 
-Clock = Callable[[], datetime]
 Unplaced = Callable[[], Sequence[UnplacedDemand]]
 
 METRICS_PROVIDER = web.AppKey("metrics_provider", MetricsProvider)

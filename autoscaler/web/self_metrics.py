@@ -18,13 +18,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from adapters.kubernetes.pool_matching import UnplacedDemand
+from adapters.types import Clock
 from autoscaler.actuation.buffer_sizing import BufferState
 from autoscaler.policy import lead_slice
 from autoscaler.replication.publication import Publisher
 from autoscaler.serving.provider import ServedSeries, Snapshot
 from autoscaler.targets.plans import RefreshStats
 
-Clock = Callable[[], datetime]
 _INVALID_LABEL_CHARACTERS = re.compile(r"[^a-zA-Z0-9_]")
 
 
