@@ -79,6 +79,7 @@ def stitched(prefixes: Mapping[str, LedgerPrefix], choices: list[Choice]) -> tup
 FAMILIES = {
     "levels": ("auto:",),
     "buffers": ("scheduled_buffer:",),
+    "plain": ("static_buffer:",),
     "both": ("auto:", "scheduled_buffer:"),
     "all": ("auto:", "scheduled_buffer:", "static_buffer:"),
 }
@@ -92,6 +93,7 @@ def variants() -> list[tuple[str, str, TuningSettings, bool, Chooser | None]]:
         ("levels and buffers with windows, no margin (before)", "both", plain, False, None),
         ("levels only, 7 d", "levels", plain, False, None),
         ("buffers only, 7 d (scheduled_buffer@)", "buffers", plain, False, None),
+        ("buffers without windows only, 7 d (static_buffer@; declared windows only)", "plain", plain, False, None),
     ]
     out += [
         (
@@ -135,6 +137,8 @@ def evaluate(calls: list[tuple[Any, ...]]) -> dict[tuple[str, float], dict[str, 
         prefixes = prefixes_of(ledgers)
         for name, families, tuning, calibrate, chooser in variants():
             texts = [text for text in ledgers if text.startswith(FAMILIES[families])]
+            if not texts:  # no windows declared: no buffers without them either
+                continue
             start_s, end_s, _ = args
             choices = walk_forward(
                 {text: ledgers[text] for text in texts},

@@ -6,5 +6,6 @@ to those targets.
 - ``target_levels``: a headroom metric served to a service-level target: each refresh decides every
   candidate level and serves the one walk-forward tuning chose.
 - ``service_levels``: service-level targets: the cheapest candidate that met the target over the days
-  before each decision, judged on its replayed outcome (walk-forward tuning).
+  before each decision, judged on its replayed outcome (walk-forward tuning); a quantile level only
+  when clearly cheaper than the cheapest buffer that met.
 """
