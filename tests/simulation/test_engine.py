@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from autoscaler.simulation.forecasting import ForecastCadence
-from autoscaler.simulation.inputs import expand_schedules, make_workload, parse_schedule
+from autoscaler.simulation.inputs import Pods, expand_schedules, make_workload, parse_schedule
 from autoscaler.simulation.lead_times import parse_lead_time_distribution
 from autoscaler.simulation.policies import parse_policies
 from autoscaler.simulation.runner import SimulationConfig, SimulationResult, _Jobs, simulate
@@ -102,3 +102,35 @@ def test_simulation_workers_run_native_libraries_on_one_thread() -> None:
     finally:
         jobs.close()
     assert threads and all(count == 1 for count in threads)
+
+
+def test_the_simulators_cron_scaler_holds_the_windows_the_service_counts_as_due() -> None:
+    """One definition of "due within the lead time" on both sides: at every step the simulator's
+    ``scheduled_gpus`` equals the GPUs of the windows ``policy.windows_due`` returns at that moment,
+    including a window starting exactly at a step and one exactly a lead time away."""
+    from datetime import timedelta
+
+    from adapters.types import ScheduledWindow
+    from autoscaler.policy import windows_due
+    from autoscaler.simulation.policies import scheduled_gpus
+
+    origin = pd.Timestamp("2024-03-01T00:00:00Z")
+    step_s, lead = 60.0, timedelta(minutes=5)
+    rng = np.random.default_rng(3)
+    starts = [origin + pd.Timedelta(seconds=int(s)) for s in rng.integers(0, 6 * 3600, 12)]
+    starts += [origin + pd.Timedelta(minutes=90), origin + pd.Timedelta(minutes=95)]  # on a step; 5 min apart
+    windows = tuple(
+        ScheduledWindow("config", "ml", f"w{index}", start.to_pydatetime(), start.to_pydatetime() + lead, 8.0 + index)
+        for index, start in enumerate(starts)
+    )
+    workload = make_workload("test", origin, step_s, np.zeros(6 * 60), Pods.empty(), windows)
+    held = scheduled_gpus(workload, lead.total_seconds())
+
+    def due_gpus(step: int, among: tuple[ScheduledWindow, ...]) -> float:
+        now = (origin + pd.Timedelta(seconds=step * step_s)).to_pydatetime()
+        return sum(window.gpus for window in windows_due(among, now, lead))
+
+    assert held.tolist() == [due_gpus(step, windows) for step in range(workload.steps)]
+    # The two on whole minutes: the window at minute 90 is due from minute 85 until 89, not at 90.
+    edges = windows[-2:]
+    assert [due_gpus(step, edges) for step in (84, 85, 89, 90, 94)] == [0.0, 20.0, 20.0, 21.0, 21.0]
