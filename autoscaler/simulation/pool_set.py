@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autoscaler.simulation.pools import SPOT_NOTICE_S, UNAVAILABLE_S, PoolSpec, Scarcity
-from autoscaler.simulation.provisioner import BATCH_IDLE_S, BATCH_MAX_S
+from autoscaler.simulation.provisioner import BatchWindow
 
 
 @dataclass(frozen=True)
@@ -98,8 +98,7 @@ class PoolSet:
         self.capacity = 0
         self.held_gpus = 0
         self.launches = 0
-        self._batch_start = self._batch_close = math.inf
-        self._last_deficit = 0.0
+        self._batch = BatchWindow()
         for pool in self.pools:  # the starting nodes, in weight order within limits
             pool.held_since = start
             nodes = min(pool.room_nodes(), math.ceil(max(0.0, ready_gpus) / pool.gpus_per_node - 1e-9))
@@ -152,7 +151,7 @@ class PoolSet:
 
     def next_event(self) -> float:
         after = self.config.consolidate_after_s
-        return min(self._batch_close, *(pool.next_event(after) for pool in self.pools))
+        return min(self._batch.close, *(pool.next_event(after) for pool in self.pools))
 
     def turn_ready(self, now: float) -> None:
         """Launched nodes turn Ready; spot notices cordon nodes; cordoned nodes whose notice ran out go."""
@@ -187,24 +186,13 @@ class PoolSet:
         """Karpenter's batching (as :meth:`NodePool.provision`); cordoned nodes count as gone."""
         counted = self.held_gpus - sum(len(pool.cordoned) * pool.gpus_per_node for pool in self.pools)
         deficit = wanted_gpus - counted
-        if now >= self._batch_close:
+        if now >= self._batch.close:
             retry = deficit > 0 and self._launch(now, deficit)
-            self._batch_start = self._batch_close = math.inf
-            self._last_deficit = 0.0
+            self._batch.reset()
             if retry:  # the pods are still Pending: a new batch
-                self._batch_start, self._batch_close = now, now + BATCH_IDLE_S
+                self._batch.open(now)
             return
-        if deficit <= 0:
-            self._last_deficit = 0.0
-            return
-        if not triggered:
-            return
-        if self._batch_start == math.inf:
-            self._batch_start = now
-            self._batch_close = now + BATCH_IDLE_S
-        elif deficit > self._last_deficit:
-            self._batch_close = min(now + BATCH_IDLE_S, self._batch_start + BATCH_MAX_S)
-        self._last_deficit = deficit
+        self._batch.observe(now, deficit, triggered)
 
     def _launch_order(self, now: float) -> list[_Pool]:
         """Pools with room in weight order, those passed over left out unless every one is."""

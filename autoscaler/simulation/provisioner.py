@@ -32,6 +32,40 @@ class PoolConfig:
     seed: int = 0
 
 
+class BatchWindow:
+    """Karpenter's provisioning batch: opened by pods that do not fit (when something triggers the
+    provisioner), extended by ``idle_s`` whenever more arrive, closed at most ``max_s`` after it
+    opened. One window for a node pool and for a set of pools alike."""
+
+    __slots__ = ("_last_deficit", "close", "idle_s", "max_s", "start")
+
+    def __init__(self, idle_s: float = BATCH_IDLE_S, max_s: float = BATCH_MAX_S) -> None:
+        self.idle_s, self.max_s = idle_s, max_s
+        self.start = self.close = math.inf
+        self._last_deficit = 0.0
+
+    def reset(self) -> None:
+        """The batch closed: nothing open until pods that do not fit open the next."""
+        self.start = self.close = math.inf
+        self._last_deficit = 0.0
+
+    def open(self, now: float) -> None:
+        self.start, self.close = now, now + self.idle_s
+
+    def observe(self, now: float, deficit: float, triggered: bool) -> None:
+        """GPUs wanted past the nodes held (``deficit``) open or extend the batch at a trigger."""
+        if deficit <= 0:
+            self._last_deficit = 0.0
+            return
+        if not triggered:
+            return
+        if self.start == math.inf:
+            self.open(now)
+        elif deficit > self._last_deficit:  # new Pending pods extend the batch, up to its maximum
+            self.close = min(now + self.idle_s, self.start + self.max_s)
+        self._last_deficit = deficit
+
+
 class NodePool:
     """Nodes Ready and launching, the provisioner's batch window, and empty-node timers."""
 
@@ -43,9 +77,7 @@ class NodePool:
         self._launching: list[float] = []  # heap of Ready times
         # When each currently empty Ready node became empty; the most recent is reused first.
         self._empty_since: deque[float] = deque()
-        self._batch_start = math.inf
-        self._batch_close = math.inf
-        self._last_deficit = 0.0
+        self._batch = BatchWindow(config.batch_idle_s, config.batch_max_s)
         self._rng = np.random.default_rng(config.seed)
         self.launch_times: list[float] = []
 
@@ -63,7 +95,7 @@ class NodePool:
         empty node reaches ``consolidateAfter``."""
         ready = self._launching[0] if self._launching else math.inf
         due = self._empty_since[0] + self.config.consolidate_after_s if self._empty_since else math.inf
-        return min(ready, self._batch_close, due)
+        return min(ready, self._batch.close, due)
 
     def turn_ready(self, now: float) -> None:
         """Nodes whose lead time has passed become Ready."""
@@ -95,7 +127,7 @@ class NodePool:
         unmet virtual pod opens or extends a batch only at such a trigger."""
         config = self.config
         deficit = wanted_gpus - (self.ready + len(self._launching)) * config.gpus_per_node
-        if now >= self._batch_close:
+        if now >= self._batch.close:
             nodes = math.ceil(deficit / config.gpus_per_node - 1e-9) if deficit > 0 else 0
             for _ in range(nodes):
                 ready_at = now + config.lead_time.sample(self._rng)
@@ -103,17 +135,6 @@ class NodePool:
                 self.launch_times.append(now)
             self.launches += nodes
             self.held_gpus += nodes * config.gpus_per_node
-            self._batch_start = self._batch_close = math.inf
-            self._last_deficit = 0.0
+            self._batch.reset()
             return
-        if deficit <= 0:
-            self._last_deficit = 0.0
-            return
-        if not triggered:
-            return
-        if self._batch_start == math.inf:
-            self._batch_start = now
-            self._batch_close = now + config.batch_idle_s
-        elif deficit > self._last_deficit:  # new Pending pods extend the batch, up to its maximum
-            self._batch_close = min(now + config.batch_idle_s, self._batch_start + config.batch_max_s)
-        self._last_deficit = deficit
+        self._batch.observe(now, deficit, triggered)
