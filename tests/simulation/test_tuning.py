@@ -215,19 +215,24 @@ def _daily_surges(days: int) -> np.ndarray:
     return base
 
 
+def _daily_config(warmup_days: int) -> SimulationConfig:
+    """8-GPU nodes, a 5-minute lead time (and the service's 90 s margin), models refitted daily."""
+    return SimulationConfig(
+        gpus_per_node=8,
+        lead_time_s=300.0,
+        lead_margin_s=90.0,
+        warmup_s=warmup_days * DAY_S,
+        lead_distribution=parse_lead_time_distribution("fixed:5m"),
+        consolidate_after_s=600.0,
+        cadence=ForecastCadence(lookback_s=warmup_days * DAY_S, reselect_every_s=DAY_S, refit_every_s=DAY_S),
+    )
+
+
 @pytest.mark.slow
 def test_tuned_policies_run_end_to_end_and_meet_the_target_at_least_cost() -> None:
     origin = pd.Timestamp("2024-03-01T00:00:00Z")
     workload = make_workload("surges", origin, 60.0, _daily_surges(8), Pods.empty(), ())
-    config = SimulationConfig(
-        gpus_per_node=8,
-        lead_time_s=300.0,
-        lead_margin_s=90.0,
-        warmup_s=4 * DAY_S,
-        lead_distribution=parse_lead_time_distribution("fixed:5m"),
-        consolidate_after_s=600.0,
-        cadence=ForecastCadence(lookback_s=4 * DAY_S, reselect_every_s=DAY_S, refit_every_s=DAY_S),
-    )
+    config = _daily_config(warmup_days=4)
     specs = parse_policies("reactive,auto-slo:1%,static_buffer@1%")
     result = simulate(workload, specs, config, workers=2)
     assert result.period.start == 3 * DAY_S  # a day of every candidate's past before the first decision
@@ -274,15 +279,7 @@ def test_a_window_start_delay_target_runs_end_to_end() -> None:
     days = 6
     windows, pods = expand_schedules((parse_schedule("0 2 * * *;16;2h"),), origin, days * DAY_S, 8)
     workload = make_workload("nightly", origin, 60.0, np.full(days * MINUTES_A_DAY, 40.0), pods, windows)
-    config = SimulationConfig(
-        gpus_per_node=8,
-        lead_time_s=300.0,
-        lead_margin_s=90.0,
-        warmup_s=3 * DAY_S,
-        lead_distribution=parse_lead_time_distribution("fixed:5m"),
-        consolidate_after_s=600.0,
-        cadence=ForecastCadence(lookback_s=3 * DAY_S, reselect_every_s=DAY_S, refit_every_s=DAY_S),
-    )
+    config = _daily_config(warmup_days=3)
     result = simulate(workload, parse_policies("reactive,auto-slo:window-p95=0s"), config, workers=2)
     report = build_report(result, input_name="nightly", pods=True, gpu_hour_price=None)
     reactive, slo = report["policies"]["reactive"], report["policies"]["auto-slo:window-p95=0s"]
