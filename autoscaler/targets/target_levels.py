@@ -145,6 +145,9 @@ class LevelTuner:
         self._rows.append(np.array([requested, due_gpus, *headroom], dtype=np.float64))
         self._lead_time_s = lead_time_s
         self._window_starts.update(window_starts)
+        if due_gpus > 0 and not self._plain_buffers:  # the first window due: replay all with them
+            self._plain_buffers = True
+            self._ledgers, self._replayed_to = {}, None
         if len(self._times) == self._times.maxlen:  # the record's oldest moment moves on
             self._window_starts = {start for start in self._window_starts if start >= self._times[0]}
 
@@ -166,13 +169,10 @@ class LevelTuner:
 
     def replay_request(self) -> ReplayRequest:
         """The record not replayed yet (from a settling hour before it) on a regular grid of
-        ``step_s``, for every level and buffer; a missed refresh carries the last values. The first
-        window due in the record adds the buffers without windows, and the whole record is replayed
-        once (they have no ledgers)."""
+        ``step_s``, for every level and buffer (and, once the record holds a window due, every buffer
+        without the windows: the whole record is replayed once for them); a missed refresh carries
+        the last values."""
         buffers = self.buffers()
-        if not self._plain_buffers and any(row[1] > 0 for row in self._rows):
-            self._plain_buffers = True
-            self._ledgers, self._replayed_to = {}, None
         times = np.asarray(self._times)
         first = times[0] if self._replayed_to is None else max(times[0], self._replayed_to - REPLAY_SETTLE_S)
         grid = np.arange(first, times[-1] + self.step_s / 2, self.step_s)
