@@ -7,6 +7,11 @@ handler here answers with the status the fault deserves (414, 431, 501, else 400
 document that quotes nothing, and the limits are settings. Both of aiohttp's parsers (the C one it
 uses when built, the Python one otherwise) raise the same exception classes for these faults; the
 tests send each fault to the real process.
+
+A refusal closes the connection in stages (RFC 9112 section 9.6): the answer, then a half-close, then
+the rest of what the client sends is read and dropped until it closes or ``LINGER_SECONDS`` pass.
+Closed at once with the rest of a 1 MB request line unread, the kernel answers with a reset that can
+destroy the refusal before the client reads it.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ log = logging.getLogger(__name__)
 _malformed = ThrottledLog(log)
 # The message both parsers raise when a request has more header fields than max_headers.
 TOO_MANY_HEADERS = "Too many headers received"
+# How long a refused connection's remaining bytes are drained (nginx's lingering_timeout is 5 s).
+LINGER_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,28 @@ class StatusRequestHandler(RequestHandler):
             response.headers[hdrs.ALLOW] = hdrs.METH_GET
         response.force_close()
         return response
+
+    async def finish_response(
+        self, request: BaseRequest, resp: web.StreamResponse, start_time: float | None
+    ) -> tuple[web.StreamResponse, bool]:
+        finished = await super().finish_response(request, resp, start_time)
+        if isinstance(resp, _BareResponse):
+            self._linger()
+        return finished
+
+    def _linger(self) -> None:
+        """Half-close after a refusal and drop what the client still sends, for a bounded time."""
+        transport = self.transport
+        if transport is None or transport.is_closing() or not transport.can_write_eof():
+            return  # gone already, or TLS (no half-close): aiohttp closes it as before
+        # aiohttp's flag, set without its force_close() (which closes the transport at once): its
+        # data_received drops every byte, and its request loop ends without closing the transport.
+        self._force_close = True
+        transport.write_eof()
+        if not transport.is_reading():
+            transport.resume_reading()
+        # The client's close ends the connection first (asyncio closes on EOF); this bounds the rest.
+        self._loop.call_later(LINGER_SECONDS, transport.close)
 
 
 class StatusServer(web.Server):

@@ -123,6 +123,27 @@ def test_what_the_parser_refuses_is_a_status(any_parser_demo, request_bytes, cod
     assert "Traceback" not in any_parser_demo.log
 
 
+def test_a_refused_connection_is_closed_in_stages(any_parser_demo):
+    """The refusal arrives whole, then a half-close; what the client still sends is drained, not reset.
+
+    Sends 100 KB of a request line (the limit is 64 KiB), reads the 414 to the server's EOF while the
+    connection is still open, then sends 1 MB more: a server that closed at once with bytes unread
+    would have reset the connection, and this send would fail.
+    """
+    port = int(any_parser_demo.http_url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"GET /" + b"a" * 100_000)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+        assert answer.split(b"\r\n", 1)[0].endswith(b" 414 Request-URI Too Long")
+        assert json.loads(answer.partition(b"\r\n\r\n")[2])["code"] == 414
+        sock.sendall(b"a" * 1_000_000)  # drained by the server
+        sock.shutdown(socket.SHUT_WR)
+        assert sock.recv(65536) == b""
+    assert "Traceback" not in any_parser_demo.log
+
+
 def malformed_lines(demo: DemoProcess) -> list[str]:
     return [line for line in demo.log.splitlines() if "malformed request" in line]
 
