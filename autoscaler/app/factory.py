@@ -23,7 +23,7 @@ from adapters.kubernetes.nodeclaims import LeadTimeSample
 from adapters.types import Clock
 from autoscaler.actuation.writer import BufferActuator
 from autoscaler.app import scoring
-from autoscaler.app.restoring import restore_published, restore_saved, serving_published
+from autoscaler.app.restoring import restore_published, restore_saved, save_targets_soon, serving_published
 from autoscaler.config.settings import Settings
 from autoscaler.refresh.kube_inputs import watch_settings
 from autoscaler.refresh.pipeline import Pipeline
@@ -131,6 +131,7 @@ def after_refresh(
     if publication is not None and settings.publication.publish:
         publication.publisher.publish_soon(snapshot, refresher.pacing, samples)
     scoring.score_soon(pipeline.scorecard, snapshot)
+    save_targets_soon(refresher, settings.state_dir)
 
 
 def _save_samples_quietly(path: Path, samples: Sequence[LeadTimeSample]) -> None:

@@ -1,9 +1,12 @@
 """Serving values from before the refresher's first forecast: those another replica published, or
-those this one saved before a restart."""
+those this one saved before a restart; and the targets' records, saved and restored."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from autoscaler.refresh.pipeline import Pipeline
@@ -12,9 +15,14 @@ from autoscaler.replication import lead_time_store
 from autoscaler.replication.forecast_objects import Published
 from autoscaler.serving import persistence
 from autoscaler.serving.provider import Snapshot
+from autoscaler.targets import target_store
+from autoscaler.targets.target_levels import CANDIDATE_LEVELS
 from autoscaler.web.readiness import Readiness
 
 log = logging.getLogger(__name__)
+
+# The targets' records are saved at most this often: a crash loses at most this much of a week.
+TARGETS_SAVE_EVERY_S = 600.0
 
 
 def restore_published(refresher: Refresher, readiness: Readiness, pipeline: Pipeline, published: Published) -> None:
@@ -54,3 +62,30 @@ def restore_saved(refresher: Refresher, readiness: Readiness, pipeline: Pipeline
     restored = persistence.load(saved_values, pipeline.metrics)
     if restored is not None:
         restore(refresher, readiness, restored, "saved", f"from {saved_values}")
+    targets_path = state_dir / target_store.FILE_NAME
+    states = target_store.load(targets_path, columns=2 + len(CANDIDATE_LEVELS))
+    refresher.levels.restore(states)
+    if states:
+        log.info("restored the record of %d metrics served to a target from %s", len(states), targets_path)
+
+
+def save_targets_soon(refresher: Refresher, state_dir: Path) -> asyncio.Future[None] | None:
+    """The targets' records, saved off the event loop, at most every ``TARGETS_SAVE_EVERY_S``: the
+    save's future, None when not saved now."""
+    levels = refresher.levels
+    now = time.monotonic()
+    if levels.saved_at is not None and now - levels.saved_at < TARGETS_SAVE_EVERY_S:
+        return None
+    states = levels.states()
+    if not states:
+        return None
+    levels.saved_at = now
+    path = state_dir / target_store.FILE_NAME
+    return asyncio.get_running_loop().run_in_executor(None, _save_targets_quietly, path, states)
+
+
+def _save_targets_quietly(path: Path, states: Sequence[target_store.TunerState]) -> None:
+    try:
+        target_store.save(path, states)
+    except OSError as error:  # a read-only or full disk must not stop serving
+        log.warning("could not save the targets' records to %s: %s", path, error)

@@ -13,8 +13,8 @@ the simulator's ``auto-slo``; a level only when clearly cheaper than every buffe
 level asked of the past is calibrated by what the candidate served attained since the last choice:
 down after a miss, back up after a period within the target.
 
-Until the first choice, :data:`FIRST_LEVEL` is served. The record lives in memory: after a restart
-it starts again (docs/service-levels.md).
+Until the first choice, :data:`FIRST_LEVEL` is served. The record and the choice are saved in the
+state directory (:mod:`autoscaler.targets.target_store`) and carry on across a restart.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from autoscaler.targets.service_levels import (
     choose,
     prefixes_of,
 )
+from autoscaler.targets.target_store import TunerState
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +130,22 @@ class LevelTuner:
     def buffer_windows(self) -> bool:
         """Whether the buffer served holds the windows due."""
         return not self.chosen.startswith(PLAIN_BUFFER_PREFIX)
+
+    def state(self, metric: str, key: object) -> TunerState:
+        rows = np.asarray(self._rows) if self._rows else np.zeros((0, 2 + len(CANDIDATE_LEVELS)))
+        return TunerState(
+            metric, key, self.target, self.gpus_per_node, self.step_s, self.chosen, self.asked, self.chosen_at,
+            self.reason, self._lead_time_s, self._plain_buffers, tuple(sorted(self._window_starts)),
+            np.asarray(self._times, dtype=np.float64), rows,
+        )  # fmt: skip
+
+    def resume(self, state: TunerState) -> None:
+        """Carry on from a saved state; its candidates' ledgers are rebuilt by replaying it all once."""
+        self.chosen, self.asked, self.chosen_at, self.reason = state.chosen, state.asked, state.chosen_at, state.reason
+        self._times.extend(state.times.tolist())
+        self._rows.extend(np.asarray(row, dtype=np.float64) for row in state.rows)
+        self._lead_time_s, self._plain_buffers = state.lead_time_s, state.plain_buffers
+        self._window_starts = set(state.window_starts)
 
     def record(
         self,
@@ -293,6 +310,15 @@ class TargetLevels:
         self.step_s = step_s
         self.live_ledger = live_ledger
         self._tuners: dict[tuple[str, object], LevelTuner] = {}
+        self._saved: dict[tuple[str, object], TunerState] = {}  # restored, not yet claimed by a refresh
+        self.saved_at: float | None = None  # when the records were last saved (monotonic seconds)
+
+    def restore(self, states: Sequence[TunerState]) -> None:
+        self._saved.update(((state.metric, state.series), state) for state in states)
+
+    def states(self) -> list[TunerState]:
+        """Every tuner's state to save, and the restored ones no refresh has claimed yet."""
+        return [tuner.state(*key) for key, tuner in self._tuners.items()] + list(self._saved.values())
 
     def levels(self, plan: MetricPlan) -> tuple[float, ...]:
         """The quantiles a plan needs forecast."""
@@ -315,6 +341,17 @@ class TargetLevels:
         if tuner is None:
             tuner = LevelTuner(plan.target, plan.tuning, plan.target_gpus_per_node, self.step_s, pool)
             self._tuners[(plan.metric, key)] = tuner
+            saved = self._saved.pop((plan.metric, key), None)
+            if saved is not None and (saved.target, saved.gpus_per_node, saved.step_s) == (
+                plan.target,
+                plan.target_gpus_per_node,
+                self.step_s,
+            ):
+                tuner.resume(saved)
+            elif saved is not None:
+                log.info(
+                    "%s%s: the saved record was for another target or node size: it starts again", plan.metric, key
+                )
         decisions = [policy.decide(replace(plan.rule, quantile=level), situation) for level in CANDIDATE_LEVELS]
         if tuner.level is not None:
             served = decisions[CANDIDATE_LEVELS.index(tuner.level)]
@@ -340,6 +377,8 @@ class TargetLevels:
     def forget(self, key: object) -> None:
         for tuner_key in [tuner_key for tuner_key in self._tuners if tuner_key[1] == key]:
             del self._tuners[tuner_key]
+        for tuner_key in [tuner_key for tuner_key in self._saved if tuner_key[1] == key]:
+            del self._saved[tuner_key]
 
     async def tune_due(self, now_s: float, run: RunInWorker, timeout_s: float) -> None:
         """Replay and choose again for every tuner that is due; a failed replay keeps the candidate."""

@@ -245,15 +245,19 @@ def test_check_config_refuses_a_bad_target_naming_the_field(tmp_path) -> None:
     assert margined is not None and margined.tuning().forecast_margin == 0.05
 
 
-async def test_the_refresher_serves_a_target_at_the_level_its_replay_chose() -> None:
+async def test_the_refresher_serves_a_target_at_the_level_its_replay_chose(tmp_path) -> None:
     """A day of refreshes on the Helios trace (5-minute interval): the level is chosen once a day of
-    record exists, replayed in the refresher's worker pool, and served with its reasons."""
+    record exists, replayed in the refresher's worker pool, and served with its reasons; after a
+    restart the service's own save and restore carry the choice on at once."""
     from concurrent.futures import ThreadPoolExecutor
 
+    from autoscaler.app.restoring import restore_saved, save_targets_soon
+    from autoscaler.refresh.pipeline import Pipeline
     from autoscaler.refresh.refresher import Refresher
     from autoscaler.refresh.workers import ForecastPools
     from autoscaler.serving.provider import MetricInfo, SnapshotProvider, empty_snapshot
-    from autoscaler.targets.plans import RefreshInputs, RefreshSettings
+    from autoscaler.targets.plans import RefreshSettings
+    from autoscaler.web.readiness import Readiness
     from tests.autoscaler.test_refresher import Clock, FlakySource
 
     metrics = (MetricInfo("gpu_headroom", "headroom"),)
@@ -261,15 +265,9 @@ async def test_the_refresher_serves_a_target_at_the_level_its_replay_chose() -> 
     clock = Clock()
     provider = SnapshotProvider(empty_snapshot(metrics), clock=clock)
     settings = RefreshSettings(interval=timedelta(minutes=5), lead_time=timedelta(minutes=5))
+    pipeline = Pipeline(metrics=metrics, plans=plans, sources=[FlakySource()], refresh=settings, replay=replay_levels)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        refresher = Refresher(
-            provider=provider,
-            inputs=RefreshInputs(
-                metrics=metrics, plans=plans, sources=[FlakySource()], refresh=settings, replay=replay_levels
-            ),
-            pools=ForecastPools([pool]),
-            clock=clock,
-        )
+        refresher = Refresher(provider=provider, inputs=pipeline, pools=ForecastPools([pool]), clock=clock)
         first = (await refresher.refresh_once()).series["gpu_headroom"][0]
         assert first.provenance.quantile == FIRST_LEVEL
         assert "no choice yet" in first.explanation
@@ -280,6 +278,14 @@ async def test_the_refresher_serves_a_target_at_the_level_its_replay_chose() -> 
         assert tuner.chosen_at == clock.now.timestamp()  # chosen after the refresh that completed a day
         clock.now += timedelta(minutes=5)
         served = (await refresher.refresh_once()).series["gpu_headroom"][0]
+        saving = save_targets_soon(refresher, tmp_path)
+        assert saving is not None and save_targets_soon(refresher, tmp_path) is None  # at most every 10 min
+        await saving
+        restarted = Refresher(provider=provider, inputs=pipeline, pools=ForecastPools([pool]), clock=clock)
+        restore_saved(restarted, Readiness(), pipeline, tmp_path)
+        clock.now += timedelta(minutes=5)
+        after_restart = (await restarted.refresh_once()).series["gpu_headroom"][0]
+    assert after_restart.explanation.split("; target: ")[1] == served.explanation.split("; target: ")[1]
     if tuner.level is not None:
         assert served.provenance.quantile == tuner.level
         assert f": p{tuner.level * 100:g} (chosen by replaying" in served.explanation

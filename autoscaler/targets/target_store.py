@@ -1,0 +1,178 @@
+"""The record of each metric served to a target, on disk (``targets.json`` in the state directory), so
+that a restart neither forgets what was chosen nor waits a day of new record to choose again.
+
+Saved: each tuner's record (times, GPUs requested, windows due, every level's headroom), what it
+serves, the level asked and when it chose. Not saved: the candidates' replayed ledgers, which the
+next choice rebuilds by replaying the whole record once. Arrays are base64 of little-endian float64,
+exact and about half the size of JSON numbers. A file or an entry that cannot be used is logged,
+naming it and the fault, and that record starts again; the others are kept.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autoscaler.scorecard.figures import ServiceTarget
+from autoscaler.state_files import UnusableFile, read_versioned, write_atomically
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "targets.json"
+FORMAT_VERSION = 1
+_KINDS = ("minutes_short_fraction", "short_gpu_minutes_per_day", "window_start_delay_p95_s")
+
+
+@dataclass(frozen=True)
+class TunerState:
+    """One (metric, series) tuner as saved: enough to serve its choice and replay its record."""
+
+    metric: str
+    series: object  # the series key: a string, or nested tuples of strings
+    target: ServiceTarget
+    gpus_per_node: int
+    step_s: float
+    chosen: str
+    asked: float
+    chosen_at: float | None
+    reason: str
+    lead_time_s: float
+    plain_buffers: bool
+    window_starts: tuple[float, ...]
+    times: np.ndarray  # seconds since the epoch, increasing
+    rows: np.ndarray  # one row per time: requested, windows due, each level's headroom
+
+
+def _packed(values: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(values, dtype="<f8").tobytes()).decode("ascii")
+
+
+def _unpacked(text: Any, field: str) -> np.ndarray:
+    if not isinstance(text, str):
+        raise ValueError(f"{field} is not a base64 string")
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"{field} is not base64") from None
+    if len(raw) % 8:
+        raise ValueError(f"{field} is not a whole number of float64 values")
+    values = np.frombuffer(raw, dtype="<f8").astype(np.float64)
+    if not np.all(np.isfinite(values)):
+        raise ValueError(f"{field} holds a value that is not finite")
+    return values
+
+
+def _json_key(key: object) -> Any:
+    return [_json_key(part) for part in key] if isinstance(key, tuple) else key
+
+
+def _series_key(value: Any) -> object:
+    if isinstance(value, list):
+        return tuple(_series_key(part) for part in value)
+    if isinstance(value, str):
+        return value
+    raise ValueError("series is not a string or a list of them")
+
+
+def entry(state: TunerState) -> dict[str, Any]:
+    return {
+        "metric": state.metric,
+        "series": _json_key(state.series),
+        "target": {"kind": state.target.kind, "value": state.target.value},
+        "gpus_per_node": state.gpus_per_node,
+        "step_s": state.step_s,
+        "chosen": state.chosen,
+        "asked": state.asked,
+        "chosen_at": state.chosen_at,
+        "reason": state.reason,
+        "lead_time_s": state.lead_time_s,
+        "plain_buffers": state.plain_buffers,
+        "window_starts": list(state.window_starts),
+        "columns": int(state.rows.shape[1]) if state.rows.ndim == 2 else 0,
+        "times": _packed(state.times),
+        "rows": _packed(state.rows),
+    }
+
+
+def _number(document: dict[str, Any], field: str, *, optional: bool = False) -> float | None:
+    value = document.get(field)
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{field} is not a finite number")
+    return float(value)
+
+
+def state_of(document: Any, columns: int) -> TunerState:
+    """A saved entry, checked; ``ValueError`` names the field at fault."""
+    if not isinstance(document, dict):
+        raise ValueError("the entry is not a JSON object")
+    metric, chosen, reason = document.get("metric"), document.get("chosen"), document.get("reason")
+    if not (isinstance(metric, str) and isinstance(chosen, str) and isinstance(reason, str)):
+        raise ValueError("metric, chosen and reason must be strings")
+    target = document.get("target")
+    if not isinstance(target, dict) or target.get("kind") not in _KINDS:
+        raise ValueError(f"target is not one of {', '.join(_KINDS)} with a value")
+    if document.get("columns") != columns:
+        raise ValueError(f"columns is not {columns} (saved by another version's candidate levels)")
+    times = _unpacked(document.get("times"), "times")
+    rows = _unpacked(document.get("rows"), "rows")
+    if len(rows) != len(times) * columns or not len(times) or np.any(np.diff(times) <= 0):
+        raise ValueError("times and rows do not make one increasing record")
+    starts = document.get("window_starts")
+    if not isinstance(starts, list) or not all(isinstance(start, int | float) for start in starts):
+        raise ValueError("window_starts is not a list of numbers")
+    gpus_per_node = _number(document, "gpus_per_node") or 0.0
+    if gpus_per_node < 1 or gpus_per_node != int(gpus_per_node):
+        raise ValueError("gpus_per_node is not a positive whole number")
+    return TunerState(
+        metric=metric,
+        series=_series_key(document.get("series")),
+        target=ServiceTarget(target["kind"], _number(target, "value") or 0.0),
+        gpus_per_node=int(gpus_per_node),
+        step_s=_number(document, "step_s") or 0.0,
+        chosen=chosen,
+        asked=_number(document, "asked") or 0.0,
+        chosen_at=_number(document, "chosen_at", optional=True),
+        reason=reason,
+        lead_time_s=_number(document, "lead_time_s") or 0.0,
+        plain_buffers=document.get("plain_buffers") is True,
+        window_starts=tuple(float(start) for start in starts),
+        times=times,
+        rows=rows.reshape(len(times), columns),
+    )
+
+
+def save(path: Path, states: Iterable[TunerState]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, {"version": FORMAT_VERSION, "tuners": [entry(state) for state in states]})
+
+
+def load(path: Path, columns: int) -> list[TunerState]:
+    """The saved tuners; an unusable file or entry is logged (naming it and why) and left out."""
+    try:
+        document = read_versioned(path, FORMAT_VERSION)
+    except UnusableFile as problem:
+        log.error("targets: ignoring %s (every target's record starts again): %s", path, problem)
+        return []
+    if document is None:
+        return []
+    entries = document.get("tuners")
+    if not isinstance(entries, list):
+        log.error("targets: %s: 'tuners' is not a list; every target's record starts again", path)
+        return []
+    states = []
+    for index, saved in enumerate(entries):
+        try:
+            states.append(state_of(saved, columns))
+        except ValueError as error:
+            log.error("targets: %s: tuner %d: %s; its record starts again", path, index, error)
+    return states

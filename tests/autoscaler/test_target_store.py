@@ -1,0 +1,122 @@
+"""A target's record and choice on disk: they carry on across a restart, a record made for another
+target starts again, and a damaged file or entry is named in the log and costs only itself."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autoscaler.scorecard.figures import parse_fraction_target
+from autoscaler.simulation.replay import replay_levels
+from autoscaler.targets import target_store
+from autoscaler.targets.service_levels import ReplayRequest
+from autoscaler.targets.target_levels import CANDIDATE_LEVELS, FIRST_LEVEL, LevelTuner, TargetLevels
+from tests.autoscaler.test_target_levels import DAY_MINUTES, STEP_S, _a_tuned_headroom, _surges_of
+
+COLUMNS = 2 + len(CANDIDATE_LEVELS)
+
+
+async def _chosen(target: str = "0.3%") -> tuple[TargetLevels, LevelTuner, object, object]:
+    """A day of record with surges of 12 GPUs over 40, then a choice (a buffer of 9 GPUs)."""
+    plan, levels, situation, tuner = _a_tuned_headroom(target)
+    demand = _surges_of(12.0, DAY_MINUTES + 1)
+    for minute in range(1, DAY_MINUTES + 1):
+        headroom = [30.0 + index for index in range(len(CANDIDATE_LEVELS))]
+        tuner.record(situation.now.timestamp() + minute * STEP_S, demand[minute], headroom, 300.0, 0.0, [5.0e9])
+
+    async def run(key: object, function: object, request: ReplayRequest, timeout_s: float) -> object:
+        return replay_levels(request)
+
+    await levels.tune_due(situation.now.timestamp() + 86400, run, 10.0)
+    assert tuner.chosen == "buffer:9"
+    return levels, tuner, plan, situation
+
+
+async def test_a_target_carries_on_across_a_restart_with_its_record_and_choice(tmp_path: Path) -> None:
+    levels, tuner, plan, situation = await _chosen()
+    path = tmp_path / target_store.FILE_NAME
+    target_store.save(path, levels.states())
+
+    restarted = TargetLevels(replay_levels, STEP_S)
+    restarted.restore(target_store.load(path, COLUMNS))
+    # Saved again before any refresh claims it: nothing is lost.
+    assert [state.metric for state in restarted.states()] == ["gpu_headroom"]
+    served = restarted.decide(plan, "series", situation, situation.now.timestamp() + 86400)
+    original = levels.decide(plan, "series", situation, situation.now.timestamp() + 86400)
+    assert served is not None and original is not None
+    assert (served.value, served.explanation) == (original.value, original.explanation)
+    again = restarted._tuners[("gpu_headroom", "series")]
+    assert (again.chosen, again.asked, again.chosen_at, again.reason) == (
+        tuner.chosen, tuner.asked, tuner.chosen_at, tuner.reason
+    )  # fmt: skip
+    assert again._window_starts == {5.0e9}
+    assert not again.due(situation.now.timestamp() + 86400 + 3600)  # the daily cadence carries on
+    # The next choice replays the whole record (the candidates' ledgers are not saved): the same
+    # record, to the bit, as the tuner that never restarted.
+    request = again.replay_request()
+    assert request.start_s == situation.now.timestamp()
+    assert np.array_equal(np.asarray(again._times), np.asarray(tuner._times))
+    assert np.array_equal(np.asarray(again._rows), np.asarray(tuner._rows))
+    saved = json.loads(path.read_text())
+    assert saved["version"] == 1 and len(saved["tuners"]) == 1
+    assert saved["tuners"][0]["series"] == "series" and saved["tuners"][0]["columns"] == COLUMNS
+
+
+async def test_a_record_made_for_another_target_starts_again(tmp_path: Path) -> None:
+    levels, _, plan, situation = await _chosen("0.3%")
+    path = tmp_path / target_store.FILE_NAME
+    target_store.save(path, levels.states())
+    restarted = TargetLevels(replay_levels, STEP_S)
+    restarted.restore(target_store.load(path, COLUMNS))
+    stricter = replace(plan, target=parse_fraction_target("0.1%"))
+    restarted.decide(stricter, "series", situation, situation.now.timestamp() + 86400)
+    tuner = restarted._tuners[("gpu_headroom", "series")]
+    assert tuner.level == FIRST_LEVEL and tuner.chosen_at is None
+    assert "no choice yet" in tuner.reason
+    # A series this replica stops serving takes its saved record with it.
+    other = TargetLevels(replay_levels, STEP_S)
+    other.restore(target_store.load(path, COLUMNS))
+    other.forget("series")
+    assert other.states() == []
+
+
+async def test_a_damaged_file_or_entry_is_named_and_costs_only_itself(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    levels, _, _, _ = await _chosen()
+    path = tmp_path / target_store.FILE_NAME
+    target_store.save(path, levels.states())
+    document = json.loads(path.read_text())
+    good = document["tuners"][0]
+    document["tuners"] = [
+        good,
+        {**good, "rows": good["rows"][:-4]},
+        {**good, "columns": COLUMNS - 1},
+        {**good, "target": {"kind": "nines", "value": 1}},
+        {**good, "asked": "high"},
+        "not an object",
+    ]
+    path.write_text(json.dumps(document))
+    caplog.set_level(logging.ERROR, logger="autoscaler.targets.target_store")
+    states = target_store.load(path, COLUMNS)
+    assert [state.metric for state in states] == ["gpu_headroom"]
+    said = [record.getMessage() for record in caplog.records]
+    assert said == [
+        f"targets: {path}: tuner 1: rows is not a whole number of float64 values; its record starts again",
+        f"targets: {path}: tuner 2: columns is not {COLUMNS} (saved by another version's candidate levels); "
+        "its record starts again",
+        f"targets: {path}: tuner 3: target is not one of minutes_short_fraction, short_gpu_minutes_per_day, "
+        "window_start_delay_p95_s with a value; its record starts again",
+        f"targets: {path}: tuner 4: asked is not a finite number; its record starts again",
+        f"targets: {path}: tuner 5: the entry is not a JSON object; its record starts again",
+    ]
+    caplog.clear()
+    path.write_text("{not json")
+    assert target_store.load(path, COLUMNS) == []
+    assert caplog.records[0].getMessage().startswith(f"targets: ignoring {path} (every target's record starts again)")
+    assert target_store.load(tmp_path / "absent.json", COLUMNS) == []
