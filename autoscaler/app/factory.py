@@ -129,7 +129,7 @@ def after_refresh(
         samples_path = settings.state_dir / lead_time_store.FILE_NAME
         asyncio.get_running_loop().run_in_executor(None, _save_samples_quietly, samples_path, samples)
     if publication is not None and settings.publication.publish:
-        publication.publisher.publish_soon(snapshot, refresher.pacing, samples)
+        publication.publisher.publish_soon(snapshot, refresher.pacing, samples, choices=refresher.levels.choices())
     scoring.score_soon(pipeline.scorecard, snapshot)
     save_targets_soon(refresher, settings.state_dir)
 

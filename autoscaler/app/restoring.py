@@ -16,7 +16,7 @@ from autoscaler.replication.forecast_objects import Published
 from autoscaler.serving import persistence
 from autoscaler.serving.provider import Snapshot
 from autoscaler.targets import target_store
-from autoscaler.targets.target_levels import CANDIDATE_LEVELS
+from autoscaler.targets.candidates import CANDIDATE_LEVELS
 from autoscaler.web.readiness import Readiness
 
 log = logging.getLogger(__name__)
@@ -26,10 +26,12 @@ TARGETS_SAVE_EVERY_S = 600.0
 
 
 def restore_published(refresher: Refresher, readiness: Readiness, pipeline: Pipeline, published: Published) -> None:
-    """Values, step-down pacing and lead-time samples as the objects hold them (another pod's)."""
+    """Values, step-down pacing, targets' choices and lead-time samples as the objects hold them
+    (another pod's)."""
     snapshot = published.snapshot(refresher.metrics, refresher.clock())
     restore(refresher, readiness, snapshot, "published in GPUForecasts", "read from the Kubernetes API")
     refresher.restore_pacing(published.pacing)
+    refresher.levels.restore(list(published.choices.values()))  # a local targets.json, read next, wins
     if pipeline.lead_times is not None:
         samples = pipeline.lead_times.restore(published.lead_time_samples)
         log.info("restored %d NodeClaim lead-time samples published in GPUForecasts", samples)

@@ -4,7 +4,8 @@ Series are batched into ``shards`` objects by a stable hash of their signal seri
 labels), so every metric made from one signal series lands in the same object, and a later replica
 that owns a shard (docs/high-availability.md) publishes exactly its objects. Each item carries the
 served value as the external metrics API serves it, the provenance record's essential fields (the
-forecast and the history stay in the pod that made them) and the step-down pacing state. The
+forecast and the history stay in the pod that made them), the step-down pacing state and, for a
+metric served to a target, what its tuner chose (its record stays in the pod). The
 NodeClaim lead-time samples of each node pool go to the shard its key (``pool_key``) hashes to.
 
 Reading back, an object or item that cannot be used is skipped with a reason naming it; the rest is
@@ -27,6 +28,7 @@ from autoscaler.policy import unservable
 from autoscaler.refresh.fitting import SeriesKey
 from autoscaler.serving.provenance import Provenance
 from autoscaler.serving.provider import MetricInfo, PublishedRecord, ServedSeries, Snapshot
+from autoscaler.targets.target_store import TunerState, choice_entry, choice_of
 
 # The issue's bound on one object (etcd takes 1.5 MiB; a list of many such objects must stay cheap).
 MAX_OBJECT_BYTES = 256 * 1024
@@ -34,6 +36,8 @@ _SUMMARY_CHARS = 256
 
 # (metric, signal series) -> the value the policy last decided and when: step-down pacing state.
 Pacing = dict[tuple[str, SeriesKey], tuple[float, datetime]]
+# (metric, signal series) -> what its target's tuner chose (the choice alone, no record).
+Choices = Mapping[tuple[str, object], TunerState]
 
 
 def shard_of(key: SeriesKey, shards: int) -> int:
@@ -83,7 +87,9 @@ def _window_fields(window: ScheduledWindow) -> dict[str, Any]:
 PROVENANCE_FIELDS = ("model", "quantile", "work", "decidedAt", "leadTime", "windows", "adjustments", "peakAt")
 
 
-def served_item(series: ServedSeries, step_down: tuple[float, datetime] | None) -> dict[str, Any]:
+def served_item(
+    series: ServedSeries, step_down: tuple[float, datetime] | None, choice: TunerState | None = None
+) -> dict[str, Any]:
     item: dict[str, Any] = {
         "metric": series.metric,
         "labels": dict(series.labels),
@@ -101,6 +107,8 @@ def served_item(series: ServedSeries, step_down: tuple[float, datetime] | None) 
         item.update(series.published.as_published)
     if step_down is not None:
         item["stepDown"] = {"value": step_down[0], "at": rfc3339(step_down[1])}
+    if choice is not None:
+        item["target"] = choice_entry(choice)
     return item
 
 
@@ -149,6 +157,7 @@ def shard_statuses(
     shards: int,
     samples: Iterable[LeadTimeSample] = (),
     only: Collection[int] | None = None,
+    choices: Choices | None = None,
 ) -> dict[int, dict[str, Any]]:
     """Every shard's status (an empty shard too: a series that left it must leave its object), or
     those of the shards in ``only``."""
@@ -167,7 +176,8 @@ def shard_statuses(
             key: SeriesKey = (signal, tuple(sorted(series.labels.items())))
             shard = shard_of(key, shards)
             if shard in items:  # served_item is the costly part: only for the shards asked for
-                items[shard].append(served_item(series, pacing.get((metric, key))))
+                choice = choices.get((metric, key)) if choices else None
+                items[shard].append(served_item(series, pacing.get((metric, key)), choice))
     return {shard: shard_status(shard_items, sample_items[shard]) for shard, shard_items in items.items()}
 
 
@@ -181,6 +191,7 @@ class Published:
 
     series: dict[str, list[ServedSeries]] = field(default_factory=dict)
     pacing: Pacing = field(default_factory=dict)
+    choices: dict[tuple[str, object], TunerState] = field(default_factory=dict)
     lead_time_samples: list[LeadTimeSample] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     newest_published: datetime | None = None
@@ -193,6 +204,7 @@ class Published:
             for metric, series in part.series.items():
                 whole.series.setdefault(metric, []).extend(series)
             whole.pacing.update(part.pacing)
+            whole.choices.update(part.choices)
             whole.lead_time_samples.extend(part.lead_time_samples)
             whole.problems.extend(part.problems)
             if part.newest_published is not None and (
@@ -331,7 +343,12 @@ def _read_item(
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         return f"{type(error).__name__}: {error}"
     published.series.setdefault(metric, []).append(series)
+    key: SeriesKey = (signal_of[metric], tuple(sorted(labels.items())))
     if paced is not None and paced[1] is not None:
-        key: SeriesKey = (signal_of[metric], tuple(sorted(labels.items())))
         published.pacing[(metric, key)] = (paced[0], paced[1])
+    if "target" in item:  # only the choice is lost when it cannot be read: the value is served
+        try:
+            published.choices[(metric, key)] = choice_of(item["target"], metric, key)
+        except ValueError as error:
+            return f"{metric}: the target's choice is not carried on: {error}"
     return None

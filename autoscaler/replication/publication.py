@@ -28,6 +28,7 @@ from adapters.types import Clock
 from autoscaler.config.publication_settings import PublicationSettings
 from autoscaler.replication.forecast_objects import (
     MAX_OBJECT_BYTES,
+    Choices,
     Pacing,
     Published,
     object_bytes,
@@ -79,7 +80,12 @@ class Publisher:
                 self._written[spec["shard"]] = status
 
     def publish_soon(
-        self, snapshot: Snapshot, pacing: Pacing, samples: Sequence[LeadTimeSample] = (), only: int | None = None
+        self,
+        snapshot: Snapshot,
+        pacing: Pacing,
+        samples: Sequence[LeadTimeSample] = (),
+        only: int | None = None,
+        choices: Choices | None = None,
     ) -> None:
         """Publish without making the caller (the refresh) wait for the API server or fail with it;
         with ``only``, that shard alone (its series were just fitted, the others' not yet)."""
@@ -87,15 +93,21 @@ class Publisher:
         owned = None if self.owns is None else frozenset(filter(self.owns, range(self.shards)))
         if only is not None:
             owned = (owned if owned is not None else frozenset(range(self.shards))) & {only}
-        task = asyncio.create_task(self._publish_quietly(snapshot, pacing, samples, owned), name="publish-gpuforecasts")
+        publishing = self._publish_quietly(snapshot, pacing, samples, owned, choices)
+        task = asyncio.create_task(publishing, name="publish-gpuforecasts")
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
     async def _publish_quietly(
-        self, snapshot: Snapshot, pacing: Pacing, samples: Sequence[LeadTimeSample], owned: frozenset[int] | None
+        self,
+        snapshot: Snapshot,
+        pacing: Pacing,
+        samples: Sequence[LeadTimeSample],
+        owned: frozenset[int] | None,
+        choices: Choices | None = None,
     ) -> None:
         try:
-            await self.publish(snapshot, pacing, samples, owned)
+            await self.publish(snapshot, pacing, samples, owned, choices)
         except Exception as error:  # a bug here must not surface as an unretrieved task error
             self._failed(f"publishing failed: {type(error).__name__}: {error}")
             log.exception("publishing the forecasts failed")
@@ -112,12 +124,13 @@ class Publisher:
         pacing: Pacing,
         samples: Sequence[LeadTimeSample] = (),
         owned: frozenset[int] | None = None,
+        choices: Choices | None = None,
     ) -> None:
         """Write the changed shards; with ``owned``, only those (and only while ``owns`` still says so)."""
         async with self._lock:
             # Off the event loop: at 1,000 series this takes about 0.1 s the API would otherwise wait.
             statuses = await asyncio.to_thread(
-                shard_statuses, snapshot, self.signal_of, pacing, self.shards, samples, owned
+                shard_statuses, snapshot, self.signal_of, pacing, self.shards, samples, owned, choices
             )
             for shard, status in statuses.items():
                 if owned is not None and (shard not in owned or self.owns is None or not self.owns(shard)):

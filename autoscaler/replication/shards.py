@@ -50,13 +50,15 @@ def take_over(
     refresher: Refresher, publication: Publication, lead_times: LeadTimeHistory | None, namespace: str, shard: int
 ) -> None:
     """Continue a shard from what its previous owner published: its values (served until this
-    replica's own forecast replaces them), its step-down pacing and its lead-time samples."""
+    replica's own forecast replaces them), its step-down pacing, its targets' choices and its
+    lead-time samples."""
     found = publication.view.shard(namespace, shard)
     if found is not None:
         obj, published = found
         publication.publisher.seed([obj])  # what is published already is not written again
         refresher.restore(published.snapshot(refresher.metrics, refresher.clock()))
         refresher.restore_pacing(published.pacing)
+        refresher.levels.restore(list(published.choices.values()))
         if lead_times is not None:
             lead_times.restore(published.lead_time_samples)
         log.info("shard %d: continuing from its published object %s", shard, obj["metadata"]["name"])
@@ -99,7 +101,8 @@ async def open_sharding(
     def publish_shard(snapshot: Snapshot, shard: int) -> None:
         """A shard whose series are all fitted is published before the refresh ends (``fit_groups``)."""
         samples = lead_times.samples() if lead_times is not None else ()
-        publication.publisher.publish_soon(snapshot, refresher.pacing, samples, only=shard)
+        choices = refresher.levels.choices()
+        publication.publisher.publish_soon(snapshot, refresher.pacing, samples, only=shard, choices=choices)
 
     refresher.on_group_done = publish_shard
     publication.publisher.owns = ownership.owns

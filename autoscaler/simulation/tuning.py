@@ -14,8 +14,8 @@ chose a different candidate almost every day, attained less and cost more (docs/
 
 from __future__ import annotations
 
+from autoscaler.targets.candidates import CANDIDATE_LEVELS
 from autoscaler.targets.service_levels import DAY_S, Choice, TuningSettings, buffer_grid, stitched_metric, walk_forward
-from autoscaler.targets.target_levels import CANDIDATE_LEVELS
 
 __all__ = [
     "DAY_S",

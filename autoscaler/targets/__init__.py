@@ -5,6 +5,7 @@ to those targets.
 - ``plans``: what the refresher reads: the signals, the metrics made from them, and the cluster's facts.
 - ``target_levels``: a headroom metric served to a service-level target: each refresh decides every
   candidate level and serves the one walk-forward tuning chose.
+- ``candidates``: what a target chooses among, by name (levels, buffers with and without windows).
 - ``target_store``: each target's record and choice on disk, so that they carry on across a restart.
 - ``service_levels``: service-level targets: the cheapest candidate that met the target over the days
   before each decision, judged on its replayed outcome (walk-forward tuning); a quantile level only

@@ -29,6 +29,15 @@ import numpy as np
 
 from autoscaler import policy
 from autoscaler.scorecard.figures import MinuteLedger, ServiceTarget
+from autoscaler.targets.candidates import (
+    BUFFER_PREFIX,
+    CANDIDATE_LEVELS,
+    FIRST_LEVEL,
+    PLAIN_BUFFER_PREFIX,
+    buffer_text,
+    describe,
+    level_text,
+)
 from autoscaler.targets.plans import MetricPlan
 from autoscaler.targets.service_levels import (
     LedgerPrefix,
@@ -41,14 +50,11 @@ from autoscaler.targets.service_levels import (
     choose,
     prefixes_of,
 )
-from autoscaler.targets.target_store import TunerState
+from autoscaler.targets.target_store import TunerState, choice_only, fits
 
 log = logging.getLogger(__name__)
+__all__ = ["CANDIDATE_LEVELS", "FIRST_LEVEL", "LevelTuner", "TargetLevels", "describe"]
 
-# Finer where targets are met (0.95 and up), up to 0.999: with 0.995 the highest, a 0.3 % target on the
-# DLRM trace chose the top level 14 days of 24 and missed (docs/service-levels.md).
-CANDIDATE_LEVELS: tuple[float, ...] = (0.6, 0.7, 0.8, 0.9, 0.95, 0.97, 0.98, 0.985, 0.99, 0.995, 0.999)
-FIRST_LEVEL = 0.95
 # A choice needs at least this much record behind it.
 MIN_RECORD_S = 86400.0
 # Each choice replays only the record since the last replay, from this long before it: the pool's
@@ -58,30 +64,10 @@ REPLAY_SETTLE_S = 3600.0
 # The buffer grid is sized on this multiple of the largest demand recorded; a demand past it sizes the
 # grid again, and the whole record is replayed once (the new buffers have no ledgers).
 GRID_MARGIN = 1.5
-BUFFER_PREFIX = "buffer:"
-# A buffer without the windows due: what an operator's static buffer alone holds.
-PLAIN_BUFFER_PREFIX = "plain_buffer:"
 
 
 # (series key, function, request, timeout in seconds) -> the function's result, run in a worker.
 RunInWorker = Callable[[object, ReplayFunction, ReplayRequest, float], Awaitable[dict[str, MinuteLedger]]]
-
-
-def level_text(level: float) -> str:
-    return f"{level:g}"
-
-
-def buffer_text(gpus: int, with_windows: bool = True) -> str:
-    return f"{BUFFER_PREFIX if with_windows else PLAIN_BUFFER_PREFIX}{gpus}"
-
-
-def describe(candidate: str) -> str:
-    """A candidate as the explanation names it: ``p95``, or ``a buffer of 24 GPUs plus windows due``."""
-    if candidate.startswith(BUFFER_PREFIX):
-        return f"a buffer of {candidate.removeprefix(BUFFER_PREFIX)} GPUs plus the windows due"
-    if candidate.startswith(PLAIN_BUFFER_PREFIX):
-        return f"a buffer of {candidate.removeprefix(PLAIN_BUFFER_PREFIX)} GPUs (windows not held)"
-    return f"p{float(candidate) * 100:g}"
 
 
 class LevelTuner:
@@ -131,12 +117,13 @@ class LevelTuner:
         """Whether the buffer served holds the windows due."""
         return not self.chosen.startswith(PLAIN_BUFFER_PREFIX)
 
-    def state(self, metric: str, key: object) -> TunerState:
-        rows = np.asarray(self._rows) if self._rows else np.zeros((0, 2 + len(CANDIDATE_LEVELS)))
+    def state(self, metric: str, key: object, record: bool = True) -> TunerState:
+        """What to save (``record``: with the record) or to publish (the choice alone)."""
+        rows = np.asarray(self._rows) if self._rows and record else np.zeros((0, 2 + len(CANDIDATE_LEVELS)))
         return TunerState(
             metric, key, self.target, self.gpus_per_node, self.step_s, self.chosen, self.asked, self.chosen_at,
             self.reason, self._lead_time_s, self._plain_buffers, tuple(sorted(self._window_starts)),
-            np.asarray(self._times, dtype=np.float64), rows,
+            np.asarray(self._times if record else (), dtype=np.float64), rows,
         )  # fmt: skip
 
     def resume(self, state: TunerState) -> None:
@@ -320,6 +307,14 @@ class TargetLevels:
         """Every tuner's state to save, and the restored ones no refresh has claimed yet."""
         return [tuner.state(*key) for key, tuner in self._tuners.items()] + list(self._saved.values())
 
+    def choices(self) -> dict[tuple[str, object], TunerState]:
+        """What each tuner that has chosen serves, without its record: published for the next owner."""
+        chosen = {
+            key: tuner.state(*key, record=False) for key, tuner in self._tuners.items() if tuner.chosen_at is not None
+        }
+        unclaimed = {key: choice_only(state) for key, state in self._saved.items() if state.chosen_at is not None}
+        return unclaimed | chosen
+
     def levels(self, plan: MetricPlan) -> tuple[float, ...]:
         """The quantiles a plan needs forecast."""
         return CANDIDATE_LEVELS if plan.target is not None and self.replay is not None else (plan.quantile,)
@@ -342,11 +337,7 @@ class TargetLevels:
             tuner = LevelTuner(plan.target, plan.tuning, plan.target_gpus_per_node, self.step_s, pool)
             self._tuners[(plan.metric, key)] = tuner
             saved = self._saved.pop((plan.metric, key), None)
-            if saved is not None and (saved.target, saved.gpus_per_node, saved.step_s) == (
-                plan.target,
-                plan.target_gpus_per_node,
-                self.step_s,
-            ):
+            if saved is not None and fits(saved, plan.target, plan.target_gpus_per_node, self.step_s):
                 tuner.resume(saved)
             elif saved is not None:
                 log.info(

@@ -1,5 +1,6 @@
 """The record of each metric served to a target, on disk (``targets.json`` in the state directory), so
-that a restart neither forgets what was chosen nor waits a day of new record to choose again.
+that a restart neither forgets what was chosen nor waits a day of new record to choose again; and
+the choice alone, as a GPUForecast item carries it to the next pod that serves the series.
 
 Saved: each tuner's record (times, GPUs requested, windows due, every level's headroom), what it
 serves, the level asked and when it chose. Not saved: the candidates' replayed ledgers, which the
@@ -15,7 +16,8 @@ import binascii
 import logging
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +25,14 @@ import numpy as np
 
 from autoscaler.scorecard.figures import ServiceTarget
 from autoscaler.state_files import UnusableFile, read_versioned, write_atomically
+from autoscaler.targets.candidates import is_candidate
 
 log = logging.getLogger(__name__)
 
 FILE_NAME = "targets.json"
 FORMAT_VERSION = 1
 _KINDS = ("minutes_short_fraction", "short_gpu_minutes_per_day", "window_start_delay_p95_s")
+_REASON_CHARS = 1024  # as the GPUForecast item schema bounds it
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,51 @@ class TunerState:
     window_starts: tuple[float, ...]
     times: np.ndarray  # seconds since the epoch, increasing
     rows: np.ndarray  # one row per time: requested, windows due, each level's headroom
+
+
+def fits(state: TunerState, target: ServiceTarget, gpus_per_node: int, step_s: float) -> bool:
+    """Whether a saved state can carry on for a metric with this target: a choice alone needs the same
+    target; a record also the same node size and refresh interval (its rows are one per refresh)."""
+    if state.target != target:
+        return False
+    return not len(state.times) or (state.gpus_per_node, state.step_s) == (gpus_per_node, step_s)
+
+
+def choice_only(state: TunerState) -> TunerState:
+    return replace(state, times=np.zeros(0), rows=np.zeros((0, state.rows.shape[1] if state.rows.ndim == 2 else 0)))
+
+
+def choice_entry(state: TunerState) -> dict[str, Any]:
+    """The choice as a GPUForecast item's ``target`` holds it."""
+    chosen_at = state.chosen_at if state.chosen_at is not None else 0.0
+    return {
+        "kind": state.target.kind,
+        "value": state.target.value,
+        "chosen": state.chosen,
+        "asked": state.asked,
+        "chosenAt": datetime.fromtimestamp(chosen_at, UTC).isoformat().replace("+00:00", "Z"),
+        "reason": state.reason[:_REASON_CHARS],
+    }
+
+
+def choice_of(document: Any, metric: str, series: object) -> TunerState:
+    """A GPUForecast item's ``target``, checked; ``ValueError`` names the field at fault."""
+    if not isinstance(document, dict) or document.get("kind") not in _KINDS:
+        raise ValueError(f"target.kind is not one of {', '.join(_KINDS)}")
+    chosen, reason = document.get("chosen"), document.get("reason")
+    if not isinstance(chosen, str) or not is_candidate(chosen):
+        raise ValueError(f"target.chosen {chosen!r} is not a level or a buffer this version chooses among")
+    try:
+        chosen_at = datetime.fromisoformat(str(document.get("chosenAt")))
+    except ValueError:
+        raise ValueError("target.chosenAt is not an RFC 3339 time") from None
+    if chosen_at.tzinfo is None:
+        raise ValueError("target.chosenAt has no time zone")
+    return TunerState(
+        metric, series, ServiceTarget(document["kind"], _number(document, "value") or 0.0), 0, 0.0, chosen,
+        _number(document, "asked") or 0.0, chosen_at.timestamp(), str(reason or "")[:_REASON_CHARS], 0.0, False,
+        (), np.zeros(0), np.zeros((0, 0)),
+    )  # fmt: skip
 
 
 def _packed(values: np.ndarray) -> str:
@@ -118,6 +167,8 @@ def state_of(document: Any, columns: int) -> TunerState:
     metric, chosen, reason = document.get("metric"), document.get("chosen"), document.get("reason")
     if not (isinstance(metric, str) and isinstance(chosen, str) and isinstance(reason, str)):
         raise ValueError("metric, chosen and reason must be strings")
+    if not is_candidate(chosen):
+        raise ValueError(f"chosen {chosen!r} is not a level or a buffer this version chooses among")
     target = document.get("target")
     if not isinstance(target, dict) or target.get("kind") not in _KINDS:
         raise ValueError(f"target is not one of {', '.join(_KINDS)} with a value")

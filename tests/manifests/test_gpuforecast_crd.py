@@ -101,6 +101,14 @@ def item(value: float = 12.5) -> dict[str, Any]:
         ],
         "adjustments": [{"kind": "step_down", "before": 10.0, "after": 12.5, "reason": "max_decrease_per_minute"}],
         "stepDown": {"value": 12.5, "at": "2026-11-20T09:00:30Z"},
+        "target": {
+            "kind": "minutes_short_fraction",
+            "value": 0.01,
+            "chosen": "buffer:24",
+            "asked": 0.01,
+            "chosenAt": "2026-11-20T00:00:00Z",
+            "reason": "chosen by replaying 11 levels and 45 buffers over the last 7.0 days",
+        },
     }
 
 
@@ -133,6 +141,8 @@ def test_what_the_publisher_writes_is_accepted():
         (lambda obj: obj["status"]["items"][0].update(work="guess"), "status.items[0].work"),
         (lambda obj: obj["status"]["items"][0]["labels"].update(pool=3), "status.items[0].labels.pool"),
         (lambda obj: obj["spec"].update(shard=16), "spec"),
+        (lambda obj: obj["status"]["items"][0]["target"].update(kind="nines"), "status.items[0].target.kind"),
+        (lambda obj: obj["status"]["items"][0]["target"].update(chosen="b" * 64), "status.items[0].target.chosen"),
         (
             lambda obj: obj["status"]["leadTimeSamples"][0].update(condition="Launched"),
             "status.leadTimeSamples[0].condition",
