@@ -12,8 +12,9 @@ import threading
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pytest
 from kubernetes_asyncio.client import ApiClient
 from pydantic import ValidationError
@@ -26,7 +27,9 @@ from autoscaler.refresh.refresher import Refresher
 from autoscaler.replication.forecast_objects import shard_of
 from autoscaler.replication.publication import Publication, open_publication
 from autoscaler.replication.shards import Sharding, open_sharding
+from autoscaler.scorecard.figures import parse_fraction_target
 from autoscaler.serving.provider import SnapshotProvider, empty_snapshot
+from autoscaler.targets.target_store import TunerState
 from tests import fakekube
 from tests.autoscaler import test_publication
 from tests.autoscaler.test_publication import METRICS, NAMESPACE, PLANS, Clock, TraceSource, refresher, served_items
@@ -66,7 +69,7 @@ class Replica:
         publisher = self.publication.publisher
         assert publisher.owns is not None
         owned = frozenset(filter(publisher.owns, range(SHARDS)))
-        await publisher.publish(snapshot, self.refresher.pacing, (), owned)
+        await publisher.publish(snapshot, self.refresher.pacing, (), owned, self.refresher.levels.choices())
 
 
 @contextlib.asynccontextmanager
@@ -158,6 +161,8 @@ async def test_two_replicas_split_the_fits_and_fail_over_without_a_gap(fake_kube
             balanced = lambda: len(owned_pools(a)) == len(owned_pools(b)) == 2  # noqa: E731
             await eventually(balanced, timeout=40, message="balanced")
             fits.clear()
+            # b serves its pools' headroom to a target it chose a buffer for: published with the series.
+            b.refresher.levels.restore([chosen_buffer(pool_) for pool_ in owned_pools(b)])
             for _ in range(2):
                 clock.now += timedelta(minutes=1)
                 await asyncio.gather(a.refresh(), b.refresh())
@@ -173,6 +178,15 @@ async def test_two_replicas_split_the_fits_and_fail_over_without_a_gap(fake_kube
             assert served_pools(b) == sorted(POOLS)
 
             await _cut_off_and_rejoin(fake_kube, clock, a, b, fits, works)
+
+
+def chosen_buffer(pool_: str) -> TunerState:
+    """A target's choice of a 24-GPU buffer for the pool's headroom, as a tuner records it."""
+    return TunerState(
+        "gpu_headroom", ("gpus", (("pool", pool_),)), parse_fraction_target("1%"), 8, 60.0, "buffer:24", 0.01,
+        datetime(2026, 11, 20, tzinfo=UTC).timestamp(), "chosen by replaying", 600.0, False, (), np.zeros(0),
+        np.zeros((0, 13)),
+    )  # fmt: skip
 
 
 async def _cut_off_and_rejoin(fake_kube, clock, a: Replica, b: Replica, fits: Counter, works: dict) -> None:
@@ -208,6 +222,11 @@ async def _cut_off_and_rejoin(fake_kube, clock, a: Replica, b: Replica, fits: Co
     local = {s.labels["pool"]: s.value for s in a.refresher.provider.snapshot.series["gpu_demand_forecast"]}
     assert {pool: local[pool] for pool in b_pools} == published_by_b
     assert all(("gpu_demand_forecast", ("gpus", (("pool", p),))) in a.refresher.pacing for p in b_pools)
+    # and b's targets' choices, which a serves and publishes on.
+    carried = a.refresher.levels.choices()
+    assert {key: state.chosen for key, state in carried.items()} == {
+        ("gpu_headroom", ("gpus", (("pool", p),))): "buffer:24" for p in b_pools
+    }
     fits.clear()
     clock.now += timedelta(minutes=1)
     written_before = len(fake_kube.requests_for("gpuforecasts", watch=False))
