@@ -72,9 +72,12 @@ class MinuteLedger:
 
     def between(self, start_s: float, end_s: float) -> MinuteLedger:
         """The minutes starting in ``[start_s, end_s)``."""
-        mask = (self.starts >= start_s) & (self.starts < end_s)
+        return self.only((self.starts >= start_s) & (self.starts < end_s))
+
+    def only(self, keep: np.ndarray) -> MinuteLedger:
+        """The minutes where ``keep`` (a boolean per minute) is true."""
         return MinuteLedger(
-            self.starts[mask], self.short_gpu_seconds[mask], self.held_gpu_seconds[mask], self.used_gpu_seconds[mask]
+            self.starts[keep], self.short_gpu_seconds[keep], self.held_gpu_seconds[keep], self.used_gpu_seconds[keep]
         )
 
 

@@ -64,6 +64,8 @@ REPLAY_SETTLE_S = 3600.0
 # The buffer grid is sized on this multiple of the largest demand recorded; a demand past it sizes the
 # grid again, and the whole record is replayed once (the new buffers have no ledgers).
 GRID_MARGIN = 1.5
+# More refreshes than this missed in a row (the service was down) and the minutes after are not judged.
+RECORD_GAP_STEPS = 5
 
 
 # (series key, function, request, timeout in seconds) -> the function's result, run in a worker.
@@ -175,7 +177,7 @@ class LevelTuner:
         """The record not replayed yet (from a settling hour before it) on a regular grid of
         ``step_s``, for every level and buffer (and, once the record holds a window due, every buffer
         without the windows: the whole record is replayed once for them); a missed refresh carries
-        the last values."""
+        the last values (minutes past ``RECORD_GAP_STEPS`` missed ones are not judged)."""
         buffers = self.buffers()
         times = np.asarray(self._times)
         first = times[0] if self._replayed_to is None else max(times[0], self._replayed_to - REPLAY_SETTLE_S)
@@ -199,6 +201,7 @@ class LevelTuner:
         and a period are dropped."""
         keep_from = self._replayed_to if self._replayed_to is not None else request.start_s
         oldest = request.start_s + len(request.requested) * request.step_s - self.tuning.window_s - self.tuning.every_s
+        times = np.asarray(self._times)
         for candidate, ledger in replayed.items():
             shifted = MinuteLedger(
                 ledger.starts + request.start_s,
@@ -206,6 +209,7 @@ class LevelTuner:
                 ledger.held_gpu_seconds,
                 ledger.used_gpu_seconds,
             ).between(keep_from, np.inf)
+            shifted = shifted.only(self._recorded(shifted.starts, times))
             kept = self._ledgers.get(candidate)
             if kept is not None:
                 shifted = MinuteLedger(
@@ -213,6 +217,12 @@ class LevelTuner:
                 )
             self._ledgers[candidate] = shifted.between(oldest, np.inf)
         self._replayed_to = request.start_s + len(request.requested) * request.step_s
+
+    def _recorded(self, starts: np.ndarray, times: np.ndarray) -> np.ndarray:
+        """Which minutes the record (``times``) covers: not past ``RECORD_GAP_STEPS`` refreshes without
+        one. The grid carries the last values over a gap: an outage would be judged as flat demand."""
+        last = times[np.maximum(np.searchsorted(times, starts, side="right") - 1, 0)]
+        return np.asarray(starts - last <= RECORD_GAP_STEPS * self.step_s)
 
     def take(
         self, now_s: float, replayed: dict[str, MinuteLedger], request: ReplayRequest, live: MinuteLedger | None = None

@@ -14,7 +14,7 @@ import pytest
 from autoscaler.scorecard.figures import parse_fraction_target
 from autoscaler.simulation.replay import replay_levels
 from autoscaler.targets import target_store
-from autoscaler.targets.service_levels import ReplayRequest
+from autoscaler.targets.service_levels import ReplayRequest, TuningSettings
 from autoscaler.targets.target_levels import CANDIDATE_LEVELS, FIRST_LEVEL, LevelTuner, TargetLevels
 from tests.autoscaler.test_target_levels import DAY_MINUTES, STEP_S, _a_tuned_headroom, _surges_of
 
@@ -121,3 +121,20 @@ async def test_a_damaged_file_or_entry_is_named_and_costs_only_itself(
     ignored = next(record for record in caplog.records if record.name == target_store.log.name)
     assert ignored.getMessage().startswith(f"targets: ignoring {path} (every target's record starts again)")
     assert target_store.load(tmp_path / "absent.json", COLUMNS) == []
+
+
+def test_the_minutes_of_an_outage_are_not_judged() -> None:
+    """12 hours of record, 6 hours down (a restart after an outage), 12 hours more: the replay carries
+    the last values over the gap, but its minutes past 5 missed refreshes judge no candidate."""
+    tuner = LevelTuner(parse_fraction_target("1%"), TuningSettings(), gpus_per_node=8, step_s=STEP_S)
+    start = 1_700_000_000.0
+    headroom = [30.0 + index for index in range(len(CANDIDATE_LEVELS))]
+    recorded = [*range(720), *range(1080, 1800)]
+    for minute in recorded:
+        tuner.record(start + minute * STEP_S, 40.0 + minute % 7, headroom, 300.0)
+    request = tuner.replay_request()
+    assert len(request.requested) == 1800  # the grid spans the gap
+    tuner.take(start + 1800 * STEP_S, replay_levels(request), request)
+    judged = (tuner._ledgers["0.95"].starts - start) / STEP_S
+    assert np.array_equal(judged, [*range(725), *range(1080, 1800)])
+    assert all(np.array_equal(ledger.starts, tuner._ledgers["0.95"].starts) for ledger in tuner._ledgers.values())
