@@ -120,19 +120,18 @@ class LevelTuner:
         return not self.chosen.startswith(PLAIN_BUFFER_PREFIX)
 
     def state(self, metric: str, key: object, record: bool = True) -> TunerState:
-        """What to save (``record``: with the record) or to publish (the choice alone)."""
-        rows = np.asarray(self._rows) if self._rows and record else np.zeros((0, 2 + len(CANDIDATE_LEVELS)))
+        """What to save (``record``: with the record, by reference) or to publish (the choice alone)."""
         return TunerState(
             metric, key, self.target, self.gpus_per_node, self.step_s, self.chosen, self.asked, self.chosen_at,
             self.reason, self._lead_time_s, self._plain_buffers, tuple(sorted(self._window_starts)),
-            np.asarray(self._times if record else (), dtype=np.float64), rows,
+            tuple(self._times) if record else (), tuple(self._rows) if record else (),
         )  # fmt: skip
 
     def resume(self, state: TunerState) -> None:
         """Carry on from a saved state; its candidates' ledgers are rebuilt by replaying it all once."""
         self.chosen, self.asked, self.chosen_at, self.reason = state.chosen, state.asked, state.chosen_at, state.reason
-        self._times.extend(state.times.tolist())
-        self._rows.extend(np.asarray(row, dtype=np.float64) for row in state.rows)
+        self._times.extend(state.times)
+        self._rows.extend(state.rows)
         self._lead_time_s, self._plain_buffers = state.lead_time_s, state.plain_buffers
         self._window_starts = set(state.window_starts)
 

@@ -51,8 +51,9 @@ class TunerState:
     lead_time_s: float
     plain_buffers: bool
     window_starts: tuple[float, ...]
-    times: np.ndarray  # seconds since the epoch, increasing
-    rows: np.ndarray  # one row per time: requested, windows due, each level's headroom
+    # The record as taken on the event loop (references, not copies: stacked when saved, off the loop).
+    times: tuple[float, ...]  # seconds since the epoch, increasing
+    rows: tuple[np.ndarray, ...]  # one row per time: requested, windows due, each level's headroom
 
 
 def fits(state: TunerState, target: ServiceTarget, gpus_per_node: int, step_s: float) -> bool:
@@ -64,7 +65,7 @@ def fits(state: TunerState, target: ServiceTarget, gpus_per_node: int, step_s: f
 
 
 def choice_only(state: TunerState) -> TunerState:
-    return replace(state, times=np.zeros(0), rows=np.zeros((0, state.rows.shape[1] if state.rows.ndim == 2 else 0)))
+    return replace(state, times=(), rows=())
 
 
 def choice_entry(state: TunerState) -> dict[str, Any]:
@@ -94,9 +95,9 @@ def choice_of(document: Any, metric: str, series: object) -> TunerState:
     if chosen_at.tzinfo is None:
         raise ValueError("target.chosenAt has no time zone")
     return TunerState(
-        metric, series, ServiceTarget(document["kind"], _number(document, "value") or 0.0), 0, 0.0, chosen,
-        _number(document, "asked") or 0.0, chosen_at.timestamp(), str(reason or "")[:_REASON_CHARS], 0.0, False,
-        (), np.zeros(0), np.zeros((0, 0)),
+        metric, series, ServiceTarget(document["kind"], _number(document, "value")), 0, 0.0, chosen,
+        _number(document, "asked"), chosen_at.timestamp(), str(reason or "")[:_REASON_CHARS], 0.0, False,
+        (), (), (),
     )  # fmt: skip
 
 
@@ -145,16 +146,14 @@ def entry(state: TunerState) -> dict[str, Any]:
         "lead_time_s": state.lead_time_s,
         "plain_buffers": state.plain_buffers,
         "window_starts": list(state.window_starts),
-        "columns": int(state.rows.shape[1]) if state.rows.ndim == 2 else 0,
-        "times": _packed(state.times),
-        "rows": _packed(state.rows),
+        "columns": len(state.rows[0]) if state.rows else 0,
+        "times": _packed(np.asarray(state.times, dtype=np.float64)),
+        "rows": _packed(np.asarray(state.rows, dtype=np.float64)),
     }
 
 
-def _number(document: dict[str, Any], field: str, *, optional: bool = False) -> float | None:
+def _number(document: dict[str, Any], field: str) -> float:
     value = document.get(field)
-    if value is None and optional:
-        return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ValueError(f"{field} is not a finite number")
     return float(value)
@@ -172,33 +171,33 @@ def state_of(document: Any, columns: int) -> TunerState:
     target = document.get("target")
     if not isinstance(target, dict) or target.get("kind") not in _KINDS:
         raise ValueError(f"target is not one of {', '.join(_KINDS)} with a value")
-    if document.get("columns") != columns:
-        raise ValueError(f"columns is not {columns} (saved by another version's candidate levels)")
     times = _unpacked(document.get("times"), "times")
     rows = _unpacked(document.get("rows"), "rows")
-    if len(rows) != len(times) * columns or not len(times) or np.any(np.diff(times) <= 0):
+    if len(times) and document.get("columns") != columns:  # a choice alone (no record) has no columns
+        raise ValueError(f"columns is not {columns} (saved by another version's candidate levels)")
+    if len(rows) != len(times) * columns or np.any(np.diff(times) <= 0):
         raise ValueError("times and rows do not make one increasing record")
     starts = document.get("window_starts")
     if not isinstance(starts, list) or not all(isinstance(start, int | float) for start in starts):
         raise ValueError("window_starts is not a list of numbers")
-    gpus_per_node = _number(document, "gpus_per_node") or 0.0
-    if gpus_per_node < 1 or gpus_per_node != int(gpus_per_node):
+    gpus_per_node = _number(document, "gpus_per_node")
+    if gpus_per_node < (1 if len(times) else 0) or gpus_per_node != int(gpus_per_node):  # a choice alone: 0
         raise ValueError("gpus_per_node is not a positive whole number")
     return TunerState(
         metric=metric,
         series=_series_key(document.get("series")),
-        target=ServiceTarget(target["kind"], _number(target, "value") or 0.0),
+        target=ServiceTarget(target["kind"], _number(target, "value")),
         gpus_per_node=int(gpus_per_node),
-        step_s=_number(document, "step_s") or 0.0,
+        step_s=_number(document, "step_s"),
         chosen=chosen,
-        asked=_number(document, "asked") or 0.0,
-        chosen_at=_number(document, "chosen_at", optional=True),
+        asked=_number(document, "asked"),
+        chosen_at=None if document.get("chosen_at") is None else _number(document, "chosen_at"),
         reason=reason,
-        lead_time_s=_number(document, "lead_time_s") or 0.0,
+        lead_time_s=_number(document, "lead_time_s"),
         plain_buffers=document.get("plain_buffers") is True,
         window_starts=tuple(float(start) for start in starts),
-        times=times,
-        rows=rows.reshape(len(times), columns),
+        times=tuple(times.tolist()),
+        rows=tuple(rows.reshape(len(times), columns)),
     )
 
 

@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-import numpy as np
 import pytest
 from kubernetes_asyncio.client import ApiClient
 from pydantic import ValidationError
@@ -184,8 +183,7 @@ def chosen_buffer(pool_: str) -> TunerState:
     """A target's choice of a 24-GPU buffer for the pool's headroom, as a tuner records it."""
     return TunerState(
         "gpu_headroom", ("gpus", (("pool", pool_),)), parse_fraction_target("1%"), 8, 60.0, "buffer:24", 0.01,
-        datetime(2026, 11, 20, tzinfo=UTC).timestamp(), "chosen by replaying", 600.0, False, (), np.zeros(0),
-        np.zeros((0, 13)),
+        datetime(2026, 11, 20, tzinfo=UTC).timestamp(), "chosen by replaying", 600.0, False, (), (), (),
     )  # fmt: skip
 
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-import numpy as np
-
 from adapters.kubernetes.watch import WatchSettings
 from autoscaler.app.restoring import restore_published
 from autoscaler.config.publication_settings import PublicationSettings
@@ -62,7 +60,7 @@ async def test_a_targets_choice_is_published_and_the_next_pod_serves_it(fake_kub
     chosen_at = clock().timestamp() - 3600
     choice = TunerState(
         "gpu_headroom", KEY, TARGET, 8, 60.0, "buffer:24", 0.009, chosen_at, REASON, 600.0, False, (),
-        np.zeros(0), np.zeros((0, 13)),
+        (), (),
     )  # fmt: skip
     await publisher(kube_api, clock).publish(snapshot, first.pacing, choices={("gpu_headroom", KEY): choice})
     items = fake_kube.get("gpuforecasts", HOME, NAMESPACE)["status"]["items"]

@@ -16,6 +16,7 @@ from autoscaler.simulation.replay import replay_levels
 from autoscaler.targets import target_store
 from autoscaler.targets.service_levels import ReplayRequest, TuningSettings
 from autoscaler.targets.target_levels import CANDIDATE_LEVELS, FIRST_LEVEL, LevelTuner, TargetLevels
+from autoscaler.targets.target_store import TunerState
 from tests.autoscaler.test_target_levels import DAY_MINUTES, STEP_S, _a_tuned_headroom, _surges_of
 
 COLUMNS = 2 + len(CANDIDATE_LEVELS)
@@ -138,3 +139,19 @@ def test_the_minutes_of_an_outage_are_not_judged() -> None:
     judged = (tuner._ledgers["0.95"].starts - start) / STEP_S
     assert np.array_equal(judged, [*range(725), *range(1080, 1800)])
     assert all(np.array_equal(ledger.starts, tuner._ledgers["0.95"].starts) for ledger in tuner._ledgers.values())
+
+
+def test_a_choice_alone_is_saved_and_read_back(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A choice restored from the GPUForecast objects, saved before any refresh claimed it: no record,
+    and read back as it was, without an error."""
+    choice = TunerState(
+        "gpu_headroom", ("gpus", (("pool", "earth"),)), parse_fraction_target("1%"), 0, 0.0, "buffer:24", 0.01,
+        1.7e9, "chosen by replaying", 0.0, False, (), (), (),
+    )  # fmt: skip
+    levels = TargetLevels(replay_levels, STEP_S)
+    levels.restore([choice])
+    path = tmp_path / target_store.FILE_NAME
+    target_store.save(path, levels.states())
+    caplog.set_level(logging.ERROR, logger=target_store.log.name)
+    assert target_store.load(path, COLUMNS) == [choice]
+    assert [record for record in caplog.records if record.name == target_store.log.name] == []
