@@ -2,6 +2,7 @@
 an operator tunes walk-forward to the same target.
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.slo_attainment --out /tmp/slo [--traces helios,alibaba,dlrm,genai]
+        [--hpa-tolerance up=0,down=0.05]
 
 For each trace, ``gpu-autoscaler simulate`` runs ``reactive``, and ``auto-slo:T``, ``static_buffer@T``,
 ``scheduled_buffer@T`` (a static buffer plus a cron scaler for the declared windows) and
@@ -110,6 +111,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--traces", default="helios,alibaba,dlrm,genai")
+    parser.add_argument(
+        "--hpa-tolerance", help="simulate's --hpa-tolerance (default: the controller's 0.1; shipped: up=0,down=0.05)"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     table = [
@@ -123,6 +127,8 @@ def main() -> None:
         if "--gpus-per-node" not in command:
             command += ["--gpus-per-node", "8"]
         command += ["--policies", policies()]
+        if args.hpa_tolerance:
+            command += ["--hpa-tolerance", args.hpa_tolerance]
         print("$", " ".join(command), file=sys.stderr)
         completed = subprocess.run(command, capture_output=True, text=True, check=False)
         if completed.returncode != 0:

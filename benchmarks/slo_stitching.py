@@ -3,9 +3,10 @@ ledger (what the walk-forward choice judged) against the tuned run's ledger (the
 through the cluster again, transitions and all).
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.slo_stitching --out /tmp/slo-stitching [--trace helios] [--target 1%]
+        [--policies auto-slo:T,static_buffer@T]
 
 Runs ``simulate`` as ``benchmarks/slo_attainment.py`` does, for ``static_buffer@T`` and
-``scheduled_buffer@T``, recording the tuned runs and the candidates' runs as the runner returns
+``scheduled_buffer@T`` (or ``--policies``), recording the tuned runs and the candidates' runs as the runner returns
 them (nothing is replaced). Prints, per policy and day, the held GPU-hours and minutes short of the
 run and of the candidate, where in the day (hour from the decision) the held GPU-hours differ most,
 and the totals. A difference confined to the first hour is the switch between candidates; one spread
@@ -32,7 +33,9 @@ def _day(ledger: MinuteLedger, start_s: float, end_s: float) -> tuple[np.ndarray
     return ledger.held_gpu_seconds[inside], int((ledger.short_gpu_seconds[inside] > 1e-6).sum())
 
 
-def record_runs(name: str, target: str, out: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def record_runs(
+    name: str, target: str, out: Path, policies: str = "static_buffer@T,scheduled_buffer@T"
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The tuned runs and every run the batches made, from one ``simulate``."""
     tuned: dict[str, Any] = {}
     batched: dict[str, Any] = {}
@@ -56,8 +59,8 @@ def record_runs(name: str, target: str, out: Path) -> tuple[dict[str, Any], dict
         arguments += ["--gpus-per-node", "8"]
     try:
         with contextlib.redirect_stdout(io.StringIO()):
-            policies = f"static_buffer@{target},scheduled_buffer@{target}"
-            main.main(args=[*arguments, "--policies", policies], standalone_mode=False)
+            tuned_policies = ",".join(text.replace("T", target) for text in policies.split(","))
+            main.main(args=[*arguments, "--policies", tuned_policies], standalone_mode=False)
     finally:
         runner._run_tuned, runner._SweepBatches.__call__ = run_tuned, call_batches  # type: ignore[method-assign]
     return tuned, batched
@@ -68,9 +71,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--trace", default="helios")
     parser.add_argument("--target", default="1%")
+    parser.add_argument("--policies", default="static_buffer@T,scheduled_buffer@T", help="tuned policies, T the target")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    tuned, batched = record_runs(args.trace, args.target, args.out)
+    tuned, batched = record_runs(args.trace, args.target, args.out, args.policies)
     for text, run in tuned.items():
         print(f"{text}: day, candidate, held GPU-h run / candidate, minutes short run / candidate, hours most apart")
         total_run = total_candidate = 0.0

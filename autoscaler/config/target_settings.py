@@ -36,6 +36,10 @@ class TargetSettings(BaseModel):
     forecast_margin_percent: Number = Field(default=2.0, ge=0, le=50)
     # The node size the replay provisions in (the pool's GPUs per node).
     gpus_per_node: Count = Field(default=8, ge=1, le=64)
+    # The placeholder HPA's behavior.scaleUp/scaleDown.tolerance, as the replay models it
+    # (manifests/examples/hpa-gpu-placeholder.yaml); 0.1 each where the HPA has none (before 1.35).
+    hpa_tolerance_up: Number = Field(default=0.0, ge=0, le=1)
+    hpa_tolerance_down: Number = Field(default=0.05, ge=0, lt=1)
 
     @model_validator(mode="after")
     def _one_target(self) -> TargetSettings:
@@ -66,4 +70,6 @@ class TargetSettings(BaseModel):
             window_s=self.tune_window.total_seconds(),
             gain=self.calibration_gain,
             forecast_margin=self.forecast_margin_percent / 100.0,
+            hpa_tolerance_up=self.hpa_tolerance_up,
+            hpa_tolerance_down=self.hpa_tolerance_down,
         )

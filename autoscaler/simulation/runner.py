@@ -29,13 +29,7 @@ from autoscaler.simulation.forecasting import (
 )
 from autoscaler.simulation.inputs import Workload
 from autoscaler.simulation.lead_times import LeadTimeDistribution
-from autoscaler.simulation.policies import (
-    ORACLE_LEAD_QUANTILE,
-    Planning,
-    PolicySpec,
-    heuristic_headroom,
-    parse_policy,
-)
+from autoscaler.simulation.policies import ORACLE_LEAD_QUANTILE, Planning, PolicySpec, heuristic_headroom, parse_policy
 from autoscaler.simulation.pool_set import PoolSetConfig
 from autoscaler.simulation.pools import PoolSpec, Scarcity
 from autoscaler.simulation.provisioner import BATCH_MAX_S, PoolConfig
@@ -45,6 +39,7 @@ from autoscaler.simulation.tuning import (
     Choice,
     TuningSettings,
     candidate_texts,
+    choice_rules,
     stitched_metric,
     walk_forward,
 )
@@ -379,7 +374,7 @@ def _run_tuned(
             calibrate=spec.name == "auto-slo",
             history_from_s=period.start,
             window_starts=workload.window_starts_s(),
-            forecasts=[text for text in ledgers if text.startswith("auto:")],  # auto-slo's own forecasts
+            **choice_rules(spec.name, list(ledgers), bool(workload.windows), config.actuation),
         )
         metrics = {
             choice.candidate: _candidate_metric(choice.candidate, policy_jobs, planning, workload) for choice in choices

@@ -14,8 +14,20 @@ chose a different candidate almost every day, attained less and cost more (docs/
 
 from __future__ import annotations
 
+from typing import Any
+
+from autoscaler.simulation.actuation import Actuation
 from autoscaler.targets.candidates import CANDIDATE_LEVELS
-from autoscaler.targets.service_levels import DAY_S, Choice, TuningSettings, buffer_grid, stitched_metric, walk_forward
+from autoscaler.targets.service_levels import (
+    DAY_S,
+    Buffer,
+    Choice,
+    DeadBand,
+    TuningSettings,
+    buffer_grid,
+    stitched_metric,
+    walk_forward,
+)
 
 __all__ = [
     "DAY_S",
@@ -23,6 +35,7 @@ __all__ = [
     "TuningSettings",
     "buffer_grid",
     "candidate_texts",
+    "choice_rules",
     "stitched_metric",
     "walk_forward",
 ]
@@ -48,3 +61,24 @@ def candidate_texts(name: str, largest_demand: float, gpus_per_node: int, window
         plain = [f"static_buffer:{gpus}" for gpus in buffers] if windows else []
         return levels + [f"scheduled_buffer:{gpus}" for gpus in buffers] + plain
     raise ValueError(f"policy {name!r} is not tuned to a target")
+
+
+def choice_rules(name: str, texts: list[str], windows: bool, actuation: Actuation) -> dict[str, Any]:
+    """What ``walk_forward`` knows besides the ledgers, per tuned policy. auto-slo, as the service: its
+    forecasts are held to the forecast margin, and under the placeholder HPA a constant buffer the
+    HPA would not move to is not chosen. The operator's tuned heuristics choose on their ledgers
+    alone, as an operator tuning a buffer does."""
+    if name != "auto-slo":
+        return {}
+    buffers: dict[str, Buffer] = {}
+    for text in texts:
+        family, _, gpus = text.partition(":")
+        if family in ("static_buffer", "scheduled_buffer"):
+            # A scheduled buffer adds the declared windows' GPUs before each: without windows it is constant.
+            buffers[text] = Buffer(int(gpus), constant=family == "static_buffer" or not windows)
+    tolerance = actuation.hpa.tolerance
+    return {
+        "forecasts": [text for text in texts if text.startswith("auto:")],
+        "buffers": buffers,
+        "band": None if actuation.buffer else DeadBand(tolerance.scale_up, tolerance.scale_down),
+    }

@@ -6,8 +6,10 @@ to those targets.
 - ``target_levels``: a headroom metric served to a service-level target: each refresh decides every
   candidate level and serves the one walk-forward tuning chose.
 - ``candidates``: what a target chooses among, by name (levels, buffers with and without windows).
+- ``reasons``: how a choice is explained (the target's figure in words, the notes its reason carries).
 - ``target_store``: each target's record and choice on disk, so that they carry on across a restart.
 - ``service_levels``: service-level targets: the cheapest candidate that met the target over the days
   before each decision, judged on its replayed outcome (walk-forward tuning); a quantile level only
-  when clearly cheaper than the cheapest buffer that met.
+  when clearly cheaper than the cheapest buffer that met; never a constant buffer the placeholder
+  HPA would not move to from the buffer served.
 """

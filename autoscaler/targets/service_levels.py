@@ -63,6 +63,46 @@ class TuningSettings:
     # 0.386 % of minutes short attained); 1 % to 5 % all met every target within 1.25 x on the four
     # GPU traces of docs/service-levels.md (benchmarks/slo_rules.py).
     forecast_margin: float = 0.02
+    # The placeholder HPA's behavior tolerances the service's replay models (manifests/examples ships
+    # up 0, down 0.05; an HPA without them has the controller's 0.1 each). The simulator's tuned
+    # policies go through its own HPA (--hpa-tolerance) instead.
+    hpa_tolerance_up: float = 0.0
+    hpa_tolerance_down: float = 0.05
+
+
+@dataclass(frozen=True)
+class DeadBand:
+    """The placeholder HPA's tolerances (KEP-4951): it keeps its count while the served value over the
+    count is within ``[1 - scale_down, 1 + scale_up]``. A constant buffer inside that band of the count
+    a buffer holds now is never reached: the count, and the capacity, stay the current buffer's."""
+
+    scale_up: float
+    scale_down: float
+
+    def keeps(self, count: int, served: int) -> bool:
+        return count > 0 and 1.0 - self.scale_down <= served / count <= 1.0 + self.scale_up
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A buffer candidate: its GPUs, and whether it serves them unchanged at every step (no windows
+    due are added to it, so nothing but a new choice moves the HPA's count)."""
+
+    gpus: int
+    constant: bool
+
+
+def unreached(current: str | None, buffers: Mapping[str, Buffer], band: DeadBand | None) -> frozenset[str]:
+    """The constant buffers the HPA would not move to from the count ``current`` (a buffer) holds:
+    choosing one would keep serving the current count, at the current buffer's cost, not its own."""
+    held = buffers.get(current) if current is not None else None
+    if band is None or held is None:
+        return frozenset()
+    return frozenset(
+        text
+        for text, buffer in buffers.items()
+        if buffer.constant and buffer.gpus != held.gpus and band.keeps(held.gpus, buffer.gpus)
+    )
 
 
 @dataclass(frozen=True)
@@ -151,14 +191,22 @@ def choose(
     *,
     forecasts: Collection[str] = (),
     forecast_margin: float = 0.0,
+    unreachable: Collection[str] = (),
 ) -> tuple[str, bool, float]:
     """The candidate to serve from ``now_s``, judged over ``[window_start_s, now_s)``: the cheapest
     (fewest held GPU-seconds) that met the level asked, where a candidate in ``forecasts`` beats the
     cheapest other one that met only when it held ``forecast_margin`` fewer GPU-seconds; if none
     met, the one that came closest (of equals, the cheapest). Ties go to the first in order. Also
     whether it met the level, and what it attained (infinite when the window holds nothing to judge:
-    no minute, or for a window start delay target, no window run)."""
-    judged = judge(prefixes, target, window_start_s, now_s, window_starts)
+    no minute, or for a window start delay target, no window run). Candidates in ``unreachable``
+    (:func:`unreached`) are not chosen."""
+    judged = judge(
+        {text: prefix for text, prefix in prefixes.items() if text not in unreachable},
+        target,
+        window_start_s,
+        now_s,
+        window_starts,
+    )
     met = [entry for entry in judged if entry[1] <= asked + 1e-12]
     if not met:
         text, attained, _ = min(judged, key=lambda entry: (entry[1], entry[2]))
@@ -202,21 +250,31 @@ def walk_forward(
     window_starts: np.ndarray = _NO_WINDOWS,
     forecasts: Collection[str] = (),
     chooser: Chooser | None = None,
+    buffers: Mapping[str, Buffer] | None = None,
+    band: DeadBand | None = None,
 ) -> list[Choice]:
     """The choice for each period of ``settings.every_s`` from ``decisions_from_s`` to ``end_s``, each
     judged over ``[max(history_from_s, now - window), now)`` (:func:`choose`, ``forecasts`` the
     candidates held to ``settings.forecast_margin``; ``window_starts``: the window runs' start
     times, for a window start delay target). Calibrating, the level asked moves after each period by
     what the chosen candidate attained in it. ``chooser`` replaces :func:`choose`
-    (benchmarks/slo_rules.py compares rules on the same candidates)."""
+    (benchmarks/slo_rules.py compares rules on the same candidates). With ``buffers`` and the
+    placeholder HPA's ``band``, a constant buffer the HPA would not move to from the buffer served
+    is not chosen (:func:`unreached`)."""
     prefixes = prefixes_of(candidates)
-    pick = chooser or partial(choose, forecasts=frozenset(forecasts), forecast_margin=settings.forecast_margin)
     asked = target.value
     choices: list[Choice] = []
     now = decisions_from_s
     while now < end_s:
         following = min(now + settings.every_s, end_s)
         judged_from = max(history_from_s, now - settings.window_s)
+        current = choices[-1].candidate if choices else None
+        pick = chooser or partial(
+            choose,
+            forecasts=frozenset(forecasts),
+            forecast_margin=settings.forecast_margin,
+            unreachable=unreached(current, buffers or {}, band),
+        )
         text, met, _ = pick(prefixes, target, asked, judged_from, now, window_starts)
         choices.append(Choice(now, following, text, asked, met))
         if calibrate:

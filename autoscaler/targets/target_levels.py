@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import timedelta
 
@@ -39,7 +39,10 @@ from autoscaler.targets.candidates import (
     level_text,
 )
 from autoscaler.targets.plans import MetricPlan
+from autoscaler.targets.reasons import covered, figure, margin_note, unreached_note
 from autoscaler.targets.service_levels import (
+    Buffer,
+    DeadBand,
     LedgerPrefix,
     LiveLedgerFunction,
     ReplayFunction,
@@ -49,6 +52,7 @@ from autoscaler.targets.service_levels import (
     calibrated,
     choose,
     prefixes_of,
+    unreached,
 )
 from autoscaler.targets.target_store import TunerState, choice_only, fits
 
@@ -193,6 +197,8 @@ class LevelTuner:
             lead_time_s=self._lead_time_s,
             gpus_per_node=self.gpus_per_node,
             start_s=float(grid[0]),
+            hpa_tolerance_up=self.tuning.hpa_tolerance_up,
+            hpa_tolerance_down=self.tuning.hpa_tolerance_down,
         )
 
     def _extend(self, request: ReplayRequest, replayed: dict[str, MinuteLedger]) -> None:
@@ -217,6 +223,16 @@ class LevelTuner:
             self._ledgers[candidate] = shifted.between(oldest, np.inf)
         self._replayed_to = request.start_s + len(request.requested) * request.step_s
 
+    def _buffers(self, candidates: Iterable[str]) -> dict[str, Buffer]:
+        """The buffers among ``candidates``: those without the windows are constant, and so are those
+        with them while the record holds no window due."""
+        buffers = {}
+        for text in candidates:
+            for prefix, constant in ((BUFFER_PREFIX, not self._plain_buffers), (PLAIN_BUFFER_PREFIX, True)):
+                if text.startswith(prefix):
+                    buffers[text] = Buffer(int(text.removeprefix(prefix)), constant)
+        return buffers
+
     def _recorded(self, starts: np.ndarray, times: np.ndarray) -> np.ndarray:
         """Which minutes the record (``times``) covers: not past ``RECORD_GAP_STEPS`` refreshes without
         one. The grid carries the last values over a gap: an outage would be judged as flat demand."""
@@ -233,14 +249,17 @@ class LevelTuner:
         window_starts = np.asarray(sorted(self._window_starts), dtype=np.float64)
         live_prefix = LedgerPrefix(live) if live is not None and len(live) else None
         if self.chosen_at is not None:
-            attained = _covered(live_prefix, self.target, self.chosen_at, now_s, window_starts)
+            attained = covered(live_prefix, self.target, self.chosen_at, now_s, window_starts)
             if attained is None and self.chosen in prefixes:
                 attained = prefixes[self.chosen].attained(self.target, self.chosen_at, now_s, window_starts)
             if attained is not None:
                 self.asked = calibrated(self.asked, self.target, attained, self.tuning)
         window_start = max(self._times[0], now_s - self.tuning.window_s)
-        so_far = _covered(live_prefix, self.target, window_start, now_s, window_starts)
+        so_far = covered(live_prefix, self.target, window_start, now_s, window_starts)
         levels = {level_text(level) for level in CANDIDATE_LEVELS}
+        served_gpus = self.buffer_gpus
+        band = DeadBand(request.hpa_tolerance_up, request.hpa_tolerance_down)
+        unreachable = unreached(self.chosen, self._buffers(prefixes), band)
         chosen, met, attained = choose(
             prefixes,
             self.target,
@@ -250,6 +269,7 @@ class LevelTuner:
             window_starts,
             forecasts=levels,
             forecast_margin=self.tuning.forecast_margin,
+            unreachable=unreachable,
         )
         self.chosen, self.chosen_at = chosen, now_s
         days = (now_s - window_start) / 86400.0
@@ -258,38 +278,10 @@ class LevelTuner:
             f"chosen by replaying {len(CANDIDATE_LEVELS)} levels and {len(prefixes) - len(CANDIDATE_LEVELS)} "
             f"buffers over the last {days:.1f} days: {describe(chosen)} {outcome} the level asked "
             f"({figure(self.target, self.asked)}) with {figure(self.target, attained)}, at least cost"
-            + (_margin_note(self.tuning.forecast_margin) if met else "")
+            + (margin_note(self.tuning.forecast_margin) if met else "")
+            + unreached_note(unreachable, served_gpus)
             + ("" if so_far is None else f"; live: {figure(self.target, so_far)} in the pool's scorecard")
         )
-
-
-def _margin_note(forecast_margin: float) -> str:
-    if forecast_margin <= 0:
-        return ""
-    return f" (a level only when {forecast_margin * 100:g} % cheaper than the cheapest buffer that met)"
-
-
-def _covered(
-    prefix: LedgerPrefix | None, target: ServiceTarget, start_s: float, end_s: float, window_starts: np.ndarray
-) -> float | None:
-    """What a live ledger attained over the period, when it scored at least half of its minutes."""
-    if prefix is None or end_s <= start_s:
-        return None
-    figures, _ = prefix.window(start_s, end_s)
-    if figures.minutes_scored < 0.5 * (end_s - start_s) / 60.0:
-        return None
-    return prefix.attained(target, start_s, end_s, window_starts)
-
-
-def figure(target: ServiceTarget, value: float) -> str:
-    """A value of the figure ``target`` is stated on, in words."""
-    if not np.isfinite(value):
-        return "nothing to judge yet" if target.kind == "window_start_delay_p95_s" else "no minute judged"
-    if target.kind == "minutes_short_fraction":
-        return f"{value * 100:.2g} % of minutes short"
-    if target.kind == "short_gpu_minutes_per_day":
-        return f"{value:.3g} short GPU-minutes a day"
-    return f"a window start delay p95 of {value:.0f} s"
 
 
 def _arrays(ledger: MinuteLedger) -> tuple[np.ndarray, ...]:

@@ -192,6 +192,8 @@ def test_check_config_refuses_a_bad_target_naming_the_field(tmp_path) -> None:
         ({"window_start_delay_p95": "2m", "minutes_short": "1%"}, "exactly one"),
         ({"minutes_short": "1%", "forecast_margin_percent": -1}, "metrics.gpu_headroom.target.forecast_margin_percent"),
         ({"minutes_short": "1%", "forecast_margin_percent": 80}, "metrics.gpu_headroom.target.forecast_margin_percent"),
+        ({"minutes_short": "1%", "hpa_tolerance_up": -0.1}, "metrics.gpu_headroom.target.hpa_tolerance_up"),
+        ({"minutes_short": "1%", "hpa_tolerance_down": 1}, "metrics.gpu_headroom.target.hpa_tolerance_down"),
     ):
         document = {
             "metrics": {"gpu_headroom": {"signal": "gpus_requested", "kind": "headroom", "target": target}},
@@ -234,7 +236,12 @@ def test_check_config_refuses_a_bad_target_naming_the_field(tmp_path) -> None:
                     "m": {
                         "signal": "s",
                         "kind": "headroom",
-                        "target": {"minutes_short": "1%", "forecast_margin_percent": 5},
+                        "target": {
+                            "minutes_short": "1%",
+                            "forecast_margin_percent": 5,
+                            "hpa_tolerance_up": 0.1,
+                            "hpa_tolerance_down": 0.1,
+                        },
                     }
                 },
             }
@@ -243,6 +250,46 @@ def test_check_config_refuses_a_bad_target_naming_the_field(tmp_path) -> None:
         .target
     )
     assert margined is not None and margined.tuning().forecast_margin == 0.05
+    assert (margined.tuning().hpa_tolerance_up, margined.tuning().hpa_tolerance_down) == (0.1, 0.1)
+    assert (TuningSettings().hpa_tolerance_up, TuningSettings().hpa_tolerance_down) == (0.0, 0.05)  # as shipped
+
+
+def test_a_buffer_the_placeholder_hpa_would_not_move_to_is_not_chosen() -> None:
+    """Serving 28 GPUs of buffer, a 26 would leave an HPA with the controller's 0.1 tolerances at 28
+    placeholders (26 / 28 = 0.93; 30 / 28 = 1.07 would not move it either): the tuner does not choose
+    it, and says why. With the shipped
+    tolerances (down 0.05) the HPA would follow, and 26 is chosen. The replay's HPA is the one set."""
+    target = parse_fraction_target("1%")
+    start = 1_700_000_000.0
+    rows = [30.0 + index for index in range(len(CANDIDATE_LEVELS))]
+
+    def chosen_after_28(tuning: TuningSettings) -> LevelTuner:
+        tuner = LevelTuner(target, tuning, gpus_per_node=8, step_s=STEP_S)
+        for minute in range(DAY_MINUTES + 1):
+            tuner.record(start + minute * STEP_S, 62.0, rows, 300.0)  # 26 more fill 11 nodes, 28 more 12
+        request = tuner.replay_request()
+        assert (request.hpa_tolerance_up, request.hpa_tolerance_down) == (
+            tuning.hpa_tolerance_up,
+            tuning.hpa_tolerance_down,
+        )
+        ledgers = replay_levels(request)
+        # Only 26, 28 and 32 meet the target: the others are short every minute.
+        for text, ledger in ledgers.items():
+            if text not in ("buffer:26", "buffer:28", "buffer:32"):
+                ledgers[text] = replace(ledger, short_gpu_seconds=np.full(len(ledger), 60.0))
+        held = {text: float(ledgers[text].held_gpu_seconds.sum()) for text in ("buffer:26", "buffer:28")}
+        assert held["buffer:26"] < held["buffer:28"]
+        tuner.chosen = "buffer:28"
+        tuner.take(start + DAY_MINUTES * STEP_S, ledgers, request)
+        return tuner
+
+    controllers = chosen_after_28(replace(TuningSettings(), hpa_tolerance_up=0.1, hpa_tolerance_down=0.1))
+    assert controllers.chosen == "buffer:28"
+    assert controllers.reason.endswith(
+        "; 2 buffers within the placeholder HPA's tolerance of the 28 GPUs served not chosen (the HPA would keep 28)"
+    )
+    shipped = chosen_after_28(TuningSettings())
+    assert shipped.chosen == "buffer:26" and "placeholder HPA" not in shipped.reason
 
 
 async def test_the_refresher_serves_a_target_at_the_level_its_replay_chose(tmp_path) -> None:

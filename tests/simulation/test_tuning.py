@@ -9,6 +9,7 @@ import pytest
 
 from autoscaler.scorecard.figures import MinuteLedger, make_target, parse_fraction_target, short_figures
 from autoscaler.simulation.forecasting import ForecastCadence
+from autoscaler.simulation.hpa import HPASpec, Tolerance, placeholder_replicas
 from autoscaler.simulation.inputs import Pods, expand_schedules, make_workload, parse_schedule
 from autoscaler.simulation.lead_times import parse_lead_time_distribution
 from autoscaler.simulation.policies import parse_policies, parse_policy
@@ -22,7 +23,7 @@ from autoscaler.simulation.tuning import (
     stitched_metric,
     walk_forward,
 )
-from autoscaler.targets.service_levels import LedgerPrefix
+from autoscaler.targets.service_levels import Buffer, DeadBand, LedgerPrefix, unreached
 
 MINUTES_A_DAY = 1440
 
@@ -86,6 +87,69 @@ def test_a_forecast_is_served_over_a_buffer_only_when_clearly_cheaper() -> None:
     assert served(0.5, {**candidates, "scheduled_buffer:4": _ledger(2, [5, 5], 98)}) == "scheduled_buffer:4"
     only_forecasts = {text: candidates[text] for text in forecasts}
     assert served(0.5, only_forecasts) == "auto:0.9"
+
+
+def test_a_constant_buffer_the_placeholder_hpa_would_not_move_to_is_not_chosen() -> None:
+    """Serving 26 GPUs of buffer after 28 leaves the HPA at 28 placeholders (26 / 28 is within its 0.1
+    tolerance): choosing 26 would keep 28's capacity and cost. Under the HPA's band the choice stays
+    at 28, or goes past the band (25) when that met; a buffer that moves with windows, a level, or a
+    CapacityBuffer (no HPA) is judged on its own ledger."""
+    target = parse_fraction_target("1%")
+    candidates = {
+        "static_buffer:28": _ledger(3, [0, 0, 0], held_per_minute=128),
+        "static_buffer:26": _ledger(3, [0, 5, 5], held_per_minute=126),  # cheaper from day 1 on
+        "static_buffer:25": _ledger(3, [30, 0, 0], held_per_minute=127),  # missed on day 0 only
+    }
+    buffers = {text: Buffer(int(text.split(":")[1]), constant=True) for text in candidates}
+    band = DeadBand(0.1, 0.1)
+
+    def served(ledgers: dict[str, MinuteLedger], band: DeadBand | None, **known: Buffer) -> list[str]:
+        choices = walk_forward(
+            ledgers, target, DAY_S, 3 * DAY_S, TuningSettings(window_s=DAY_S), calibrate=False,
+            history_from_s=0.0, buffers={**buffers, **known}, band=band,
+        )  # fmt: skip
+        return [choice.candidate for choice in choices]
+
+    # Nothing is served before the first choice: 26, cheapest and met on day 0, is chosen and kept.
+    assert served(candidates, None) == ["static_buffer:26", "static_buffer:26"]
+    assert served(candidates, band) == ["static_buffer:26", "static_buffer:26"]
+    first_28 = {**candidates, "static_buffer:26": _ledger(3, [20, 5, 5], held_per_minute=126)}
+    assert served(first_28, None) == ["static_buffer:28", "static_buffer:26"]
+    assert served(first_28, band) == ["static_buffer:28", "static_buffer:25"]  # 25 / 28 = 0.89: past the band
+    assert served(first_28, DeadBand(0.0, 0.05)) == ["static_buffer:28", "static_buffer:26"]  # 26 / 28 = 0.93
+    both_near = {**first_28, "static_buffer:25": _ledger(3, [30, 30, 0], held_per_minute=127)}
+    assert served(both_near, band) == ["static_buffer:28", "static_buffer:28"]
+    # A buffer that adds windows due moves the count at the next window: judged on its own ledger.
+    moving = Buffer(26, constant=False)
+    assert served(both_near, band, **{"static_buffer:26": moving}) == ["static_buffer:28", "static_buffer:26"]
+
+    assert unreached("static_buffer:28", buffers, band) == {"static_buffer:26"}
+    assert unreached("static_buffer:25", buffers, band) == {"static_buffer:26"}  # 26 / 25 = 1.04; 28 / 25 = 1.12
+    assert unreached("auto:0.95", buffers, band) == frozenset()  # a level's count follows its forecast
+    assert unreached(None, buffers, band) == frozenset()
+    assert unreached("static_buffer:28", buffers, None) == frozenset()
+    assert unreached("static_buffer:0", {**buffers, "static_buffer:0": Buffer(0, True)}, band) == frozenset()
+    # From a buffer with the windows due (count 28 outside windows), the constant ones in the band.
+    with_windows = {**buffers, "scheduled_buffer:28": Buffer(28, constant=False)}
+    assert unreached("scheduled_buffer:28", with_windows, band) == {"static_buffer:26"}
+
+
+@pytest.mark.parametrize("tolerance", [Tolerance(0.1, 0.1), Tolerance(0.0, 0.05), Tolerance(0.0, 0.0)])
+def test_the_dead_band_is_the_simulated_hpas(tolerance: Tolerance) -> None:
+    """``DeadBand.keeps`` says exactly when the simulated placeholder HPA (the controller's arithmetic,
+    autoscaler/simulation/hpa.py) keeps its count after a constant served buffer moves."""
+    band = DeadBand(tolerance.scale_up, tolerance.scale_down)
+    spec = HPASpec(tolerance=tolerance)
+    syncs = np.arange(60) * 15.0  # 15 minutes: past the 5-minute scale-down stabilisation
+    for count in (1, 5, 16, 19, 20, 28, 100):
+        for served in range(0, 2 * count + 2):
+            usage = np.where(np.arange(60) < 4, count * 1000, served * 1000)
+            replicas = placeholder_replicas(syncs, usage, spec, initial=count)
+            assert replicas[3] == count
+            assert (replicas[-1] == count) == band.keeps(count, served), (count, served, replicas[-1])
+            # Moved, it settles within the band of what is served (the scale-up rate limit can stop it
+            # short: 5 -> 10 at once, and 11 / 10 is within 0.1).
+            assert band.keeps(int(replicas[-1]), served) or served == replicas[-1] == 0
 
 
 def test_when_nothing_met_the_closest_is_served() -> None:
