@@ -1,6 +1,7 @@
 """auto-slo against each tuned heuristic at the same attained level, not only at the same target.
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.slo_frontier --out /tmp/slo-frontier [--traces helios] [--targets 1%]
+        [--hpa-tolerance up=0,down=0.05]
 
 A tuned heuristic that met the target less well (more minutes short) can cost a little less than
 auto-slo, at a level auto-slo was not asked to stop at. This asks what each heuristic costs when it is
@@ -30,11 +31,13 @@ def percent(value: float) -> str:
     return f"{value * 100:.4g}%"
 
 
-def run(trace: str, out: Path, policies: list[str], name: str) -> dict[str, Any]:
+def run(trace: str, out: Path, policies: list[str], name: str, hpa_tolerance: str | None = None) -> dict[str, Any]:
     command = [sys.executable, "-m", "autoscaler", "simulate", *trace_arguments(trace, out), *COMMON]
     if "--gpus-per-node" not in command:
         command += ["--gpus-per-node", "8"]
     command += ["--policies", ",".join(policies)]
+    if hpa_tolerance:
+        command += ["--hpa-tolerance", hpa_tolerance]
     print("$", " ".join(command), file=sys.stderr)
     completed = subprocess.run(command, capture_output=True, text=True, check=False)
     if completed.returncode != 0:
@@ -102,13 +105,17 @@ def main() -> None:
     parser.add_argument(
         "--ladder", default="1.25,1.1,1,0.95,0.9,0.85,0.8", help="shares of the target to tune heuristics to"
     )
+    parser.add_argument(
+        "--hpa-tolerance", help="simulate's --hpa-tolerance (default: the controller's 0.1; shipped: up=0,down=0.05)"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     ladder = args.ladder.split(",")
     for trace in args.traces.split(","):
         # One simulate per trace: auto-slo's forecasts are made once for every target.
         per_target = {target: policies_for(target, ladder) for target in args.targets.split(",")}
-        report = run(trace, args.out, [text for texts in per_target.values() for text in texts], trace)
+        every = [text for texts in per_target.values() for text in texts]
+        report = run(trace, args.out, every, trace, args.hpa_tolerance)
         for target, policies in per_target.items():
             print("\n".join(compare(trace, target, policies, report)), flush=True)
 

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from autoscaler.scorecard.figures import MinuteLedger, make_target, parse_fraction_target, short_figures
+from autoscaler.simulation.actuation import Actuation
 from autoscaler.simulation.forecasting import ForecastCadence
 from autoscaler.simulation.hpa import HPASpec, Tolerance, placeholder_replicas
 from autoscaler.simulation.inputs import Pods, expand_schedules, make_workload, parse_schedule
@@ -20,6 +21,7 @@ from autoscaler.simulation.tuning import (
     TuningSettings,
     buffer_grid,
     candidate_texts,
+    choice_rules,
     stitched_metric,
     walk_forward,
 )
@@ -132,6 +134,21 @@ def test_a_constant_buffer_the_placeholder_hpa_would_not_move_to_is_not_chosen()
     # From a buffer with the windows due (count 28 outside windows), the constant ones in the band.
     with_windows = {**buffers, "scheduled_buffer:28": Buffer(28, constant=False)}
     assert unreached("scheduled_buffer:28", with_windows, band) == {"static_buffer:26"}
+
+
+def test_auto_slo_knows_its_hpa_and_the_operators_heuristics_do_not() -> None:
+    texts = candidate_texts("auto-slo", 100.0, 8, windows=True)
+    rules = choice_rules("auto-slo", texts, True, Actuation(hpa=HPASpec(tolerance=Tolerance(0.0, 0.05))))
+    assert rules["band"] == DeadBand(0.0, 0.05)
+    assert rules["forecasts"] == [text for text in texts if text.startswith("auto:")]
+    assert rules["buffers"]["static_buffer:20"] == Buffer(20, constant=True)
+    assert rules["buffers"]["scheduled_buffer:20"] == Buffer(20, constant=False)  # the windows move it
+    assert set(rules["buffers"]) == {text for text in texts if "buffer:" in text}
+    no_windows = choice_rules("auto-slo", candidate_texts("auto-slo", 100.0, 8), False, Actuation())
+    assert no_windows["buffers"]["scheduled_buffer:20"] == Buffer(20, constant=True)
+    assert no_windows["band"] == DeadBand(0.1, 0.1)  # the controller's default
+    assert choice_rules("auto-slo", texts, True, Actuation(kind="capacity-buffer"))["band"] is None  # no HPA
+    assert choice_rules("static_buffer", candidate_texts("static_buffer", 100.0, 8), True, Actuation()) == {}
 
 
 @pytest.mark.parametrize("tolerance", [Tolerance(0.1, 0.1), Tolerance(0.0, 0.05), Tolerance(0.0, 0.0)])
