@@ -131,6 +131,11 @@ def test_a_constant_buffer_the_placeholder_hpa_would_not_move_to_is_not_chosen()
     assert unreached(None, buffers, band) == frozenset()
     assert unreached("static_buffer:28", buffers, None) == frozenset()
     assert unreached("static_buffer:0", {**buffers, "static_buffer:0": Buffer(0, True)}, band) == frozenset()
+    # With the shipped tolerances (up 0, down 0.05) no two buffers of the grid are in each other's band:
+    # above 16 GPUs its steps are more than 5 %. The rule binds under wider tolerances.
+    grid = buffer_grid(100_000.0, 8)
+    assert not [(a, b) for a in grid for b in grid if a != b and DeadBand(0.0, 0.05).keeps(a, b)]
+    assert (16, 15) in [(a, b) for a in grid for b in grid if a != b and DeadBand(0.0, 0.07).keeps(a, b)]
     # From a buffer with the windows due (count 28 outside windows), the constant ones in the band.
     with_windows = {**buffers, "scheduled_buffer:28": Buffer(28, constant=False)}
     assert unreached("scheduled_buffer:28", with_windows, band) == {"static_buffer:26"}
