@@ -127,7 +127,7 @@ class StatusRequestHandler(RequestHandler):
         """Half-close after a refusal and drop what the client still sends, for a bounded time."""
         transport = self.transport
         if transport is None or transport.is_closing() or not transport.can_write_eof():
-            return  # gone already, or TLS (no half-close): aiohttp closes it as before
+            return  # gone already, or TLS: asyncio's TLS close reads until the client's close_notify (30 s at most)
         # aiohttp's flag, set without its force_close() (which closes the transport at once): its
         # data_received drops every byte, and its request loop ends without closing the transport.
         self._force_close = True

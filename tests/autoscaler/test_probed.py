@@ -144,6 +144,29 @@ def test_a_refused_connection_is_closed_in_stages(any_parser_demo):
     assert "Traceback" not in any_parser_demo.log
 
 
+def test_a_refused_tls_connection_drains_what_the_client_still_sends(any_parser_demo):
+    """Over TLS the refusal arrives whole, and what the client still sends is drained rather than reset.
+    TLS has no half-close; asyncio's TLS close sends close_notify and reads until the client's (at most
+    its ssl_shutdown_timeout, 30 s), which drains as the plain port's linger does. A transport aborted
+    after the 414 would reset this 1 MB send."""
+    demo = any_parser_demo
+    with socket.create_connection(("127.0.0.1", demo.secure_port), timeout=10) as raw:
+        sock = demo_client(demo).wrap_socket(raw, server_hostname="127.0.0.1")
+        sock.sendall(b"GET /" + b"a" * 100_000)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            answer += sock.recv(65536)
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.split(b"\r\n", 1)[0].endswith(b" 414 Request-URI Too Long")
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
+        while len(body) < length:
+            body += sock.recv(65536)
+        assert json.loads(body)["code"] == 414
+        for _ in range(4):
+            sock.sendall(b"a" * 250_000)  # drained by the server
+    assert "Traceback" not in demo.log
+
+
 def malformed_lines(demo: DemoProcess) -> list[str]:
     return [line for line in demo.log.splitlines() if "malformed request" in line]
 
