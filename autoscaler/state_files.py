@@ -33,3 +33,15 @@ def read_versioned(path: Path, version: int) -> dict[str, Any] | None:
     if not isinstance(document, dict) or document.get("version") != version:
         raise UnusableFile(f"not a version {version} document")
     return document
+
+
+def read_versioned_list(path: Path, version: int, key: str) -> list[Any]:
+    """The list under ``key`` of the version ``version`` document at ``path``; empty when there is no
+    file, ``UnusableFile`` as :func:`read_versioned`, or when ``key`` does not hold a list."""
+    document = read_versioned(path, version)
+    if document is None:
+        return []
+    entries = document.get(key)
+    if not isinstance(entries, list):
+        raise UnusableFile(f"{key!r} is not a list")
+    return entries

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from adapters.kubernetes.nodeclaims import LeadTimeSample
 from autoscaler.replication.forecast_objects import read_sample, sample_item
-from autoscaler.state_files import UnusableFile, read_versioned, write_atomically
+from autoscaler.state_files import UnusableFile, read_versioned_list, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -25,15 +25,9 @@ def load(path: Path) -> list[LeadTimeSample]:
     """The samples saved at ``path``; none (and a logged error) when the file cannot be used; a bad
     sample is logged and skipped."""
     try:
-        document = read_versioned(path, FORMAT_VERSION)
+        items = read_versioned_list(path, FORMAT_VERSION, "samples")
     except UnusableFile as error:
         log.error("lead-time samples in %s not restored: %s", path, error)
-        return []
-    if document is None:
-        return []
-    items = document.get("samples")
-    if not isinstance(items, list):
-        log.error("lead-time samples in %s not restored: no list of samples", path)
         return []
     samples: list[LeadTimeSample] = []
     for index, item in enumerate(items):

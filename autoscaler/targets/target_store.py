@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from autoscaler.scorecard.figures import ServiceTarget
-from autoscaler.state_files import UnusableFile, read_versioned, write_atomically
+from autoscaler.state_files import UnusableFile, read_versioned_list, write_atomically
 from autoscaler.targets.candidates import is_candidate
 
 log = logging.getLogger(__name__)
@@ -209,15 +209,9 @@ def save(path: Path, states: Iterable[TunerState]) -> None:
 def load(path: Path, columns: int) -> list[TunerState]:
     """The saved tuners; an unusable file or entry is logged (naming it and why) and left out."""
     try:
-        document = read_versioned(path, FORMAT_VERSION)
+        entries = read_versioned_list(path, FORMAT_VERSION, "tuners")
     except UnusableFile as problem:
         log.error("targets: ignoring %s (every target's record starts again): %s", path, problem)
-        return []
-    if document is None:
-        return []
-    entries = document.get("tuners")
-    if not isinstance(entries, list):
-        log.error("targets: %s: 'tuners' is not a list; every target's record starts again", path)
         return []
     states = []
     for index, saved in enumerate(entries):

@@ -60,3 +60,8 @@ def test_a_damaged_file_or_sample_is_logged_and_skipped(tmp_path, caplog):
     with caplog.at_level(logging.ERROR):
         assert [s.name for s in lead_time_store.load(path)] == ["n0"]
     assert "lead-time sample 1" in caplog.text
+    caplog.clear()
+    path.write_text(json.dumps({**document, "samples": {"n0": document["samples"][0]}}))
+    with caplog.at_level(logging.ERROR):
+        assert lead_time_store.load(path) == []
+    assert f"lead-time samples in {path} not restored: 'samples' is not a list" in caplog.text

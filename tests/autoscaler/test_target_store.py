@@ -121,6 +121,13 @@ async def test_a_damaged_file_or_entry_is_named_and_costs_only_itself(
     assert target_store.load(path, COLUMNS) == []
     ignored = next(record for record in caplog.records if record.name == target_store.log.name)
     assert ignored.getMessage().startswith(f"targets: ignoring {path} (every target's record starts again)")
+    caplog.clear()
+    path.write_text(json.dumps({**document, "tuners": {"gpu_headroom": good}}))
+    assert target_store.load(path, COLUMNS) == []
+    ignored = next(record for record in caplog.records if record.name == target_store.log.name)
+    assert ignored.getMessage() == (
+        f"targets: ignoring {path} (every target's record starts again): 'tuners' is not a list"
+    )
     assert target_store.load(tmp_path / "absent.json", COLUMNS) == []
 
 
