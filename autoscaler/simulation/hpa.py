@@ -20,6 +20,7 @@ from typing import Literal
 import numpy as np
 
 from autoscaler.simulation.defaults import DEFAULT_TOLERANCE as DEFAULT_TOLERANCE  # re-exported
+from autoscaler.targets.service_levels import DeadBand
 
 PolicyKind = Literal["Pods", "Percent"]
 SelectPolicy = Literal["Max", "Min", "Disabled"]
@@ -51,9 +52,10 @@ DEFAULT_SCALE_DOWN = ScalingRules(300, (ScalingPolicy("Percent", 100, 15),))
 
 
 @dataclass(frozen=True)
-class Tolerance:
+class Tolerance(DeadBand):
     """``behavior.scaleUp.tolerance`` and ``behavior.scaleDown.tolerance`` (KEP-4951: beta in 1.35, GA
-    in 1.37); an unset one is the controller's ``--horizontal-pod-autoscaler-tolerance``, 0.1."""
+    in 1.37); an unset one is the controller's ``--horizontal-pod-autoscaler-tolerance``, 0.1. The
+    band itself (``within``) is the one a service-level target chooses by."""
 
     scale_up: float = DEFAULT_TOLERANCE
     scale_down: float = DEFAULT_TOLERANCE
@@ -62,12 +64,6 @@ class Tolerance:
         for name, value in (("scale-up", self.scale_up), ("scale-down", self.scale_down)):
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"the {name} tolerance must be a number >= 0, got {value}")
-
-    def within(self, usage_ratio: float) -> bool:
-        """The controller's ``Tolerances.isWithin``: keep the count while
-        ``1 - scaleDown <= ratio <= 1 + scaleUp``. A ratio of exactly 1 + 0.1 is within (the older
-        ``|1 - ratio| > 0.1`` scaled there, float64 putting it just above); NaN is never within."""
-        return (1.0 - self.scale_down) <= usage_ratio <= (1.0 + self.scale_up)
 
 
 def parse_tolerance(text: str) -> Tolerance:

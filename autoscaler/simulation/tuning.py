@@ -14,7 +14,7 @@ chose a different candidate almost every day, attained less and cost more (docs/
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from autoscaler.simulation.actuation import Actuation
 from autoscaler.targets.candidates import CANDIDATE_LEVELS
@@ -32,6 +32,7 @@ from autoscaler.targets.service_levels import (
 __all__ = [
     "DAY_S",
     "Choice",
+    "ChoiceRules",
     "TuningSettings",
     "buffer_grid",
     "candidate_texts",
@@ -63,7 +64,15 @@ def candidate_texts(name: str, largest_demand: float, gpus_per_node: int, window
     raise ValueError(f"policy {name!r} is not tuned to a target")
 
 
-def choice_rules(name: str, texts: list[str], windows: bool, actuation: Actuation) -> dict[str, Any]:
+class ChoiceRules(TypedDict, total=False):
+    """What ``walk_forward`` takes besides the ledgers (its keyword arguments of the same names)."""
+
+    forecasts: list[str]
+    buffers: dict[str, Buffer]
+    band: DeadBand | None
+
+
+def choice_rules(name: str, texts: list[str], windows: bool, actuation: Actuation) -> ChoiceRules:
     """What ``walk_forward`` knows besides the ledgers, per tuned policy. auto-slo, as the service: its
     forecasts are held to the forecast margin, and under the placeholder HPA a constant buffer the
     HPA would not move to is not chosen. The operator's tuned heuristics choose on their ledgers
@@ -76,9 +85,8 @@ def choice_rules(name: str, texts: list[str], windows: bool, actuation: Actuatio
         if family in ("static_buffer", "scheduled_buffer"):
             # A scheduled buffer adds the declared windows' GPUs before each: without windows it is constant.
             buffers[text] = Buffer(int(gpus), constant=family == "static_buffer" or not windows)
-    tolerance = actuation.hpa.tolerance
     return {
         "forecasts": [text for text in texts if text.startswith("auto:")],
         "buffers": buffers,
-        "band": None if actuation.buffer else DeadBand(tolerance.scale_up, tolerance.scale_down),
+        "band": None if actuation.buffer else actuation.hpa.tolerance,  # a CapacityBuffer has no HPA
     }

@@ -23,6 +23,14 @@ def buffer_text(gpus: int, with_windows: bool = True) -> str:
     return f"{BUFFER_PREFIX if with_windows else PLAIN_BUFFER_PREFIX}{gpus}"
 
 
+def buffer_of(candidate: str) -> tuple[int, bool] | None:
+    """A buffer's GPUs and whether it holds the windows due; None for a level."""
+    for prefix, with_windows in ((BUFFER_PREFIX, True), (PLAIN_BUFFER_PREFIX, False)):
+        if candidate.startswith(prefix):
+            return int(candidate.removeprefix(prefix)), with_windows
+    return None
+
+
 def describe(candidate: str) -> str:
     """A candidate as the explanation names it: ``p95``, or ``a buffer of 24 GPUs plus windows due``."""
     if candidate.startswith(BUFFER_PREFIX):

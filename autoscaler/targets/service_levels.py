@@ -72,15 +72,23 @@ class TuningSettings:
 
 @dataclass(frozen=True)
 class DeadBand:
-    """The placeholder HPA's tolerances (KEP-4951): it keeps its count while the served value over the
-    count is within ``[1 - scale_down, 1 + scale_up]``. A constant buffer inside that band of the count
-    a buffer holds now is never reached: the count, and the capacity, stay the current buffer's."""
+    """The placeholder HPA's tolerances (KEP-4951; the simulator's ``hpa.Tolerance`` is one): it keeps
+    its count while the served value over the count is within ``[1 - scale_down, 1 + scale_up]``. A
+    constant buffer inside that band of the count a buffer holds now is never reached: the count, and
+    the capacity, stay the current buffer's."""
 
     scale_up: float
     scale_down: float
 
+    def within(self, usage_ratio: float) -> bool:
+        """The controller's ``Tolerances.isWithin``: keep the count while
+        ``1 - scaleDown <= ratio <= 1 + scaleUp``. A ratio of exactly 1 + 0.1 is within (the older
+        ``|1 - ratio| > 0.1`` scaled there, float64 putting it just above); NaN is never within."""
+        return (1.0 - self.scale_down) <= usage_ratio <= (1.0 + self.scale_up)
+
     def keeps(self, count: int, served: int) -> bool:
-        return count > 0 and 1.0 - self.scale_down <= served / count <= 1.0 + self.scale_up
+        """Whether ``count`` placeholders (of one GPU) stay when ``served`` GPUs are served."""
+        return count > 0 and self.within(served / count)
 
 
 @dataclass(frozen=True)

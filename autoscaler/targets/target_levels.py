@@ -34,6 +34,7 @@ from autoscaler.targets.candidates import (
     CANDIDATE_LEVELS,
     FIRST_LEVEL,
     PLAIN_BUFFER_PREFIX,
+    buffer_of,
     buffer_text,
     describe,
     level_text,
@@ -113,10 +114,8 @@ class LevelTuner:
     @property
     def buffer_gpus(self) -> int | None:
         """The buffer served; None while a level is."""
-        for prefix in (BUFFER_PREFIX, PLAIN_BUFFER_PREFIX):
-            if self.chosen.startswith(prefix):
-                return int(self.chosen.removeprefix(prefix))
-        return None
+        buffer = buffer_of(self.chosen)
+        return None if buffer is None else buffer[0]
 
     @property
     def buffer_windows(self) -> bool:
@@ -228,9 +227,10 @@ class LevelTuner:
         with them while the record holds no window due."""
         buffers = {}
         for text in candidates:
-            for prefix, constant in ((BUFFER_PREFIX, not self._plain_buffers), (PLAIN_BUFFER_PREFIX, True)):
-                if text.startswith(prefix):
-                    buffers[text] = Buffer(int(text.removeprefix(prefix)), constant)
+            buffer = buffer_of(text)
+            if buffer is not None:
+                gpus, with_windows = buffer
+                buffers[text] = Buffer(gpus, constant=not (with_windows and self._plain_buffers))
         return buffers
 
     def _recorded(self, starts: np.ndarray, times: np.ndarray) -> np.ndarray:

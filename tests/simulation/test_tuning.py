@@ -144,14 +144,14 @@ def test_a_constant_buffer_the_placeholder_hpa_would_not_move_to_is_not_chosen()
 def test_auto_slo_knows_its_hpa_and_the_operators_heuristics_do_not() -> None:
     texts = candidate_texts("auto-slo", 100.0, 8, windows=True)
     rules = choice_rules("auto-slo", texts, True, Actuation(hpa=HPASpec(tolerance=Tolerance(0.0, 0.05))))
-    assert rules["band"] == DeadBand(0.0, 0.05)
+    assert rules["band"] == Tolerance(0.0, 0.05)
     assert rules["forecasts"] == [text for text in texts if text.startswith("auto:")]
     assert rules["buffers"]["static_buffer:20"] == Buffer(20, constant=True)
     assert rules["buffers"]["scheduled_buffer:20"] == Buffer(20, constant=False)  # the windows move it
     assert set(rules["buffers"]) == {text for text in texts if "buffer:" in text}
     no_windows = choice_rules("auto-slo", candidate_texts("auto-slo", 100.0, 8), False, Actuation())
     assert no_windows["buffers"]["scheduled_buffer:20"] == Buffer(20, constant=True)
-    assert no_windows["band"] == DeadBand(0.1, 0.1)  # the controller's default
+    assert no_windows["band"] == Tolerance(0.1, 0.1)  # the controller's default
     assert choice_rules("auto-slo", texts, True, Actuation(kind="capacity-buffer"))["band"] is None  # no HPA
     assert choice_rules("static_buffer", candidate_texts("static_buffer", 100.0, 8), True, Actuation()) == {}
 
