@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from autoscaler.scorecard.figures import ServiceTarget
+from autoscaler.scorecard.figures import ServiceTarget, make_target
 from autoscaler.state_files import UnusableFile, read_versioned_list, write_atomically
 from autoscaler.targets.candidates import is_candidate
 
@@ -31,7 +31,6 @@ log = logging.getLogger(__name__)
 
 FILE_NAME = "targets.json"
 FORMAT_VERSION = 1
-_KINDS = ("minutes_short_fraction", "short_gpu_minutes_per_day", "window_start_delay_p95_s")
 _REASON_CHARS = 1024  # as the GPUForecast item schema bounds it
 
 
@@ -83,8 +82,9 @@ def choice_entry(state: TunerState) -> dict[str, Any]:
 
 def choice_of(document: Any, metric: str, series: object) -> TunerState:
     """A GPUForecast item's ``target``, checked; ``ValueError`` names the field at fault."""
-    if not isinstance(document, dict) or document.get("kind") not in _KINDS:
-        raise ValueError(f"target.kind is not one of {', '.join(_KINDS)}")
+    if not isinstance(document, dict):
+        raise ValueError("target is not an object")
+    target = _target(document)
     chosen, reason = document.get("chosen"), document.get("reason")
     if not isinstance(chosen, str) or not is_candidate(chosen):
         raise ValueError(f"target.chosen {chosen!r} is not a level or a buffer this version chooses among")
@@ -95,7 +95,7 @@ def choice_of(document: Any, metric: str, series: object) -> TunerState:
     if chosen_at.tzinfo is None:
         raise ValueError("target.chosenAt has no time zone")
     return TunerState(
-        metric, series, ServiceTarget(document["kind"], _number(document, "value")), 0, 0.0, chosen,
+        metric, series, target, 0, 0.0, chosen,
         _number(document, "asked"), chosen_at.timestamp(), str(reason or "")[:_REASON_CHARS], 0.0, False,
         (), (), (),
     )  # fmt: skip
@@ -152,6 +152,11 @@ def entry(state: TunerState) -> dict[str, Any]:
     }
 
 
+def _target(document: dict[str, Any]) -> ServiceTarget:
+    """A target's kind and value, checked as the settings check them (a ``TargetError`` names why)."""
+    return make_target(str(document.get("kind")), _number(document, "value"))
+
+
 def _number(document: dict[str, Any], field: str) -> float:
     value = document.get(field)
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
@@ -168,9 +173,10 @@ def state_of(document: Any, columns: int) -> TunerState:
         raise ValueError("metric, chosen and reason must be strings")
     if not is_candidate(chosen):
         raise ValueError(f"chosen {chosen!r} is not a level or a buffer this version chooses among")
-    target = document.get("target")
-    if not isinstance(target, dict) or target.get("kind") not in _KINDS:
-        raise ValueError(f"target is not one of {', '.join(_KINDS)} with a value")
+    saved_target = document.get("target")
+    if not isinstance(saved_target, dict):
+        raise ValueError("target is not a JSON object")
+    target = _target(saved_target)
     times = _unpacked(document.get("times"), "times")
     rows = _unpacked(document.get("rows"), "rows")
     if len(times) and document.get("columns") != columns:  # a choice alone (no record) has no columns
@@ -186,7 +192,7 @@ def state_of(document: Any, columns: int) -> TunerState:
     return TunerState(
         metric=metric,
         series=_series_key(document.get("series")),
-        target=ServiceTarget(target["kind"], _number(target, "value")),
+        target=target,
         gpus_per_node=int(gpus_per_node),
         step_s=_number(document, "step_s"),
         chosen=chosen,

@@ -101,6 +101,7 @@ async def test_a_damaged_file_or_entry_is_named_and_costs_only_itself(
         {**good, "target": {"kind": "nines", "value": 1}},
         {**good, "asked": "high"},
         "not an object",
+        {**good, "target": {"kind": "minutes_short_fraction", "value": 1.5}},
     ]
     path.write_text(json.dumps(document))
     caplog.set_level(logging.ERROR, logger="autoscaler.targets.target_store")
@@ -111,10 +112,12 @@ async def test_a_damaged_file_or_entry_is_named_and_costs_only_itself(
         f"targets: {path}: tuner 1: rows is not a whole number of float64 values; its record starts again",
         f"targets: {path}: tuner 2: columns is not {COLUMNS} (saved by another version's candidate levels); "
         "its record starts again",
-        f"targets: {path}: tuner 3: target is not one of minutes_short_fraction, short_gpu_minutes_per_day, "
-        "window_start_delay_p95_s with a value; its record starts again",
+        f"targets: {path}: tuner 3: target kind 'nines' is unknown; known: minutes_short_fraction, "
+        "short_gpu_minutes_per_day, window_start_delay_p95_s; its record starts again",
         f"targets: {path}: tuner 4: asked is not a finite number; its record starts again",
         f"targets: {path}: tuner 5: the entry is not a JSON object; its record starts again",
+        f"targets: {path}: tuner 6: target minutes_short_fraction: 1.5 must be above 0 % and below 100 %; "
+        "its record starts again",
     ]
     caplog.clear()
     path.write_text("{not json")
