@@ -82,6 +82,17 @@ def trace_arguments(name: str, out: Path) -> list[str]:
     raise SystemExit(f"unknown trace {name!r}: helios, alibaba, dlrm or genai")
 
 
+def simulate_arguments(name: str, out: Path, policies: str, hpa_tolerance: str | None = None) -> list[str]:
+    """``gpu-autoscaler simulate``'s arguments for a trace, with the settings every SLO benchmark uses."""
+    arguments = ["simulate", *trace_arguments(name, out), *COMMON]
+    if "--gpus-per-node" not in arguments:
+        arguments += ["--gpus-per-node", "8"]
+    arguments += ["--policies", policies]
+    if hpa_tolerance:
+        arguments += ["--hpa-tolerance", hpa_tolerance]
+    return arguments
+
+
 def policies() -> str:
     return ",".join(["reactive"] + [f"{name}{target}" for target in TARGETS for name in RIVALS])
 
@@ -123,12 +134,12 @@ def main() -> None:
     ]
     for name in args.traces.split(","):
         started = time.perf_counter()
-        command = [sys.executable, "-m", "autoscaler", "simulate", *trace_arguments(name, args.out), *COMMON]
-        if "--gpus-per-node" not in command:
-            command += ["--gpus-per-node", "8"]
-        command += ["--policies", policies()]
-        if args.hpa_tolerance:
-            command += ["--hpa-tolerance", args.hpa_tolerance]
+        command = [
+            sys.executable,
+            "-m",
+            "autoscaler",
+            *simulate_arguments(name, args.out, policies(), args.hpa_tolerance),
+        ]
         print("$", " ".join(command), file=sys.stderr)
         completed = subprocess.run(command, capture_output=True, text=True, check=False)
         if completed.returncode != 0:

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.slo_attainment import COMMON, trace_arguments
+from benchmarks.slo_attainment import simulate_arguments
 
 HEURISTICS = ("static_buffer@", "scheduled_buffer@", "reactive_max@")
 
@@ -32,12 +32,7 @@ def percent(value: float) -> str:
 
 
 def run(trace: str, out: Path, policies: list[str], name: str, hpa_tolerance: str | None = None) -> dict[str, Any]:
-    command = [sys.executable, "-m", "autoscaler", "simulate", *trace_arguments(trace, out), *COMMON]
-    if "--gpus-per-node" not in command:
-        command += ["--gpus-per-node", "8"]
-    command += ["--policies", ",".join(policies)]
-    if hpa_tolerance:
-        command += ["--hpa-tolerance", hpa_tolerance]
+    command = [sys.executable, "-m", "autoscaler", *simulate_arguments(trace, out, ",".join(policies), hpa_tolerance)]
     print("$", " ".join(command), file=sys.stderr)
     completed = subprocess.run(command, capture_output=True, text=True, check=False)
     if completed.returncode != 0:

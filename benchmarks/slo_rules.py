@@ -35,7 +35,7 @@ from autoscaler.targets.service_levels import (
     prefixes_of,
     walk_forward,
 )
-from benchmarks.slo_attainment import COMMON, trace_arguments
+from benchmarks.slo_attainment import simulate_arguments
 
 
 def capture(name: str, out: Path) -> list[tuple[Any, ...]]:
@@ -54,13 +54,10 @@ def capture(name: str, out: Path) -> list[tuple[Any, ...]]:
     runner.walk_forward = recording  # type: ignore[assignment]  # the one run's choices, recorded
     from autoscaler.commands.cli import main
 
-    arguments = ["simulate", *trace_arguments(name, out), *COMMON]
-    if "--gpus-per-node" not in arguments:
-        arguments += ["--gpus-per-node", "8"]
     policies = "auto-slo:1%,scheduled_buffer@1%,auto-slo:0.3%,scheduled_buffer@0.3%"
     try:
         with (out / f"{name}.simulate.json").open("w") as report, contextlib.redirect_stdout(report):
-            main.main(args=[*arguments, "--policies", policies], standalone_mode=False)
+            main.main(args=simulate_arguments(name, out, policies), standalone_mode=False)
     finally:
         runner.walk_forward = original
     with path.open("wb") as file:

@@ -25,7 +25,7 @@ import numpy as np
 
 import autoscaler.simulation.runner as runner
 from autoscaler.scorecard.figures import MinuteLedger
-from benchmarks.slo_attainment import COMMON, trace_arguments
+from benchmarks.slo_attainment import simulate_arguments
 
 
 def _day(ledger: MinuteLedger, start_s: float, end_s: float) -> tuple[np.ndarray, int]:
@@ -54,13 +54,10 @@ def record_runs(
     runner._SweepBatches.__call__ = recording_batches  # type: ignore[method-assign]
     from autoscaler.commands.cli import main
 
-    arguments = ["simulate", *trace_arguments(name, out), *COMMON]
-    if "--gpus-per-node" not in arguments:
-        arguments += ["--gpus-per-node", "8"]
+    tuned_policies = ",".join(text.replace("T", target) for text in policies.split(","))
     try:
         with contextlib.redirect_stdout(io.StringIO()):
-            tuned_policies = ",".join(text.replace("T", target) for text in policies.split(","))
-            main.main(args=[*arguments, "--policies", tuned_policies], standalone_mode=False)
+            main.main(args=simulate_arguments(name, out, tuned_policies), standalone_mode=False)
     finally:
         runner._run_tuned, runner._SweepBatches.__call__ = run_tuned, call_batches  # type: ignore[method-assign]
     return tuned, batched
