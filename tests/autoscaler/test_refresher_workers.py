@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import re
 import signal
 from dataclasses import replace
 from datetime import timedelta
@@ -13,7 +15,7 @@ import pytest
 
 from adapters.types import Signal
 from autoscaler.refresh.refresher import Refresher
-from autoscaler.refresh.workers import ForecastPools, forecast_pool, forecast_pools
+from autoscaler.refresh.workers import FitTimeout, ForecastPools, deadline, forecast_pool, forecast_pools
 from autoscaler.serving.provider import SnapshotProvider, empty_snapshot
 from autoscaler.targets.plans import RefreshInputs, RefreshSettings
 from tests.autoscaler.test_refresher import METRICS, PLANS, Clock, FlakySource
@@ -134,3 +136,19 @@ async def test_each_series_returns_to_the_worker_that_holds_its_models(make_refr
     # Two worker processes, six series: every one was routed to the process that fitted it.
     assert [series.provenance.work for series in second.series["gpu_demand_forecast"]] == ["update"] * 6
     assert all(len(_worker_pids(pool)) == 1 for pool in instance.pools.pools)
+
+
+def test_a_deadline_holds_when_the_fit_swallows_its_interrupt():
+    """A library's bare ``except`` can catch the deadline's interrupt and carry on; the fit still ends
+    as past its deadline when it returns (in the main thread, as a worker runs it)."""
+
+    def swallowing_fit() -> str:
+        with contextlib.suppress(BaseException):  # what such a library does
+            signal.pause()  # until the deadline's alarm
+        return "fitted anyway"
+
+    with pytest.raises(FitTimeout, match=re.escape("the fit took longer than 0.01 s")), deadline(0.01):
+        swallowing_fit()
+    with deadline(5.0):
+        within = sum(range(10))  # a fit well within its deadline raises nothing
+    assert within == 45
