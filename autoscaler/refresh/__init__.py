@@ -5,7 +5,9 @@
   pools a count of GPUs has, and the zeros it holds while their exporter is alive.
 - ``kube_inputs``: what the Kubernetes API tells (CronJob windows, NodeClaim lead times, GPU limits,
   the NodePools pods land in, Pending pods' GPUs), one watch per resource kind.
-- ``demo``: the embedded demo's inputs, replayed from public traces (no cluster, no Prometheus).
+- ``demo``: the embedded demo's inputs, replayed from public traces (no cluster, no Prometheus);
+  ``demo_cluster``: its node pool, the served headroom replayed through the simulator's controller
+  model, which the live scorecard scores.
 - ``refresher``: the loop: pull -> forecast -> decide (``autoscaler.policy``) -> new snapshot.
 - ``schedule``: which work each series gets (select, refit, update); ``fit_groups``: the order series
   are fitted in and the groups (shards) served as soon as they are done.

@@ -12,6 +12,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from kubernetes_asyncio.client import ApiClient
 
@@ -20,11 +21,12 @@ from adapters.kubernetes.nodeclaims import LeadTimeHistory
 from adapters.kubernetes.pool_matching import UnplacedDemand, pool_name
 from adapters.kubernetes.watch import WatchGroup
 from adapters.prometheus.client import PrometheusSource
-from adapters.types import ScheduledWindow
+from adapters.types import NODEPOOL_LABEL, ScheduledWindow
 from autoscaler.config.gpu_unit_settings import pod_gpu_units
 from autoscaler.config.settings import Settings, WindowSettings
 from autoscaler.policy import Cap
 from autoscaler.refresh import demo
+from autoscaler.refresh.demo_cluster import DemoCluster
 from autoscaler.refresh.kube_inputs import KubernetesInputs, declared_windows, watch_settings
 from autoscaler.refresh.sources import KnownPools, PrometheusSignalSource, client_settings, signal_query
 from autoscaler.scorecard.capacity import PoolCapacity
@@ -43,7 +45,7 @@ from autoscaler.targets.plans import (
     SignalSource,
     WindowsFunction,
 )
-from autoscaler.targets.service_levels import TuningSettings
+from autoscaler.targets.service_levels import ReplayFunction, TuningSettings
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,8 @@ class Pipeline(RefreshInputs):
     launches: LaunchRecord | None = None
     # What happened in each pool (docs/scorecard.md), collected after each refresh.
     scorecard: LiveScorecard | None = None
+    # The demo's replayed pool: it takes each snapshot's headroom before the scorecard samples it.
+    demo_cluster: DemoCluster | None = None
 
 
 def metric_infos(settings: Settings) -> tuple[MetricInfo, ...]:
@@ -122,27 +126,57 @@ def known_pools(inputs: KubernetesInputs | None) -> KnownPools | None:
 
 # The demo declares a nightly training window so that gpu_headroom visibly rises one lead time
 # before 02:00 UTC and falls after 04:00.
-DEMO_WINDOWS = (WindowSettings(name="nightly-training", cron="0 2 * * *", gpus=64, duration=timedelta(hours=2)),)
+DEMO_WINDOWS = (
+    WindowSettings(
+        name="nightly-training",
+        cron="0 2 * * *",
+        gpus=64,
+        duration=timedelta(hours=2),
+        labels={NODEPOOL_LABEL: demo.POOL},
+    ),
+)
 DEMO_LEAD_TIME = timedelta(minutes=10)
 
 
-def demo_pipeline() -> Pipeline:
+def demo_pipeline(state_dir: Path | None = None, replay: ReplayFunction | None = None) -> Pipeline:
+    """The demo's inputs; with ``replay`` (the simulator's controller model), its pool is a replayed
+    cluster the live scorecard scores (``demo_cluster``), saved in ``state_dir``."""
+
     def windows(start: datetime, horizon: timedelta) -> list[ScheduledWindow]:
         return declared_windows(DEMO_WINDOWS, start, horizon)
 
+    signals = demo.DemoSignals()
+    cluster = scorecard = None
+    if replay is not None:
+        cluster = DemoCluster(signals.sources[0], "gpu_headroom", demo.POOL, DEMO_LEAD_TIME, replay)
+        scorecard = LiveScorecard(
+            headroom_metrics=["gpu_headroom"],
+            short_gpus=cluster.short_gpus,
+            capacity=cluster,
+            state_path=state_dir / SCORECARD_FILE if state_dir is not None else None,
+        )
+        scorecard.restore()
     return Pipeline(
         metrics=demo.METRICS,
         plans=demo.PLANS,
-        sources=(demo.DemoSignals(),),
+        sources=(signals,),
         refresh=RefreshSettings(interval=timedelta(seconds=60), lead_time=DEMO_LEAD_TIME),
         windows=windows,
+        replay=replay,
+        scorecard=scorecard,
+        live_ledger=scorecard.pool_ledger if scorecard is not None else None,
+        demo_cluster=cluster,
     )
 
 
 @contextlib.asynccontextmanager
-async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIterator[Pipeline]:
+async def open_pipeline(
+    settings: Settings, kube: ApiClient | None, replay: ReplayFunction | None = None
+) -> AsyncIterator[Pipeline]:
+    """The pipeline the settings describe; ``replay`` (the simulator's controller model, a layer above)
+    runs the demo's cluster."""
     if settings.demo.enabled:
-        yield demo_pipeline()
+        yield demo_pipeline(settings.state_dir, replay)
         return
     async with contextlib.AsyncExitStack() as stack:
         inputs = await _start_kubernetes_inputs(settings, kube, stack)

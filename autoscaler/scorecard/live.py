@@ -18,11 +18,11 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from adapters.types import NODEPOOL_LABEL, AdapterError
 from autoscaler.scorecard import store as scorecard_store
-from autoscaler.scorecard.capacity import PoolCapacity
+from autoscaler.scorecard.capacity import PodWait
 from autoscaler.scorecard.figures import MinuteLedger
 from autoscaler.scorecard.pods import MAX_TRACKED, Outcome, PodOutcomes
 from autoscaler.scorecard.pools import PoolScorecard
@@ -34,13 +34,24 @@ MAX_AWAITING = 10_000  # served values awaiting judgment per (metric, pool)
 ShortGpus = Callable[[], Mapping[str, float]]
 
 
+class CapacityReader(Protocol):
+    """GPUs each pool holds, uses and keeps busy now, and pods' capacity waits: kube-state-metrics and
+    dcgm-exporter in Prometheus (``scorecard.capacity.PoolCapacity``), or the demo's replayed cluster."""
+
+    async def read(self, now: datetime) -> tuple[dict[str, float], dict[str, float]]: ...
+
+    async def waits(self, now: datetime) -> Sequence[PodWait]: ...
+
+    async def busy(self, now: datetime) -> dict[str, float]: ...
+
+
 class LiveScorecard:
     def __init__(
         self,
         *,
         headroom_metrics: Sequence[str],
         short_gpus: ShortGpus | None = None,
-        capacity: PoolCapacity | None = None,
+        capacity: CapacityReader | None = None,
         state_path: Path | None = None,
     ) -> None:
         self.headroom_metrics = tuple(headroom_metrics)

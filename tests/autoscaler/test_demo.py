@@ -41,8 +41,8 @@ async def test_demo_serves_forecasts_to_kubectl(demo):
     # Not ready until the first forecast is in; readiness says so honestly.
     await demo.wait_ready()
     for metric, labels in (
-        ("gpu_demand_forecast", {"pool": "demo-gpu"}),
-        ("gpu_headroom", {"pool": "demo-gpu"}),
+        ("gpu_demand_forecast", {"nodepool": "demo-gpu"}),
+        ("gpu_headroom", {"nodepool": "demo-gpu"}),
         ("request_rate_forecast", {"service": "sd-lora"}),
     ):
         path = f"/apis/external.metrics.k8s.io/v1beta1/namespaces/default/{metric}"

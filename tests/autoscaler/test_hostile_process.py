@@ -42,7 +42,7 @@ FUTURE = "2099-01-01T00:00:00+00:00"
 
 def saved_values(now: datetime) -> str:
     """A good saved value, one stamped 2099 (a clock that was ahead), one written as a string, one subnormal."""
-    entry = {"metric": "gpu_headroom", "labels": {"pool": "demo-gpu"}, "timestamp": now.isoformat()}
+    entry = {"metric": "gpu_headroom", "labels": {"nodepool": "demo-gpu"}, "timestamp": now.isoformat()}
     series = [{**entry, "value": 1}, {**entry, "value": 2, "timestamp": FUTURE}, {**entry, "value": "12"}]
     series += [{**entry, "value": 1e-320}]
     return json.dumps({"version": 1, "created_at": now.isoformat(), "series": series})

@@ -237,8 +237,8 @@ async def test_damaged_saved_values_are_not_served_after_a_restart(tmp_path):
     state.mkdir()
     now = datetime.now(UTC).isoformat()
     series = [
-        {"metric": "gpu_demand_forecast", "labels": {"pool": "demo-gpu"}, "value": 1e308, "timestamp": now},
-        {"metric": "gpu_headroom", "labels": {"pool": "demo-gpu"}, "value": -5, "timestamp": now},
+        {"metric": "gpu_demand_forecast", "labels": {"nodepool": "demo-gpu"}, "value": 1e308, "timestamp": now},
+        {"metric": "gpu_headroom", "labels": {"nodepool": "demo-gpu"}, "value": -5, "timestamp": now},
         {"metric": "request_rate_forecast", "labels": {"service": "sd-lora"}, "value": 3.5, "timestamp": now},
     ]
     document = {"version": 1, "created_at": now, "series": series}
