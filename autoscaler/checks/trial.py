@@ -128,8 +128,9 @@ def read_only_settings(url: str, *, found: Found | None = None, overrides: dict[
             "signal": GPU_SIGNAL, "kind": "demand", "quantile": 0.9,
             "description": "GPUs expected to be requested per node pool within the lead time (upper quantile)",
         },
+        # Served to the shipped configuration's service level (manifests/base/configmap.yaml).
         "gpu_headroom": {
-            "signal": GPU_SIGNAL, "kind": "headroom", "quantile": 0.9,
+            "signal": GPU_SIGNAL, "kind": "headroom", "target": {"minutes_short": "1%"},
             "description": "GPUs to hold spare per node pool: forecast demand minus GPUs requested now",
         },
     }  # fmt: skip

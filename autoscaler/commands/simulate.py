@@ -120,6 +120,14 @@ LEAD_TIME_MARGIN = "90s"
     help="auto-slo's online calibration: the level asked moves by GAIN x (target - attained) each period",
 )
 @click.option(
+    "--tune-restart-burn",
+    type=decimal(0, 1000),
+    default=0.0,
+    show_default=True,
+    help="auto-slo after a level shift: a period it attained worse than BURN x the target restarts its judged "
+    "window at that period (0: off)",
+)
+@click.option(
     "--pools",
     "pools_path",
     type=click.Path(path_type=Path),

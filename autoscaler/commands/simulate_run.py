@@ -71,6 +71,7 @@ def run(
     tune_every: str,
     tune_window: str,
     tune_gain: float,
+    tune_restart_burn: float,
     workers: int,
     seed: int,
     **capacity: Any,
@@ -90,7 +91,8 @@ def run(
             gpus_per_node=gpus_per_node, lead_time_s=lead_s, lead_margin_s=cadence.lead_s - lead_s,
             warmup_s=_seconds("--warmup", warmup, allow_zero=True), lead_distribution=distribution,
             consolidate_after_s=_seconds("--consolidate-after", consolidate_after, allow_zero=True),
-            cadence=cadence, actuation=actuated, seed=seed, tuning=_tuning(tune_every, tune_window, tune_gain),
+            cadence=cadence, actuation=actuated, seed=seed,
+            tuning=_tuning(tune_every, tune_window, tune_gain, tune_restart_burn),
             **_capacity(capacity, gpus_per_node, distribution, gpu_hour_price),
         )  # fmt: skip
         workload = _workload(source, pods_path is not None, step_s, windows, gpus_per_node)
@@ -108,9 +110,9 @@ def _windows(schedules: tuple[str, ...]) -> tuple[WindowSchedule, ...]:
     return tuple(parse_schedule(text) for text in schedules)
 
 
-def _tuning(every: str, window: str, gain: float) -> TuningSettings:
+def _tuning(every: str, window: str, gain: float, restart_burn: float) -> TuningSettings:
     every_s, window_s = _seconds("--tune-every", every), _seconds("--tune-window", window)
-    tuning = TuningSettings(every_s=every_s, window_s=window_s, gain=gain)
+    tuning = TuningSettings(every_s=every_s, window_s=window_s, gain=gain, restart_burn=restart_burn or None)
     if tuning.window_s < tuning.every_s:
         raise ValueError(f"--tune-window ({window}) must be at least --tune-every ({every})")
     return tuning

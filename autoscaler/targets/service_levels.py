@@ -68,6 +68,11 @@ class TuningSettings:
     # policies go through its own HPA (--hpa-tolerance) instead.
     hpa_tolerance_up: float = 0.0
     hpa_tolerance_down: float = 0.05
+    # A level shift (auto-slo and targets only): after a period in which the candidate served attained
+    # worse than this multiple of the target (burned the budget this many times too fast), the days
+    # before that period no longer say what the next one needs, and candidates are judged from its
+    # start on, the window growing back a period at a time (:func:`judged_from`). None: off.
+    restart_burn: float | None = None
 
 
 @dataclass(frozen=True)
@@ -240,6 +245,21 @@ def calibrated(asked: float, target: ServiceTarget, attained: float, settings: T
     return min(max(moved, settings.floor * target.value), settings.ceiling * target.value)
 
 
+def judged_from(
+    current_from_s: float,
+    target: ServiceTarget,
+    attained: float | None,
+    period_start_s: float,
+    settings: TuningSettings,
+) -> float:
+    """Where the judged past starts after a period the candidate served attained ``attained`` in: its
+    start when that burned the target more than ``settings.restart_burn`` times, else unchanged."""
+    burn = settings.restart_burn
+    if burn is None or attained is None or not attained > burn * target.value:
+        return current_from_s
+    return max(current_from_s, period_start_s)
+
+
 def prefixes_of(candidates: Mapping[str, MinuteLedger]) -> dict[str, LedgerPrefix]:
     if not candidates:
         raise ValueError("walk-forward tuning needs at least one candidate")
@@ -273,9 +293,10 @@ def walk_forward(
     asked = target.value
     choices: list[Choice] = []
     now = decisions_from_s
+    restarted_from = history_from_s
     while now < end_s:
         following = min(now + settings.every_s, end_s)
-        judged_from = max(history_from_s, now - settings.window_s)
+        judged_from_s = max(restarted_from, now - settings.window_s)
         current = choices[-1].candidate if choices else None
         pick = chooser or partial(
             choose,
@@ -283,12 +304,13 @@ def walk_forward(
             forecast_margin=settings.forecast_margin,
             unreachable=unreached(current, buffers or {}, band),
         )
-        text, met, _ = pick(prefixes, target, asked, judged_from, now, window_starts)
+        text, met, _ = pick(prefixes, target, asked, judged_from_s, now, window_starts)
         choices.append(Choice(now, following, text, asked, met))
         if calibrate:
             attained = prefixes[text].attained(target, now, following, window_starts)
             if attained is not None:
                 asked = calibrated(asked, target, attained, settings)
+            restarted_from = judged_from(restarted_from, target, attained, now, settings)
         now = following
     return choices
 
