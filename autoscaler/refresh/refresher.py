@@ -352,6 +352,7 @@ class Refresher:
             peak_at=decision.peak_at,
             requested_now=requested_now,
             adjustments=decision.adjustments,
+            target=self.levels.choice(plan.metric, fitted.key),
         )
         # As old as the newest point behind it: a source that brings nothing new makes it age.
         return ServedSeries(
