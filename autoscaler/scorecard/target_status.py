@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoscaler.scorecard.figures import ServiceTarget, make_target, short_figures, wait_figures
+from autoscaler.scorecard.figures import MinuteLedger, ServiceTarget, make_target, short_figures, wait_figures
 from autoscaler.scorecard.pools import PoolScorecard
 from autoscaler.serving.provenance import TargetChoice
 from autoscaler.serving.provider import Snapshot
@@ -39,12 +39,14 @@ class TargetStatus:
     budget_remaining: float | None  # over the tune window; None without a budget or a scored minute
 
 
-def attained(target: ServiceTarget, card: PoolScorecard, start_s: float, end_s: float) -> float | None:
-    """What the pool's live scorecard attained over ``[start_s, end_s)`` (None: nothing to judge)."""
-    minutes = card.ledger().between(start_s, end_s)
+def attained(
+    target: ServiceTarget, ledger: MinuteLedger, window_delays: np.ndarray, start_s: float, end_s: float
+) -> float | None:
+    """What a pool attained over ``[start_s, end_s)`` (None: nothing to judge), from its minutes and its
+    window start delays (``(run at, seconds)`` rows); a minute whose GPUs short are unknown is not scored."""
+    minutes = ledger.between(start_s, end_s)
     minutes = minutes.only(np.isfinite(minutes.short_gpu_seconds))
-    delays = np.array(card.window_delays, dtype=np.float64).reshape(-1, 2)
-    delays = delays[(delays[:, 0] >= start_s) & (delays[:, 0] < end_s), 1]
+    delays = window_delays[(window_delays[:, 0] >= start_s) & (window_delays[:, 0] < end_s), 1]
     return target.attained(short_figures(minutes), wait_figures(delays))
 
 
@@ -58,7 +60,10 @@ def budget_remaining(target: ServiceTarget, spent: float | None) -> float | None
 def target_status(choice: TargetChoice, card: PoolScorecard | None, now_s: float) -> TargetStatus:
     target = make_target(choice.kind, choice.value)
     windows = {TUNE_WINDOW: choice.window_s, **WINDOWS_S}
-    live = {name: None if card is None else attained(target, card, now_s - s, now_s) for name, s in windows.items()}
+    live: dict[str, float | None] = dict.fromkeys(windows)
+    if card is not None:
+        ledger, delays = card.ledger(), np.array(card.window_delays, dtype=np.float64).reshape(-1, 2)
+        live = {name: attained(target, ledger, delays, now_s - seconds, now_s) for name, seconds in windows.items()}
     return TargetStatus(choice, target, live, budget_remaining(target, live[TUNE_WINDOW]))
 
 
