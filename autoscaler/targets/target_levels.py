@@ -23,13 +23,12 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import numpy as np
 
 from autoscaler import policy
 from autoscaler.scorecard.figures import MinuteLedger, ServiceTarget
-from autoscaler.serving.provenance import TargetChoice
 from autoscaler.targets.candidates import (
     BUFFER_PREFIX,
     CANDIDATE_LEVELS,
@@ -93,9 +92,7 @@ class LevelTuner:
         self.asked = target.value
         self.chosen_at: float | None = None
         self.reason = f"no choice yet: p{FIRST_LEVEL * 100:g} until a day of record exists"
-        # What the chosen candidate attained in the replay over the tune window, at the last choice
-        # (None before one, and after a restart until the next: the ledgers are not saved).
-        self.replay_attained: float | None = None
+        self.replay_attained: float | None = None  # the chosen one's, in the replay over the tune window
         capacity = int((tuning.window_s + tuning.every_s) / step_s) + 1
         self._times: deque[float] = deque(maxlen=capacity)
         # Per refresh: GPUs requested, GPUs of windows due within the lead time, each level's headroom.
@@ -275,8 +272,7 @@ class LevelTuner:
             forecast_margin=self.tuning.forecast_margin,
             unreachable=unreachable,
         )
-        self.chosen, self.chosen_at = chosen, now_s
-        self.replay_attained = attained if np.isfinite(attained) else None
+        self.chosen, self.chosen_at, self.replay_attained = chosen, now_s, attained
         days = (now_s - window_start) / 86400.0
         outcome = "met" if met else "came closest to"
         self.reason = (
@@ -321,21 +317,9 @@ class TargetLevels:
         unclaimed = {key: choice_only(state) for key, state in self._saved.items() if state.chosen_at is not None}
         return unclaimed | chosen
 
-    def choice(self, metric: str, key: object) -> TargetChoice | None:
-        """What the tuner of a (metric, series) serves, when and why (None without a target)."""
-        tuner = self._tuners.get((metric, key))
-        if tuner is None:
-            return None
-        return TargetChoice(
-            kind=tuner.target.kind,
-            value=tuner.target.value,
-            pool=tuner.pool,
-            window_s=tuner.tuning.window_s,
-            chosen=describe(tuner.chosen),
-            chosen_at=None if tuner.chosen_at is None else datetime.fromtimestamp(tuner.chosen_at, UTC),
-            reason=tuner.reason,
-            replay_attained=tuner.replay_attained,
-        )
+    def tuner(self, metric: str, key: object) -> LevelTuner | None:
+        """The tuner of a (metric, series), to read what it serves (``targets.observed``); None without one."""
+        return self._tuners.get((metric, key))
 
     def levels(self, plan: MetricPlan) -> tuple[float, ...]:
         """The quantiles a plan needs forecast."""

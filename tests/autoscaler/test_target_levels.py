@@ -18,6 +18,7 @@ from autoscaler.config.settings import Settings
 from autoscaler.scorecard.figures import MinuteLedger, make_target, parse_fraction_target, short_figures
 from autoscaler.serving.provenance import TargetChoice
 from autoscaler.simulation.replay import replay_levels
+from autoscaler.targets.observed import target_choice
 from autoscaler.targets.plans import MetricPlan
 from autoscaler.targets.service_levels import ReplayRequest, TuningSettings, buffer_grid
 from autoscaler.targets.target_levels import CANDIDATE_LEVELS, FIRST_LEVEL, LevelTuner, TargetLevels, describe
@@ -158,11 +159,11 @@ async def test_targets_serve_the_tuned_level_and_say_why() -> None:
     )
     assert levels.level(plan, "series") == FIRST_LEVEL
     # What the API, the page and /metrics show of it (scorecard.target_status), before any choice.
-    assert levels.choice("gpu_headroom", "series") == TargetChoice(
+    assert target_choice(levels, "gpu_headroom", "series") == TargetChoice(
         "minutes_short_fraction", 0.01, "", 7 * 86400.0, "p95", None,
         "no choice yet: p95 until a day of record exists", None,
     )  # fmt: skip
-    assert levels.choice("gpu_headroom", "another series") is None
+    assert target_choice(levels, "gpu_headroom", "another series") is None
     ran: list[object] = []
 
     async def run(key: object, function: object, request: ReplayRequest, timeout_s: float) -> object:
