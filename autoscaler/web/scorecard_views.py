@@ -162,11 +162,12 @@ def target_panel(target: Mapping[str, Any] | None) -> str:
         _attained(kind, attained["replay"]),
         _percent(target["error_budget_remaining"]),
     ]
-    chosen_at = target["chosen_at"] or "not yet"
+    chosen_at = f"at {target['chosen_at']}" if target["chosen_at"] else "no choice yet"
+    days = target["tune_window_seconds"] / 86400
     return (
         f'<div class="scorecard table-wrap"><h3>Target: {escape(target["description"])}</h3>'
         f'<table class="scorecard"><tr>{header}<th>Replay (tune window)</th><th>Error budget left</th></tr>'
         "<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in cells) + "</tr></table>"
-        f"<p>Chosen: <strong>{escape(target['chosen'])}</strong> ({escape(chosen_at)}): {escape(target['reason'])}"
-        f" The tune window is {target['tune_window_seconds'] / 86400:g} days.</p></div>"
+        f"<p>Serving <strong>{escape(target['chosen'])}</strong> ({escape(chosen_at)}): {escape(target['reason'])}."
+        f" Live and replayed over a tune window of {days:g} day{'' if days == 1 else 's'}.</p></div>"
     )
