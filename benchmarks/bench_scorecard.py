@@ -7,7 +7,8 @@ random, so the file is as large as random floats make it), with 2,000 capacity w
 judgments. Prints, per pool, the best of ``--repeat`` timings of: one sample, the saved document
 built (on the event loop after each refresh), that document written as JSON (off the loop), the
 figures of ``GET /api/v1/scorecard`` (first after a change, and again before the next one: each
-pool's arrays are built once per change), the ``/metrics`` collector, and reading the file back at start.
+pool's arrays are built once per change), the ``/metrics`` collector, the targets' collector (one headroom
+with a 1 % target per pool: attained over 4 windows and the budget), and reading the file back at start.
 One process, one core.
 """
 
@@ -24,7 +25,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from autoscaler.scorecard.live import LiveScorecard
 from autoscaler.scorecard.pools import PoolScorecard
+from autoscaler.scorecard.target_status import target_status
+from autoscaler.serving.provenance import TargetChoice
 from autoscaler.web.scorecard_metrics import ScorecardMetrics
+from autoscaler.web.target_metrics import TargetMetrics
 
 T0 = 1_800_000_000.0
 MINUTES = 7 * 24 * 60
@@ -56,6 +60,12 @@ def main() -> None:
     registry = CollectorRegistry()
     registry.register(ScorecardMetrics(live.owned_cards, {"gpu_headroom": 0.9}))
     card = live.cards["pool-0"]
+    targets = CollectorRegistry()
+    choices = {pool: TargetChoice("minutes_short_fraction", 0.01, pool, 7 * 86400.0, "p97", None, "", None)
+               for pool in live.cards}  # fmt: skip
+    targets.register(
+        TargetMetrics(lambda: {(p, "gpu_headroom"): target_status(choices[p], c, end) for p, c in live.cards.items()})
+    )
     now = datetime.fromtimestamp(end, UTC)
 
     def restore() -> None:
@@ -73,6 +83,7 @@ def main() -> None:
         "GET /api/v1/scorecard figures, first after a change in every pool": figures_after_a_change,
         "GET /api/v1/scorecard figures, again before the next change": lambda: live.figures(now),
         "/metrics collector": lambda: generate_latest(registry),
+        "/metrics targets' collector": lambda: generate_latest(targets),
         "file read back at start": restore,
     }
     minutes = iter(range(1, args.repeat + 1))  # each sample a minute after the last, as refreshes come

@@ -362,6 +362,13 @@ class PrometheusServer:
         except AssertionError as error:
             raise RuntimeError(f"{error}\n{self._log_tail()}") from None
 
+    def instant(self, promql: str, at: pd.Timestamp) -> list[tuple[dict[str, str], float]]:
+        """An instant query's answer at ``at``: each sample's labels and value."""
+        query = urllib.parse.urlencode({"query": promql, "time": at.timestamp()})
+        with urllib.request.urlopen(f"{self.url}/api/v1/query?{query}", timeout=10) as answer:  # noqa: S310
+            result = json.load(answer)["data"]["result"]
+        return [(sample["metric"], float(sample["value"][1])) for sample in result]
+
     def _probe_time(self) -> pd.Timestamp:
         if self.probe_at is not None:
             return self.probe_at

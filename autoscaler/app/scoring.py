@@ -10,11 +10,13 @@ from functools import partial
 from aiohttp import web
 
 from autoscaler.scorecard.live import LiveScorecard
+from autoscaler.scorecard.target_status import statuses
 from autoscaler.serving.provider import Snapshot
 from autoscaler.targets.plans import MetricPlan
-from autoscaler.web.keys import SCORECARD
+from autoscaler.web.keys import CLOCK, SCORECARD, SNAPSHOTS
 from autoscaler.web.scorecard_metrics import ScorecardMetrics
 from autoscaler.web.self_metrics import SelfMetrics
+from autoscaler.web.target_metrics import TargetMetrics
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +45,16 @@ async def score(scorecard: LiveScorecard, snapshot: Snapshot) -> None:
 def attach(
     scorecard: LiveScorecard | None, plans: Sequence[MetricPlan], ops_app: web.Application, self_metrics: SelfMetrics
 ) -> None:
-    """Show the scorecard on the ops port's API and page, and on /metrics."""
+    """Show the scorecard on the ops port's API and page, and on /metrics (with each target observed)."""
     if scorecard is None:
         return
     ops_app[SCORECARD] = scorecard
     quantiles = {plan.metric: plan.quantile for plan in plans if plan.kind == "headroom"}
     self_metrics.registry.register(ScorecardMetrics(scorecard.owned_cards, quantiles))
+    snapshots, clock = ops_app[SNAPSHOTS], ops_app[CLOCK]
+    self_metrics.registry.register(
+        TargetMetrics(lambda: statuses(snapshots.snapshot, scorecard.owned_cards(), clock().timestamp()))
+    )
 
 
 def follow_shards(

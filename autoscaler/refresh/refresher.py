@@ -33,6 +33,7 @@ from autoscaler.refresh.schedule import FitSchedule
 from autoscaler.refresh.workers import ForecastPools, WorkFailed
 from autoscaler.serving.provenance import Provenance
 from autoscaler.serving.provider import ServedSeries, Snapshot, SnapshotProvider
+from autoscaler.targets.observed import target_choice
 from autoscaler.targets.plans import MetricPlan, RefreshInputs, RefreshSettings, RefreshStats, SignalSource, windows_for
 from autoscaler.targets.target_levels import TargetLevels
 
@@ -352,6 +353,7 @@ class Refresher:
             peak_at=decision.peak_at,
             requested_now=requested_now,
             adjustments=decision.adjustments,
+            target=target_choice(self.levels, plan.metric, fitted.key),
         )
         # As old as the newest point behind it: a source that brings nothing new makes it age.
         return ServedSeries(

@@ -4,6 +4,8 @@
 - ``figures``: one definition of every outcome figure (minute ledger, short GPU-minutes, waits),
   shared by the live service and the simulator.
 - ``live``: the live scorecard of every pool this replica owns, collected once a refresh.
+- ``target_status``: each headroom's service-level target observed: live and replayed attainment,
+  error budget, the candidate chosen and why.
 - ``pools``: one pool's live scorecard: the last 7 days of minutes, waits and judgments, and totals.
 - ``pods``: capacity waits and window start delays, read from the Pending-pod watch.
 - ``capacity``: the GPUs each pool holds and uses, from kube-state-metrics in Prometheus.

@@ -23,6 +23,21 @@ WorkKind = Literal["select", "refit", "update"]
 
 
 @dataclass(frozen=True)
+class TargetChoice:
+    """What a headroom served to a service-level target chose, when and why (``targets.target_levels``),
+    carried with the value so the API, the page and ``/metrics`` read it from the snapshot."""
+
+    kind: str  # the figure the target is stated on (``scorecard.figures.TARGET_KINDS``)
+    value: float  # at most this much of it
+    pool: str  # the pool whose live scorecard judges it
+    window_s: float  # the tune window: the past each choice is judged on
+    chosen: str  # the candidate served, in words
+    chosen_at: datetime | None  # None until the first choice
+    reason: str
+    replay_attained: float | None  # what the chosen candidate attained in the replay over the tune window
+
+
+@dataclass(frozen=True)
 class Provenance:
     """Everything a served value came from, in the order the policy used it."""
 
@@ -40,6 +55,7 @@ class Provenance:
     peak_at: datetime | None  # when the forecast peak over the lead time falls
     requested_now: float | None  # for headroom: what was subtracted
     adjustments: tuple[Adjustment, ...]  # caps, clamps and pacing, in the order they applied
+    target: TargetChoice | None = None  # with a service-level target: the choice served
 
     @property
     def lead_time_seconds(self) -> int:

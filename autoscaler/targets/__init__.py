@@ -5,6 +5,8 @@ to those targets.
 - ``plans``: what the refresher reads: the signals, the metrics made from them, and the cluster's facts.
 - ``target_levels``: a headroom metric served to a service-level target: each refresh decides every
   candidate level and serves the one walk-forward tuning chose.
+- ``observed``: what a target chose, when and why, as the served value carries it (the API, the page and
+  ``/metrics`` judge it live in ``scorecard.target_status``).
 - ``candidates``: what a target chooses among, by name (levels, buffers with and without windows).
 - ``reasons``: how a choice is explained (the target's figure in words, the notes its reason carries).
 - ``target_store``: each target's record and choice on disk, so that they carry on across a restart.

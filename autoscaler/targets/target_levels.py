@@ -92,6 +92,7 @@ class LevelTuner:
         self.asked = target.value
         self.chosen_at: float | None = None
         self.reason = f"no choice yet: p{FIRST_LEVEL * 100:g} until a day of record exists"
+        self.replay_attained: float | None = None  # the chosen one's, in the replay over the tune window
         capacity = int((tuning.window_s + tuning.every_s) / step_s) + 1
         self._times: deque[float] = deque(maxlen=capacity)
         # Per refresh: GPUs requested, GPUs of windows due within the lead time, each level's headroom.
@@ -271,7 +272,7 @@ class LevelTuner:
             forecast_margin=self.tuning.forecast_margin,
             unreachable=unreachable,
         )
-        self.chosen, self.chosen_at = chosen, now_s
+        self.chosen, self.chosen_at, self.replay_attained = chosen, now_s, attained
         days = (now_s - window_start) / 86400.0
         outcome = "met" if met else "came closest to"
         self.reason = (
@@ -315,6 +316,10 @@ class TargetLevels:
         }
         unclaimed = {key: choice_only(state) for key, state in self._saved.items() if state.chosen_at is not None}
         return unclaimed | chosen
+
+    def tuner(self, metric: str, key: object) -> LevelTuner | None:
+        """The tuner of a (metric, series), to read what it serves (``targets.observed``); None without one."""
+        return self._tuners.get((metric, key))
 
     def levels(self, plan: MetricPlan) -> tuple[float, ...]:
         """The quantiles a plan needs forecast."""

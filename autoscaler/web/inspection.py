@@ -21,11 +21,11 @@ from adapters.types import ScheduledWindow
 from autoscaler.selectors import EVERYTHING, Selector, SelectorError, parse_selector
 from autoscaler.serving.provider import Snapshot, not_served
 from autoscaler.web.buffer_views import buffers_json
-from autoscaler.web.keys import BUFFERS, CLOCK, SNAPSHOTS
+from autoscaler.web.keys import BUFFERS, CLOCK, SCORECARD, SNAPSHOTS
 from autoscaler.web.launch_views import add_launch_routes
 from autoscaler.web.openapi import openapi_document
 from autoscaler.web.responses import invalid_parameter_response, status_response
-from autoscaler.web.scorecard_views import add_scorecard_routes
+from autoscaler.web.scorecard_views import add_scorecard_routes, series_target_json
 from autoscaler.web.views import InspectionError, SeriesView, find_metric, parse_history, views_of
 from forecast.types import Forecast
 
@@ -90,7 +90,8 @@ def window_json(window: ScheduledWindow) -> dict[str, Any]:
     }
 
 
-def series_json(view: SeriesView) -> dict[str, Any]:
+def series_json(view: SeriesView, target: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``target``: the series' service-level target observed (``scorecard_views.series_target_json``)."""
     return {
         "metric": view.info.name,
         "labels": dict(view.labels),
@@ -103,6 +104,7 @@ def series_json(view: SeriesView) -> dict[str, Any]:
         "windows": [window_json(window) for window in view.windows],
         "lead_time_seconds": view.lead_time_seconds,
         "backtest": backtest_json(view),
+        "target": target,
     }
 
 
@@ -157,10 +159,12 @@ async def get_forecast(request: web.Request) -> web.Response:
         return status_response(404, not_served(metric, snapshot.metrics, noun="metric"))
     try:
         history = parse_history(request.query.get("history"))
-        views = views_of(snapshot, info, request.app[CLOCK](), history, request.query.get("labelSelector"))
+        now = request.app[CLOCK]()
+        views = views_of(snapshot, info, now, history, request.query.get("labelSelector"))
     except InspectionError as error:
         return invalid_parameter_response(error.parameter, str(error))
-    return web.json_response([series_json(view) for view in views])
+    scorecard = request.app.get(SCORECARD)
+    return web.json_response([series_json(view, series_target_json(scorecard, view.target, now)) for view in views])
 
 
 async def get_buffers(request: web.Request) -> web.Response:

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from autoscaler.scorecard.figures import TARGET_KINDS
+from autoscaler.scorecard.target_status import TUNE_WINDOW, WINDOWS_S
+
 # Metric names as the service accepts them in a path segment: no slash, no dot segments.
 METRIC_NAME_PATTERN = r"^[A-Za-z0-9_:][A-Za-z0-9_:.-]{0,252}$"
 
@@ -115,9 +118,27 @@ def _series_schemas() -> dict[str, Any]:
                 "windows": {"type": "array", "items": _ref("Window")},
                 "lead_time_seconds": _nullable({"type": "integer"}),
                 "backtest": _ref("Backtest"),
+                "target": _nullable({"allOf": [_ref("Target")], "description": "null: served without a target"}),
             }
         ),
     }
+
+
+def _target_schema() -> dict[str, Any]:
+    """A headroom's service-level target observed (``scorecard_views.target_json``, docs/scorecard.md)."""
+    text = {"type": "string"}
+    live = _object({window: _NUMBER_OR_NULL for window in (TUNE_WINDOW, *WINDOWS_S)})
+    return _object(
+        {
+            "kind": {"type": "string", "enum": list(TARGET_KINDS)},
+            "value": {"type": "number", "minimum": 0}, "description": text,
+            "tune_window_seconds": {"type": "number", "minimum": 0},
+            "attained": _object({"live": live, "replay": _NUMBER_OR_NULL}),
+            "error_budget_remaining": {**_NUMBER_OR_NULL, "description": "1 - attained / target over the tune "
+                                       "window; null: no budget (window start delay) or nothing scored"},
+            "chosen": text, "chosen_at": _nullable(_TIMESTAMP), "reason": text,
+        }
+    )  # fmt: skip
 
 
 def _buffer_schemas() -> dict[str, Any]:
@@ -166,14 +187,13 @@ def _scorecard_schemas() -> dict[str, Any]:
         }
     )  # fmt: skip
     periods = _object({"1h": _ref("ScorecardPeriod"), "24h": _ref("ScorecardPeriod"), "7d": _ref("ScorecardPeriod")})
+    targets: dict[str, Any] = {"type": "object", "description": "per headroom metric with a target"}
+    targets["additionalProperties"] = _ref("Target")
+    pool = _object({"pool": {"type": "string"}, "periods": periods, "targets": targets})
     return {
         "ScorecardPeriod": period,
-        "Scorecard": _object(
-            {
-                "at": _TIMESTAMP,
-                "pools": {"type": "array", "items": _object({"pool": {"type": "string"}, "periods": periods})},
-            }
-        ),
+        "Target": _target_schema(),
+        "Scorecard": _object({"at": _TIMESTAMP, "pools": {"type": "array", "items": pool}}),
     }
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from html import escape
 from importlib import resources
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import pandas as pd
@@ -28,7 +29,7 @@ from autoscaler.web.charts import ZOOM_HOURS, ChartCache, band_level, format_lab
 from autoscaler.web.keys import BUFFERS, CLOCK, LAUNCHES, NOTICE, SCORECARD, SNAPSHOTS, UNPLACED
 from autoscaler.web.launch_views import launch_panel, launches_json
 from autoscaler.web.notes import notes_html
-from autoscaler.web.scorecard_views import scorecard_panel
+from autoscaler.web.scorecard_views import scorecard_panel, series_target_json, target_panel
 from autoscaler.web.views import (
     DEFAULT_HISTORY,
     InspectionError,
@@ -311,8 +312,10 @@ def metric_body(
     scored: Mapping[str, Mapping[str, Mapping[str, object]]] | None = None,
     launched: Mapping[str, Mapping[str, object]] | None = None,
     span: ChartSpan | None = None,
+    targets: Sequence[Mapping[str, Any] | None] = (),
 ) -> str:
-    """``scored``: each pool's scorecard periods (``scorecard_views.scorecard_json``), shown with its series;
+    """``targets``: each view's target observed (``scorecard_views.series_target_json``), shown first;
+    ``scored``: each pool's scorecard periods (``scorecard_views.scorecard_json``), shown with its series;
     ``launched``: each pool's launch record (``launch_views.pool_json``), likewise; ``span``: what the
     charts show, and the link to the other view (none: the whole history asked for)."""
     unit = f" ({escape(info.unit)})" if info.unit else ""
@@ -323,10 +326,12 @@ def metric_body(
     if not views:
         return header + "<p>No series yet: the first forecast has not been made.</p>"
     zoomed = span is not None and span.zoomed
+    targets = list(targets) or [None] * len(views)
     panels = [
-        scorecard_panel((scored or {}).get(view.labels.get("nodepool", "")))
+        target_panel(target)
+        + scorecard_panel((scored or {}).get(view.labels.get("nodepool", "")))
         + launch_panel((launched or {}).get(view.labels.get("nodepool", "")))
-        for view in views
+        for view, target in zip(views, targets, strict=True)
     ]
     sections = (
         series_section(view, chart, panel, zoomed=zoomed)
@@ -360,11 +365,12 @@ async def metric_page(request: web.Request) -> web.Response:
     except InspectionError as error:
         return page(request, "bad request", _error_body("Bad request", str(error)), status=400)
     charts = await charts_for(request, snapshot, views, span.history, zoomed=span.zoomed)
-    scorecard = request.app.get(SCORECARD)
-    scored = scorecard.figures(request.app[CLOCK]()) if scorecard is not None else None
-    launches = launches_json(request.app.get(LAUNCHES), request.app[CLOCK]())["pools"]
+    scorecard, now = request.app.get(SCORECARD), request.app[CLOCK]()
+    scored = scorecard.figures(now) if scorecard is not None else None
+    launches = launches_json(request.app.get(LAUNCHES), now)["pools"]
     launched = {pool["pool"]: pool for pool in launches}
-    body = metric_body(snapshot, info, views, charts, _unplaced(request), scored, launched, span)
+    targets = [series_target_json(scorecard, view.target, now) for view in views]
+    body = metric_body(snapshot, info, views, charts, _unplaced(request), scored, launched, span, targets)
     return page(request, info.name, body)
 
 

@@ -1,8 +1,9 @@
-"""``GET /api/v1/scorecard``, and the page's panel: what happened in each pool over the last hour, day
-and week.
+"""``GET /api/v1/scorecard``, and the page's panels: what happened in each pool over the last hour, day
+and week, and each headroom's service-level target observed.
 
 Every figure comes from the pool's live scorecard (``autoscaler.scorecard.pools``, defined in
-``autoscaler.scorecard.figures``); docs/scorecard.md says what each one means and where it is read from.
+``autoscaler.scorecard.figures``; targets judged in ``autoscaler.scorecard.target_status``);
+docs/scorecard.md says what each one means and where it is read from.
 """
 
 from __future__ import annotations
@@ -15,21 +16,73 @@ from typing import Any
 from aiohttp import web
 
 from autoscaler.scorecard.live import LiveScorecard
-from autoscaler.web.keys import CLOCK, SCORECARD
+from autoscaler.scorecard.target_status import TUNE_WINDOW, TargetStatus, statuses, target_status
+from autoscaler.serving.provenance import TargetChoice
+from autoscaler.serving.provider import Snapshot
+from autoscaler.web.keys import CLOCK, SCORECARD, SNAPSHOTS
 
 SCORECARD_PATH = "/api/v1/scorecard"
 
 
-def scorecard_json(scorecard: LiveScorecard | None, now: datetime) -> dict[str, Any]:
-    figures = scorecard.figures(now) if scorecard is not None else {}
+def _stamp(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _figure(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+def target_json(status: TargetStatus) -> dict[str, Any]:
+    """A target observed, as the API shows it (docs/scorecard.md)."""
+    choice = status.choice
     return {
-        "at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "pools": [{"pool": pool, "periods": periods} for pool, periods in figures.items()],
+        "kind": status.target.kind,
+        "value": status.target.value,
+        "description": status.target.describe(),
+        "tune_window_seconds": choice.window_s,
+        "attained": {
+            "live": {window: _figure(value) for window, value in status.live.items()},
+            "replay": _figure(choice.replay_attained),
+        },
+        "error_budget_remaining": _figure(status.budget_remaining),
+        "chosen": choice.chosen,
+        "chosen_at": None if choice.chosen_at is None else _stamp(choice.chosen_at),
+        "reason": choice.reason,
+    }
+
+
+def series_target_json(
+    scorecard: LiveScorecard | None, choice: TargetChoice | None, now: datetime
+) -> dict[str, Any] | None:
+    """One served series' target observed (None without a target)."""
+    if choice is None:
+        return None
+    card = scorecard.owned_cards().get(choice.pool) if scorecard is not None else None
+    return target_json(target_status(choice, card, now.timestamp()))
+
+
+def scorecard_json(scorecard: LiveScorecard | None, now: datetime, snapshot: Snapshot | None = None) -> dict[str, Any]:
+    """Each scored pool's periods, and the targets judged on it (``targets``: metric -> target observed)."""
+    figures = scorecard.figures(now) if scorecard is not None else {}
+    observed = {}
+    if snapshot is not None and scorecard is not None:
+        observed = statuses(snapshot, scorecard.owned_cards(), now.timestamp())
+    return {
+        "at": _stamp(now),
+        "pools": [
+            {
+                "pool": pool,
+                "periods": periods,
+                "targets": {m: target_json(s) for (p, m), s in sorted(observed.items()) if p == pool},
+            }
+            for pool, periods in figures.items()
+        ],
     }
 
 
 async def get_scorecard(request: web.Request) -> web.Response:
-    return web.json_response(scorecard_json(request.app.get(SCORECARD), request.app[CLOCK]()))
+    snapshot = request.app[SNAPSHOTS].snapshot
+    return web.json_response(scorecard_json(request.app.get(SCORECARD), request.app[CLOCK](), snapshot))
 
 
 def add_scorecard_routes(app: web.Application) -> None:
@@ -81,4 +134,40 @@ def scorecard_panel(periods: Mapping[str, Mapping[str, Any]] | None) -> str:
     return (
         '<div class="scorecard table-wrap"><h3>What happened in this pool (live scorecard)</h3>'
         f'<table class="scorecard">{header}{"".join(rows)}</table></div>'
+    )
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.2f} %"
+
+
+def _attained(kind: str, value: float | None) -> str:
+    """A live or replayed figure in the target's own unit."""
+    if value is None:
+        return "-"
+    if kind == "minutes_short_fraction":
+        return _percent(value)
+    return f"{value:.1f} GPU-min/day" if kind == "short_gpu_minutes_per_day" else f"{value:.0f} s"
+
+
+def target_panel(target: Mapping[str, Any] | None) -> str:
+    """A series' target observed (``target_json``) as an HTML table; empty without a target."""
+    if target is None:
+        return ""
+    kind, attained = target["kind"], target["attained"]
+    live = attained["live"]
+    header = "".join(f"<th>Live, {'tune window' if w == TUNE_WINDOW else 'last ' + escape(w)}</th>" for w in live)
+    cells = [
+        *(_attained(kind, value) for value in live.values()),
+        _attained(kind, attained["replay"]),
+        _percent(target["error_budget_remaining"]),
+    ]
+    chosen_at = f"at {target['chosen_at']}" if target["chosen_at"] else "no choice yet"
+    days = target["tune_window_seconds"] / 86400
+    return (
+        f'<div class="scorecard table-wrap"><h3>Target: {escape(target["description"])}</h3>'
+        f'<table class="scorecard"><tr>{header}<th>Replay (tune window)</th><th>Error budget left</th></tr>'
+        "<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in cells) + "</tr></table>"
+        f"<p>Serving <strong>{escape(target['chosen'])}</strong> ({escape(chosen_at)}): {escape(target['reason'])}."
+        f" Live and replayed over a tune window of {days:g} day{'' if days == 1 else 's'}.</p></div>"
     )

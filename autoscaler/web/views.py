@@ -14,7 +14,7 @@ import pandas as pd
 
 from adapters.types import ScheduledWindow
 from autoscaler.selectors import SelectorError, parse_selector
-from autoscaler.serving.provenance import Provenance
+from autoscaler.serving.provenance import Provenance, TargetChoice
 from autoscaler.serving.provider import (
     MetricInfo,
     MetricUnavailable,
@@ -100,6 +100,11 @@ class SeriesView:
     @property
     def fit_seconds(self) -> float | None:
         return self.provenance.fit_seconds if self.provenance else None
+
+    @property
+    def target(self) -> TargetChoice | None:
+        """With a service-level target: the candidate chosen, when and why (None otherwise)."""
+        return self.provenance.target if self.provenance else None
 
 
 def find_metric(snapshot: Snapshot, name: str) -> MetricInfo | None:

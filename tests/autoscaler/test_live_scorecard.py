@@ -193,10 +193,18 @@ async def test_a_pool_short_of_12_gpus_for_20_minutes_shows_240_short_gpu_minute
     expected = {
         "at": f"{t0 + 20 * MINUTE:%Y-%m-%dT%H:%M:%SZ}",
         "pools": [
-            {"pool": "a100", "periods": every_period(period(20, 20, 240.0, 4.0, 0.25, busy=busy(6, 16)))},
-            {"pool": "h100", "periods": every_period(period(20, 0, 0.0, 0.0, 1.0, busy=busy(8, 8)))},
+            {
+                "pool": "a100",
+                "periods": every_period(period(20, 20, 240.0, 4.0, 0.25, busy=busy(6, 16))),
+                "targets": {},
+            },
+            {"pool": "h100", "periods": every_period(period(20, 0, 0.0, 0.0, 1.0, busy=busy(8, 8))), "targets": {}},
             # l4 holds 8 GPUs that nothing requests.
-            {"pool": "l4", "periods": every_period(period(20, 0, 0.0, round(8 * 20 / 60, 6), 0.0, busy=0.0))},
+            {
+                "pool": "l4",
+                "periods": every_period(period(20, 0, 0.0, round(8 * 20 / 60, 6), 0.0, busy=0.0)),
+                "targets": {},
+            },
         ],
     }
     assert (status, body) == (200, expected)
@@ -330,9 +338,9 @@ async def test_a_cronjob_whose_pods_started_7_minutes_late_shows_7_minutes(
         {
             "at": f"{t0 + 7 * MINUTE:%Y-%m-%dT%H:%M:%SZ}",
             "pools": [
-                {"pool": "a100", "periods": every_period(a100)},
-                {"pool": "h100", "periods": every_period(h100)},
-                {"pool": "l4", "periods": every_period(l4)},
+                {"pool": "a100", "periods": every_period(a100), "targets": {}},
+                {"pool": "h100", "periods": every_period(h100), "targets": {}},
+                {"pool": "l4", "periods": every_period(l4), "targets": {}},
             ],
         },
     )
@@ -356,9 +364,13 @@ async def test_where_only_prometheus_shows_pods_their_capacity_waits_come_from_k
         {
             "at": f"{t0 - 47 * MINUTE:%Y-%m-%dT%H:%M:%SZ}",
             "pools": [
-                {"pool": "a100", "periods": every_period(a100)},
-                {"pool": "h100", "periods": every_period(period(2, 0, 0.0, 0.0, 1.0, busy=busy(8, 8)))},
-                {"pool": "l4", "periods": every_period(period(2, 0, 0.0, round(8 * 2 / 60, 6), 0.0, busy=0.0))},
+                {"pool": "a100", "periods": every_period(a100), "targets": {}},
+                {"pool": "h100", "periods": every_period(period(2, 0, 0.0, 0.0, 1.0, busy=busy(8, 8))), "targets": {}},
+                {
+                    "pool": "l4",
+                    "periods": every_period(period(2, 0, 0.0, round(8 * 2 / 60, 6), 0.0, busy=0.0)),
+                    "targets": {},
+                },
             ],
         },
     )

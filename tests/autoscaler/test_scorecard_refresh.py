@@ -73,9 +73,21 @@ async def test_each_refresh_is_scored_and_its_headroom_judged_after_the_lead_tim
         {
             "at": f"{t0 + 68 * MINUTE:%Y-%m-%dT%H:%M:%SZ}",
             "pools": [
-                {"pool": "a100", "periods": every_period(period(8, 0, 0.0, 1.6, 0.25, coverage=covered, busy=a100))},
-                {"pool": "h100", "periods": every_period(period(8, 0, 0.0, 0.0, 1.0, coverage=covered, busy=h100))},
-                {"pool": "l4", "periods": every_period(period(8, 0, 0.0, l4_idle, 0.0, coverage=covered, busy=0.0))},
+                {
+                    "pool": "a100",
+                    "periods": every_period(period(8, 0, 0.0, 1.6, 0.25, coverage=covered, busy=a100)),
+                    "targets": {},
+                },
+                {
+                    "pool": "h100",
+                    "periods": every_period(period(8, 0, 0.0, 0.0, 1.0, coverage=covered, busy=h100)),
+                    "targets": {},
+                },
+                {
+                    "pool": "l4",
+                    "periods": every_period(period(8, 0, 0.0, l4_idle, 0.0, coverage=covered, busy=0.0)),
+                    "targets": {},
+                },
             ],
         },
     )

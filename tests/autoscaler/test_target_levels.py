@@ -16,10 +16,12 @@ from autoscaler import policy
 from autoscaler.commands.cli import main
 from autoscaler.config.settings import Settings
 from autoscaler.scorecard.figures import MinuteLedger, make_target, parse_fraction_target, short_figures
+from autoscaler.serving.provenance import TargetChoice
 from autoscaler.simulation.replay import replay_levels
+from autoscaler.targets.observed import target_choice
 from autoscaler.targets.plans import MetricPlan
 from autoscaler.targets.service_levels import ReplayRequest, TuningSettings, buffer_grid
-from autoscaler.targets.target_levels import CANDIDATE_LEVELS, FIRST_LEVEL, LevelTuner, TargetLevels
+from autoscaler.targets.target_levels import CANDIDATE_LEVELS, FIRST_LEVEL, LevelTuner, TargetLevels, describe
 from forecast.types import Forecast
 from tests.cli_helpers import assert_usage_error
 
@@ -156,6 +158,12 @@ async def test_targets_serve_the_tuned_level_and_say_why() -> None:
         "; target: at most 1 % of minutes with any GPU short: p95 (no choice yet: p95 until a day of record exists)"
     )
     assert levels.level(plan, "series") == FIRST_LEVEL
+    # What the API, the page and /metrics show of it (scorecard.target_status), before any choice.
+    assert target_choice(levels, "gpu_headroom", "series") == TargetChoice(
+        "minutes_short_fraction", 0.01, "", 7 * 86400.0, "p95", None,
+        "no choice yet: p95 until a day of record exists", None,
+    )  # fmt: skip
+    assert target_choice(levels, "gpu_headroom", "another series") is None
     ran: list[object] = []
 
     async def run(key: object, function: object, request: ReplayRequest, timeout_s: float) -> object:
@@ -317,6 +325,7 @@ async def test_the_refresher_serves_a_target_at_the_level_its_replay_chose(tmp_p
         refresher = Refresher(provider=provider, inputs=pipeline, pools=ForecastPools([pool]), clock=clock)
         first = (await refresher.refresh_once()).series["gpu_headroom"][0]
         assert first.provenance.quantile == FIRST_LEVEL
+        assert first.provenance.target is not None and first.provenance.target.chosen_at is None
         assert "no choice yet" in first.explanation
         for _ in range(288):  # a day of refreshes, 5 minutes apart
             clock.now += timedelta(minutes=5)
@@ -344,6 +353,14 @@ async def test_the_refresher_serves_a_target_at_the_level_its_replay_chose(tmp_p
         served.explanation
     )
     assert "target: at most 1 % of minutes with any GPU short" in served.explanation
+    # The choice rides with the value: when, why, and what the chosen candidate attained in the replay
+    # over the record (a day, as tuned), read again from its kept ledger.
+    choice = served.provenance.target
+    assert choice is not None and choice.reason == tuner.reason and choice.chosen == describe(tuner.chosen)
+    assert choice.chosen_at == datetime.fromtimestamp(tuner.chosen_at, UTC)
+    replayed = short_figures(tuner._ledgers[tuner.chosen].between(tuner._times[0], tuner.chosen_at))
+    assert choice.replay_attained == pytest.approx(replayed.minutes_short_fraction)
+    assert after_restart.provenance.target.replay_attained is None  # the ledgers are not saved
 
 
 def _surges_of(rise: float, minutes: int) -> np.ndarray:

@@ -27,7 +27,7 @@ from autoscaler import policy
 from autoscaler.app.factory import build_ops_app
 from autoscaler.policy import PlanKind
 from autoscaler.scorecard.live import LiveScorecard
-from autoscaler.serving.provenance import Provenance
+from autoscaler.serving.provenance import Provenance, TargetChoice
 from autoscaler.serving.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
 from autoscaler.web.keys import SCORECARD
 from autoscaler.web.readiness import Readiness
@@ -58,6 +58,17 @@ WINDOW = ScheduledWindow(
     gpus=64.0,
     labels={"nodepool": "a100"},
 )
+# The headroom is served to a target: what its tuner chose an hour before the refresh, and why.
+TARGET = TargetChoice(
+    kind="minutes_short_fraction",
+    value=0.01,
+    pool="a100",
+    window_s=7 * 86400.0,
+    chosen="a buffer of 4 GPUs with the windows due",
+    chosen_at=NOW - timedelta(hours=1),
+    reason="chosen by replaying 8 levels and 40 buffers over the last 6.0 days: it met the level asked",
+    replay_attained=0.004,
+)
 
 
 @dataclass(frozen=True)
@@ -68,7 +79,14 @@ class RealForecast:
     headroom: ServedSeries
 
 
-def served(metric: str, kind: PlanKind, result: EngineResult, history: Any, requested_now: float) -> ServedSeries:
+def served(
+    metric: str,
+    kind: PlanKind,
+    result: EngineResult,
+    history: Any,
+    requested_now: float,
+    target: TargetChoice | None = None,
+) -> ServedSeries:
     """A series as the refresher makes it: ``policy.decide`` and its provenance record."""
     lead_time = policy.LeadTime(LEAD_TIME, "configured")
     situation = policy.Situation(
@@ -91,6 +109,7 @@ def served(metric: str, kind: PlanKind, result: EngineResult, history: Any, requ
         peak_at=decision.peak_at,
         requested_now=requested_now if kind == "headroom" else None,
         adjustments=decision.adjustments,
+        target=target,
     )
     return ServedSeries(
         metric, {"nodepool": "a100"}, decision.value, NOW, explanation=decision.explanation, provenance=provenance
@@ -107,7 +126,7 @@ def build_real_forecast() -> RealForecast:
     history.iloc[list(GAP_POSITIONS)] = np.nan  # gaps stay gaps: the API must answer null for them
     requested_now = policy.last_observed(series)
     demand_series = served("gpu_demand_forecast", "demand", result, history, requested_now)
-    headroom_series = served("gpu_headroom", "headroom", result, history, requested_now)
+    headroom_series = served("gpu_headroom", "headroom", result, history, requested_now, TARGET)
     # A series whose first forecast has not been made: no provenance at all.
     bare = ServedSeries("gpu_demand_forecast", {"nodepool": "h100"}, 3.0, NOW - timedelta(minutes=2))
     snapshot = Snapshot(

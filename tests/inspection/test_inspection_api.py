@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from datetime import timedelta
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -17,11 +18,13 @@ from tests.inspection.conftest import (
     NOW,
     QUANTILE,
     SCRAPE_DELAY,
+    TARGET,
     WINDOW,
     OpsServer,
 )
 
 DETAIL_KEYS = {
+    "target",
     "metric",
     "labels",
     "value",
@@ -144,6 +147,7 @@ def test_metric_detail_exact_shape(ops_server: OpsServer):
         ],
         "lead_time_seconds": 1800,
         "backtest": expected_backtest(forecast.result.scores),
+        "target": None,  # a demand forecast has no target
     }
     assert full["history"]["timestamps"][0] == "2020-05-28T17:55:00Z"
     assert full["history"]["timestamps"][-1] == "2020-05-28T23:55:00Z"
@@ -167,6 +171,7 @@ def test_metric_detail_exact_shape(ops_server: OpsServer):
         "windows": [],
         "lead_time_seconds": None,
         "backtest": {"quantile": None, "scores": {}},
+        "target": None,
     }
 
 
@@ -286,9 +291,53 @@ def test_the_scorecard_gives_each_period_of_each_pool(ops_server: OpsServer):
         200,
         {
             "at": "2020-05-29T00:00:42Z",
-            "pools": [{"pool": "a100", "periods": {"1h": period, "24h": period, "7d": period}}],
+            "pools": [
+                {
+                    "pool": "a100",
+                    "periods": {"1h": period, "24h": period, "7d": period},
+                    "targets": {"gpu_headroom": observed_target(1 / 3)},
+                }
+            ],
         },
     )
+
+
+def observed_target(live: float) -> dict[str, Any]:
+    """The conftest's TARGET as the API shows it, the pool having attained ``live`` in every window."""
+    return {
+        "kind": "minutes_short_fraction",
+        "value": TARGET.value,
+        "description": "at most 1 % of minutes with any GPU short",
+        "tune_window_seconds": 7 * 86400.0,
+        "attained": {
+            "live": {"tune": round(live, 6), "1h": round(live, 6), "6h": round(live, 6), "24h": round(live, 6)},
+            "replay": TARGET.replay_attained,
+        },
+        "error_budget_remaining": round(1 - live / TARGET.value, 6),
+        "chosen": TARGET.chosen,
+        "chosen_at": "2020-05-28T23:00:00Z",
+        "reason": TARGET.reason,
+    }
+
+
+def test_a_headroom_served_to_a_target_shows_it_observed(ops_server: OpsServer):
+    """The scored pool had 1 of its 3 minutes short: a third, 33 times the 1 % target, the budget overspent."""
+    code, body = ops_server.get_json("/api/v1/forecasts/gpu_headroom")
+    assert code == 200
+    assert [series["target"] for series in body] == [observed_target(1 / 3)]
+    assert observed_target(1 / 3)["error_budget_remaining"] == -32.333333
+
+
+def test_a_target_in_an_unscored_pool_shows_nothing_attained(ops_server: OpsServer):
+    ops_server.app[SCORECARD].cards.clear()
+    code, body = ops_server.get_json("/api/v1/forecasts/gpu_headroom")
+    (series,) = body
+    assert code == 200
+    assert series["target"]["attained"] == {
+        "live": {"tune": None, "1h": None, "6h": None, "24h": None},
+        "replay": TARGET.replay_attained,
+    }
+    assert series["target"]["error_budget_remaining"] is None
 
 
 def test_the_scorecard_without_pools_is_empty(ops_server: OpsServer):

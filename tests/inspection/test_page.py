@@ -20,9 +20,9 @@ import pytest
 from autoscaler.serving.provider import MetricInfo, ServedSeries, Snapshot
 from autoscaler.web import page as ui
 from autoscaler.web.notes import plain_notes
-from autoscaler.web.scorecard_views import scorecard_panel
+from autoscaler.web.scorecard_views import scorecard_panel, target_panel
 from tests.eventually import eventually_sync
-from tests.inspection.conftest import NOW, WINDOW, OpsServer, RealForecast, build_app, serve_in_thread
+from tests.inspection.conftest import NOW, TARGET, WINDOW, OpsServer, RealForecast, build_app, serve_in_thread
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
@@ -324,3 +324,35 @@ def test_the_scorecard_panel_counts_pods_and_runs_and_escapes_metric_names():
     # Allocation unknown; GPUs busy, from DCGM; the metric's name escaped.
     assert "<td>-</td><td>36 %</td><td>&lt;b&gt;: 0/0</td>" in html
     assert scorecard_panel(None) == ""
+
+
+def test_a_headroom_served_to_a_target_shows_it_observed_first(ops_server: OpsServer):
+    """The conftest's target (1 %) on pool a100, which had 1 of its 3 scored minutes short."""
+    html = html_of(ops_server, "/ui/gpu_headroom")
+    a100 = html[html.index("<h2>nodepool=a100</h2>") :]
+    assert "<h3>Target: at most 1 % of minutes with any GPU short</h3>" in a100
+    assert a100.index("Target: at most 1 %") < a100.index("What happened in this pool (live scorecard)")
+    header = "".join(f"<th>Live, {window}</th>" for window in ("tune window", "last 1h", "last 6h", "last 24h"))
+    assert f"{header}<th>Replay (tune window)</th><th>Error budget left</th>" in a100
+    # Live a third of the minutes short, 0.40 % in the replay, the budget overspent 32 times over.
+    assert "<td>33.33 %</td>" * 4 + "<td>0.40 %</td><td>-3233.33 %</td>" in a100
+    assert (
+        f"Serving <strong>{TARGET.chosen}</strong> (at 2020-05-28T23:00:00Z): {TARGET.reason}. "
+        "Live and replayed over a tune window of 7 days." in a100
+    )
+    # A demand forecast has no target: no panel.
+    assert "<h3>Target:" not in html_of(ops_server, "/ui/gpu_demand_forecast")
+
+
+def test_the_target_panel_before_any_choice_in_the_targets_own_unit_and_escaped():
+    target = {
+        "kind": "window_start_delay_p95_s", "value": 300.0, "description": "window pods started within 300 s at p95",
+        "tune_window_seconds": 86400.0,
+        "attained": {"live": {"tune": 402.0, "1h": None, "6h": 420.0, "24h": 420.0}, "replay": None},
+        "error_budget_remaining": None, "chosen": "p95", "chosen_at": None, "reason": "no choice yet <b>",
+    }  # fmt: skip
+    html = target_panel(target)
+    assert "<td>402 s</td><td>-</td><td>420 s</td><td>420 s</td><td>-</td><td>-</td>" in html
+    assert "Serving <strong>p95</strong> (no choice yet): no choice yet &lt;b&gt;." in html
+    assert "tune window of 1 day." in html
+    assert target_panel(None) == ""

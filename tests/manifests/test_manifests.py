@@ -738,9 +738,22 @@ def test_alerts_cover_what_an_operator_needs():
         "GpuAutoscalerAPIServiceUnavailable": (
             'aggregator_unavailable_apiservice{name="v1beta1.external.metrics.k8s.io"}'
         ),
+        # The SRE workbook's windows and burn rates (issue #36), against each headroom's target.
+        "GpuAutoscalerErrorBudgetBurnFast": "ratio_rate1h",
+        "GpuAutoscalerErrorBudgetBurnSlow": "ratio_rate6h",
     }
     for alert, needle in expected.items():
         assert needle in rules[alert]["expr"], alert
+    for alert, (long, short, rate) in {
+        "GpuAutoscalerErrorBudgetBurnFast": ("1h", "5m", "14.4"),
+        "GpuAutoscalerErrorBudgetBurnSlow": ("6h", "30m", "6"),
+    }.items():
+        burns = re.findall(
+            r"ratio_rate(\w+)\s*/ on \(namespace, nodepool\) group_right\s*max by \(namespace, nodepool, "
+            r"metric\) \(gpu_autoscaler_target_ratio\)\s*\) > ([0-9.]+)",
+            rules[alert]["expr"],
+        )
+        assert burns == [(long, rate), (short, rate)], alert
     # Live outcomes replace the backtest's hold-out figure (issue #26).
     assert "GpuAutoscalerUnderProvisioning" not in rules
     for rule in rules.values():
