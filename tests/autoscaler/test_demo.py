@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
 
 from autoscaler.quantity import parse_quantity
 from tests.autoscaler.demo_process import DemoProcess
 from tests.autoscaler.test_real_clients import kubectl_raw
+from tests.eventually import eventually
 
 
 @pytest.fixture
@@ -56,3 +59,37 @@ async def test_demo_serves_forecasts_to_kubectl(demo):
         if metric == "gpu_demand_forecast":
             # Helios Earth runs hundreds of GPUs at every hour of the trace.
             assert parse_quantity(item["value"]) > 100
+
+
+async def test_the_demo_scores_its_pool_against_its_target_within_two_refreshes(demo):
+    """The shop window shows the loop: the target, the pool's live attainment and the budget left, on
+    the scorecard API, /metrics and the page, by the second refresh after ready (60 s apart)."""
+    await demo.wait_ready()
+    async with aiohttp.ClientSession() as session:
+
+        async def scored() -> dict[str, Any] | None:
+            async with session.get(f"{demo.http_url}/api/v1/scorecard") as response:
+                assert response.status == 200
+                body = await response.json()
+            (pool,) = body["pools"]
+            return pool if pool["periods"]["1h"]["minutes_scored"] >= 1 else None
+
+        pool = await eventually(scored, message="a scored minute of demo-gpu", timeout=150, interval=1)
+        assert pool["pool"] == "demo-gpu"
+        hour = pool["periods"]["1h"]
+        # The replayed pool holds the trace's hundreds of GPUs on 8-GPU nodes, and some spare for the headroom.
+        assert hour["idle_gpu_hours"] > 0 and 0.5 < hour["gpu_allocation"] < 1.0
+        target = pool["targets"]["gpu_headroom"]
+        assert (target["kind"], target["value"], target["chosen"]) == ("minutes_short_fraction", 0.01, "p95")
+        live = target["attained"]["live"]["1h"]
+        assert live == hour["minutes_short_fraction"]
+        assert target["error_budget_remaining"] == pytest.approx(1.0 - target["attained"]["live"]["tune"] / 0.01)
+        async with session.get(f"{demo.http_url}/metrics") as response:
+            metrics = await response.text()
+        labels = '{metric="gpu_headroom",nodepool="demo-gpu"}'
+        assert f"gpu_autoscaler_target_ratio{labels} 0.01" in metrics
+        assert f"gpu_autoscaler_error_budget_remaining_ratio{labels}" in metrics
+        assert 'gpu_autoscaler_held_gpu_seconds_total{nodepool="demo-gpu"}' in metrics
+        async with session.get(f"{demo.http_url}/ui/gpu_headroom") as response:
+            page = await response.text()
+        assert response.status == 200 and "at most 1 % of minutes with any GPU short" in page
