@@ -20,11 +20,12 @@ from adapters.kubernetes.nodeclaims import LeadTimeHistory
 from adapters.kubernetes.pool_matching import UnplacedDemand, pool_name
 from adapters.kubernetes.watch import WatchGroup
 from adapters.prometheus.client import PrometheusSource
-from adapters.types import ScheduledWindow
-from autoscaler.config.gpu_unit_settings import pod_gpu_units
-from autoscaler.config.settings import Settings, WindowSettings
+from adapters.types import NODEPOOL_LABEL, ScheduledWindow
+from autoscaler.config.gpu_unit_settings import pod_gpu_units, pod_pool_label
+from autoscaler.config.settings import Settings, SignalSettings, WindowSettings
 from autoscaler.policy import Cap
-from autoscaler.refresh import demo
+from autoscaler.refresh import claimed_demand, demo
+from autoscaler.refresh.claimed_demand import ClaimedDemandSource
 from autoscaler.refresh.kube_inputs import KubernetesInputs, declared_windows, watch_settings
 from autoscaler.refresh.sources import KnownPools, PrometheusSignalSource, client_settings, signal_query
 from autoscaler.scorecard.capacity import PoolCapacity
@@ -152,7 +153,12 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
             prometheus = await stack.enter_async_context(PrometheusSource(client_settings(settings.prometheus)))
             pools = known_pools(inputs)
             sources = [
-                PrometheusSignalSource(prometheus, signal_query(spec), settings.forecast.lookback, pools)
+                with_claimed_gpus(
+                    settings,
+                    spec,
+                    PrometheusSignalSource(prometheus, signal_query(spec), settings.forecast.lookback, pools),
+                    inputs,
+                )
                 for spec in settings.signals
             ]
         windows: WindowsFunction | None = None
@@ -202,11 +208,26 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
         )
 
 
+def with_claimed_gpus(
+    settings: Settings, spec: SignalSettings, source: PrometheusSignalSource, inputs: KubernetesInputs | None
+) -> SignalSource:
+    """A ``gpus_requested`` signal split by pool alone, with the GPUs DRA claims use added from the claim
+    watch (``claimed_demand``: kube-state-metrics exports none); any other signal as it is."""
+    query = source.query
+    if inputs is None or inputs.claim_lookup() is None:
+        return source
+    if spec.preset != "gpus_requested" or query.split_by != (NODEPOOL_LABEL,):
+        return source
+    state_path = settings.state_dir / claimed_demand.file_name(query.name)
+    return ClaimedDemandSource(source, query, inputs.claimed_gpus, settings.forecast.lookback, state_path)
+
+
 def live_scorecard(
     settings: Settings, inputs: KubernetesInputs | None, prometheus: PrometheusSource | None
 ) -> LiveScorecard:
     """The live scorecard, fed by the Pending-pod watch (GPUs short, waits, window starts) and by
-    Prometheus (GPUs held and used); restored from the state directory."""
+    Prometheus (GPUs held and used, in the units and pools of the ``gpus_requested`` signals);
+    restored from the state directory."""
     plans = metric_plans(settings)
     placeholders = {p.placeholder_namespace for p in plans if p.placeholder_namespace}
     if settings.inputs is not None:
@@ -215,8 +236,15 @@ def live_scorecard(
     scorecard = LiveScorecard(
         headroom_metrics=[plan.metric for plan in plans if plan.kind == "headroom"],
         short_gpus=inputs.short_gpus if watching and inputs is not None else None,
-        capacity=PoolCapacity(prometheus, sorted(placeholders)) if prometheus is not None else None,
+        capacity=(
+            PoolCapacity(
+                prometheus, sorted(placeholders), pod_gpu_units(settings.signals), pod_pool_label(settings.signals)
+            )
+            if prometheus is not None
+            else None
+        ),
         state_path=settings.state_dir / SCORECARD_FILE,
+        dra_gpus=inputs.dra_gpus if inputs is not None else None,
     )
     if watching and inputs is not None:
         scorecard.pods = PodOutcomes(pod_pool=inputs.pod_gpus_and_pool, job=inputs.job, record=scorecard.record)

@@ -17,6 +17,7 @@ from autoscaler.scorecard.pools import PoolScorecard
 
 Cards = Callable[[], Mapping[str, PoolScorecard]]
 _POOL = ["nodepool"]
+_SHORT_COUNTERS = ("short_gpu_seconds", "minutes_short", "minutes_scored")
 
 
 class ScorecardMetrics(Collector):
@@ -29,7 +30,7 @@ class ScorecardMetrics(Collector):
         counters = {
             "short_gpu_seconds": "GPU-seconds requested by pods waiting for capacity",
             "minutes_short": "Minutes with any GPU short",
-            "minutes_scored": "Minutes the live scorecard sampled",
+            "minutes_scored": "Minutes the live scorecard sampled with GPUs short known",
             "idle_gpu_seconds": "GPU-seconds held by the pool's nodes and not requested by workloads",
             "held_gpu_seconds": "GPU-seconds of allocatable GPUs of the pool's nodes",
             "used_gpu_seconds": "GPU-seconds requested by non-placeholder pods on the pool's nodes",
@@ -43,7 +44,7 @@ class ScorecardMetrics(Collector):
             labels=_POOL,
         )
         for pool, card in sorted(cards.items()):
-            if card.last_sample is not None:
+            if card.last_sample is not None and not math.isnan(card.last_sample[1]):  # NaN: unknown, absent
                 short_now.add_metric([pool], card.last_sample[1])
             if card.busy:
                 busy_now.add_metric([pool], card.busy[-1][1])
@@ -51,6 +52,8 @@ class ScorecardMetrics(Collector):
         for name, documentation in counters.items():
             family = CounterMetricFamily(f"gpu_autoscaler_{name}", documentation, labels=_POOL)
             for pool, card in sorted(cards.items()):
+                if name in _SHORT_COUNTERS and not card.totals.minutes_scored:
+                    continue  # GPUs short never known (no Pending-pod watch): absent, not 0
                 family.add_metric([pool], getattr(card.totals, name))
             yield family
         for name, documentation, attribute in (
