@@ -7,10 +7,11 @@ backfills it (``promtool tsdb create-blocks-from openmetrics``, as ``prometheus_
 
 - kube-state-metrics (target ``job="kube-state-metrics"``): ``kube_node_info``, ``kube_node_labels`` (the
   allowlisted ``karpenter.sh/nodepool`` label as ``label_karpenter_sh_nodepool``, or the node's own
-  ``pool_label``), ``kube_node_status_allocatable`` (the node's ``resource``, ``replicas`` per GPU); per pod ``kube_pod_info``, ``kube_pod_status_phase`` (a series per
-  phase, 1 for the current one) and ``kube_pod_container_resource_requests`` (``resource`` sanitised as
-  kube-state-metrics does: ``nvidia.com/mig-1g.10gb`` is ``nvidia_com_mig_1g_10gb``; no ``node`` label
-  while the pod is unscheduled), ``kube_pod_created`` (its ``created`` time, else its start) and, for
+  ``pool_label``), ``kube_node_status_allocatable`` (the node's ``resource``, ``replicas`` per GPU);
+  per pod ``kube_pod_info``, ``kube_pod_status_phase`` (a series per phase, 1 for the current one)
+  and ``kube_pod_container_resource_requests`` (``resource`` sanitised as kube-state-metrics does:
+  ``nvidia.com/mig-1g.10gb`` is ``nvidia_com_mig_1g_10gb``; no ``node`` label while the pod is
+  unscheduled), ``kube_pod_created`` (its ``created`` time, else its start) and, for
   a pod on a node, ``kube_pod_status_scheduled_time`` (its start). A pod is exported from its start
   until it is deleted, Succeeded once it has ended. ``up{job="kube-state-metrics"}`` is 1, and 0 while
   the exporter is down (its target still discovered, the scrape failing): then none of its series are

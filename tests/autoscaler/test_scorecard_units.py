@@ -21,10 +21,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from adapters.kubernetes.dra_claims import EXTENDED_RESOURCE_CLAIM
 from autoscaler.config.settings import Settings
 from autoscaler.refresh.claimed_demand import ClaimedDemandSource
 from autoscaler.refresh.pipeline import Pipeline, open_pipeline
+from tests.adapters.test_dra_allocations import allocated_claim
 from tests.adapters.test_dra_claims import GPU_CLASS, resource_slice
 from tests.adapters.test_nodeclaims import nodeclaim
 from tests.autoscaler.live_cluster import HOUR, MINUTE, PLACEHOLDERS
@@ -131,27 +131,6 @@ async def test_a_time_sliced_pool_under_its_own_pool_label_is_scored_in_the_unit
         ],
     )
     assert demand == used == {"dra": 0.0, "mi300": 6.0, "shared": 3.0}
-
-
-def allocated_claim(name: str, node: str, devices: int, *, extended: bool = False) -> dict[str, Any]:
-    """A ResourceClaim the scheduler allocated on ``node`` and reserved for a running pod."""
-    annotations = {EXTENDED_RESOURCE_CLAIM: "true"} if extended else {}
-    request = {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": devices}}
-    results = [{"request": "gpus", "driver": "gpu.nvidia.com", "pool": node, "device": f"gpu-{i}"} for i in range(devices)]
-    on_node = {"key": "metadata.name", "operator": "In", "values": [node]}
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "ml", "annotations": annotations},
-        "spec": {"devices": {"requests": [request]}},
-        "status": {
-            "allocation": {
-                "devices": {"results": results},
-                "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [on_node]}]},
-            },
-            "reservedFor": [{"resource": "pods", "name": f"{name}-pod", "uid": f"uid-{name}"}],
-        },
-    }
 
 
 @contextlib.asynccontextmanager
