@@ -22,7 +22,7 @@ from adapters.kubernetes.watch import WatchGroup
 from adapters.prometheus.client import PrometheusSource
 from adapters.types import NODEPOOL_LABEL, ScheduledWindow
 from autoscaler.config.gpu_unit_settings import pod_gpu_units, pod_pool_label
-from autoscaler.config.settings import Settings, SignalSettings, WindowSettings
+from autoscaler.config.settings import Settings, WindowSettings
 from autoscaler.policy import Cap
 from autoscaler.refresh import claimed_demand, demo
 from autoscaler.refresh.claimed_demand import ClaimedDemandSource
@@ -151,16 +151,7 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
         prometheus: PrometheusSource | None = None
         if settings.prometheus is not None:
             prometheus = await stack.enter_async_context(PrometheusSource(client_settings(settings.prometheus)))
-            pools = known_pools(inputs)
-            sources = [
-                with_claimed_gpus(
-                    settings,
-                    spec,
-                    PrometheusSignalSource(prometheus, signal_query(spec), settings.forecast.lookback, pools),
-                    inputs,
-                )
-                for spec in settings.signals
-            ]
+            sources = signal_sources(settings, prometheus, inputs)
         windows: WindowsFunction | None = None
         lead_time: LeadTimeFunction | None = None
         caps: CapsFunction | None = None
@@ -208,18 +199,23 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
         )
 
 
-def with_claimed_gpus(
-    settings: Settings, spec: SignalSettings, source: PrometheusSignalSource, inputs: KubernetesInputs | None
-) -> SignalSource:
-    """A ``gpus_requested`` signal split by pool alone, with the GPUs DRA claims use added from the claim
-    watch (``claimed_demand``: kube-state-metrics exports none); any other signal as it is."""
-    query = source.query
-    if inputs is None or inputs.claim_lookup() is None:
-        return source
-    if spec.preset != "gpus_requested" or query.split_by != (NODEPOOL_LABEL,):
-        return source
-    state_path = settings.state_dir / claimed_demand.file_name(query.name)
-    return ClaimedDemandSource(source, query, inputs.claimed_gpus, settings.forecast.lookback, state_path)
+def signal_sources(
+    settings: Settings, prometheus: PrometheusSource, inputs: KubernetesInputs | None
+) -> list[SignalSource]:
+    """A source per configured signal. A ``gpus_requested`` signal split by pool alone gets the GPUs DRA
+    claims use added from the claim watch (``claimed_demand``: kube-state-metrics exports none)."""
+    sources: list[SignalSource] = []
+    for spec in settings.signals:
+        query = signal_query(spec)
+        source = PrometheusSignalSource(prometheus, query, settings.forecast.lookback, known_pools(inputs))
+        claims = inputs is not None and inputs.claim_lookup() is not None
+        if inputs is not None and claims and spec.preset == "gpus_requested" and query.split_by == (NODEPOOL_LABEL,):
+            state_path = settings.state_dir / claimed_demand.file_name(query.name)
+            lookback = settings.forecast.lookback
+            sources.append(ClaimedDemandSource(source, query, inputs.claimed_gpus, lookback, state_path))
+        else:
+            sources.append(source)
+    return sources
 
 
 def live_scorecard(

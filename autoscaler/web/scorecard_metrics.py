@@ -51,9 +51,7 @@ class ScorecardMetrics(Collector):
         yield from (short_now, busy_now)
         for name, documentation in counters.items():
             family = CounterMetricFamily(f"gpu_autoscaler_{name}", documentation, labels=_POOL)
-            for pool, card in sorted(cards.items()):
-                if name in _SHORT_COUNTERS and not card.totals.minutes_scored:
-                    continue  # GPUs short never known (no Pending-pod watch): absent, not 0
+            for pool, card in _reported(cards, name):
                 family.add_metric([pool], getattr(card.totals, name))
             yield family
         for name, documentation, attribute in (
@@ -87,6 +85,16 @@ class ScorecardMetrics(Collector):
                 if metric in self._quantiles:
                     target.add_metric([pool, metric], self._quantiles[metric])
         yield from (covered, judged, target)
+
+
+def _reported(cards: Mapping[str, PoolScorecard], counter: str) -> list[tuple[str, PoolScorecard]]:
+    """The pools a counter is exported for: a count of GPUs short is absent, not 0, for a pool whose GPUs
+    short were never known (no Pending-pod watch)."""
+    return [
+        (pool, card)
+        for pool, card in sorted(cards.items())
+        if counter not in _SHORT_COUNTERS or card.totals.minutes_scored
+    ]
 
 
 def _bound(seconds: float) -> str:

@@ -90,6 +90,11 @@ def settings(url: str, state_dir: Path, *, watch_pods: bool) -> Settings:
     )
 
 
+def pools(**periods: dict[str, Any]) -> list[dict[str, Any]]:
+    """The API's pools, each with the same figures over 1 h, 24 h and 7 d."""
+    return [{"pool": pool, "periods": every_period(figures)} for pool, figures in periods.items()]
+
+
 async def served_demand(pipeline: Pipeline, moment: pd.Timestamp) -> dict[str, float]:
     """The newest point of each pool's ``gpus_requested`` series, as the refresher reads it."""
     (source,) = pipeline.sources
@@ -122,14 +127,7 @@ async def test_a_time_sliced_pool_under_its_own_pool_label_is_scored_in_the_unit
     shared = period(0, None, None, round(5 * 2 / 60, 6), 3 / 8, busy=busy(2, 8))
     mi300 = period(0, None, None, round(2 * 2 / 60, 6), 6 / 8, waits(1, 300.0), busy=busy(6, 8))
     dra = period(0, None, None, 0.0, None, busy=None)  # no Kubernetes API: DRA's GPUs are not seen
-    assert (status, body["pools"]) == (
-        200,
-        [
-            {"pool": "dra", "periods": every_period(dra)},
-            {"pool": "mi300", "periods": every_period(mi300)},
-            {"pool": "shared", "periods": every_period(shared)},
-        ],
-    )
+    assert (status, body["pools"]) == (200, pools(dra=dra, mi300=mi300, shared=shared))
     assert demand == used == {"dra": 0.0, "mi300": 6.0, "shared": 3.0}
 
 
@@ -171,14 +169,7 @@ async def test_dra_claimed_gpus_are_held_used_and_served_as_demand_and_pending_p
     dra = period(2, 0, 0.0, round(6 * 2 / 60, 6), 2 / 8, busy=None)
     shared = period(2, 2, 4.0, round(5 * 2 / 60, 6), 3 / 8, busy=busy(2, 8))
     mi300 = period(2, 0, 0.0, round(2 * 2 / 60, 6), 6 / 8, busy=busy(6, 8))  # waits: from the pod watch
-    assert (status, body["pools"]) == (
-        200,
-        [
-            {"pool": "dra", "periods": every_period(dra)},
-            {"pool": "mi300", "periods": every_period(mi300)},
-            {"pool": "shared", "periods": every_period(shared)},
-        ],
-    )
+    assert (status, body["pools"]) == (200, pools(dra=dra, mi300=mi300, shared=shared))
     # The demand history holds the claimed GPUs from the first pull on, so forecasts learn from them.
     assert demand == used == {"dra": 2.0, "mi300": 6.0, "shared": 3.0}
 
