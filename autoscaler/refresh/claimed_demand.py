@@ -16,12 +16,15 @@ and ignored (the record starts again).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from adapters.prometheus.promql import SignalQuery, grid_end
@@ -52,47 +55,54 @@ class ClaimedDemandSource:
         self.claimed = claimed
         self.lookback = pd.Timedelta(lookback)
         self.state_path = state_path
-        self.recorded: dict[str, dict[pd.Timestamp, float]] = {}  # pool -> point -> GPUs
+        self.recorded: dict[str, dict[int, float]] = {}  # pool -> point (Unix seconds) -> GPUs, in time order
         self._restore()
 
     async def pull(self, now: datetime) -> list[Signal]:
         signals = await self.source.pull(now)  # raises as the source does: nothing recorded then
-        self.record(now)
+        if self.record(now) and self.state_path is not None:
+            # Off the event loop: two weeks of minutes of a few pools is a megabyte of JSON.
+            await asyncio.to_thread(self._save, self._document())
         return [self._with_claims(signal) for signal in signals]
 
-    def record(self, now: datetime) -> None:
-        """The GPUs claims use now, on the point the pull at ``now`` reads (the most seen while it lasts)."""
+    def record(self, now: datetime) -> bool:
+        """The GPUs claims use now, on the point the pull at ``now`` reads (the most seen while it lasts),
+        and none older than the lookback; whether the record changed."""
         point = grid_end(now, self.query.step) - self.query.label_offset
-        oldest = point - self.lookback
+        at_s, oldest_s = int(point.timestamp()), int((point - self.lookback).timestamp())
+        changed = False
         for pool, gpus in self.claimed().items():
-            if math.isfinite(gpus) and gpus > 0:
-                points = self.recorded.setdefault(pool, {})
-                points[point] = max(points.get(point, 0.0), gpus)
+            points = self.recorded.setdefault(pool, {})
+            if math.isfinite(gpus) and gpus > points.get(at_s, 0.0):
+                points[at_s] = gpus
+                changed = True
         for pool, points in list(self.recorded.items()):
-            for old in [at for at in points if at <= oldest]:
-                del points[old]
+            while points and next(iter(points)) <= oldest_s:
+                del points[next(iter(points))]
+                changed = True
             if not points:
                 del self.recorded[pool]
-        self._save()
+        return changed
 
     def _with_claims(self, signal: Signal) -> Signal:
         pool = signal.labels.get(NODEPOOL_LABEL)
         points = self.recorded.get(pool) if pool is not None and len(signal.labels) == 1 else None
         if not points:
             return signal
-        claimed = pd.Series(points, dtype="float64").reindex(signal.series.index).fillna(0.0)
-        return Signal(signal.name, signal.labels, signal.series + claimed, signal.step, signal.label_offset)
+        index = pd.to_datetime(np.fromiter(points, dtype=np.int64, count=len(points)), unit="s", utc=True)
+        claimed = pd.Series(np.fromiter(points.values(), dtype=np.float64, count=len(points)), index=index)
+        added = signal.series + claimed.reindex(signal.series.index).fillna(0.0)
+        return Signal(signal.name, signal.labels, added, signal.step, signal.label_offset)
 
-    def _save(self) -> None:
-        if self.state_path is None:
-            return
-        pools = {
-            pool: {at.isoformat(): gpus for at, gpus in sorted(points.items())}
-            for pool, points in self.recorded.items()
-        }
+    def _document(self) -> dict[str, Any]:
+        pools = {pool: {"at": list(points), "gpus": list(points.values())} for pool, points in self.recorded.items()}
+        return {"version": FORMAT_VERSION, "signal": self.name, "pools": pools}
+
+    def _save(self, document: dict[str, Any]) -> None:
+        assert self.state_path is not None  # noqa: S101 - pull saves only with a state path
         try:
             self.state_path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomically(self.state_path, {"version": FORMAT_VERSION, "signal": self.name, "pools": pools})
+            write_atomically(self.state_path, document)
         except OSError as error:  # a read-only or full disk must not stop serving
             log.warning("signal %s: could not save the DRA-claimed GPUs to %s: %s", self.name, self.state_path, error)
 
@@ -103,10 +113,11 @@ class ClaimedDemandSource:
             document = read_versioned(self.state_path, FORMAT_VERSION)
             if document is None:
                 return
-            self.recorded = {
-                str(pool): {pd.Timestamp(at): _count(gpus) for at, gpus in points.items()}
-                for pool, points in document["pools"].items()
-            }
+            for pool, columns in document["pools"].items():
+                times = [int(_count(at)) for at in columns["at"]]
+                if times != sorted(times) or len(times) != len(columns["gpus"]):
+                    raise ValueError(f"pool {pool}: the times are not in order or the columns differ in length")
+                self.recorded[str(pool)] = dict(zip(times, (_count(gpus) for gpus in columns["gpus"]), strict=True))
         except (UnusableFile, ValueError, KeyError, TypeError, AttributeError) as error:
             log.error("signal %s: ignoring %s (the DRA-claimed GPUs are recorded again from now): %s",
                       self.name, self.state_path, error)  # fmt: skip

@@ -57,7 +57,7 @@ async def test_a_garbled_record_is_said_and_the_record_starts_again(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "claims.json"
-    path.write_text('{"version": 1, "signal": "gpus_requested", "pools": {"a100": {"2026-11-20T09:00:00Z": -1}}}')
+    path.write_text('{"version": 1, "signal": "gpus_requested", "pools": {"a100": {"at": [1795000000], "gpus": [-1]}}}')
     with caplog.at_level(logging.ERROR):
         garbled = source({}, path, {"nodepool": "a100"})
     assert garbled.recorded == {}

@@ -179,6 +179,6 @@ async def test_dra_claimed_gpus_are_held_used_and_served_as_demand_and_pending_p
         (source,) = pipeline.sources
         assert isinstance(source, ClaimedDemandSource)
         # The pull at t0 + 2 min read the peak of the minute before, labelled by its start.
-        assert source.recorded["dra"] == {t0 + MINUTE: 2.0}
+        assert source.recorded["dra"] == {int((t0 + MINUTE).timestamp()): 2.0}
         assert (await served_demand(pipeline, t0 + 2 * MINUTE))["dra"] == 2.0
         assert (await served_demand(pipeline, t0 + 3 * MINUTE))["dra"] == 0.0  # the claim is gone
