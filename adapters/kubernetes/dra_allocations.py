@@ -7,7 +7,8 @@ from the watches.
   (``status.reservedFor``) counts its allocation's results, as ``dra_claims`` counts claims (the
   DeviceClass map; a claim several pods share counts once). The claim the scheduler makes for a
   DRA-backed extended resource never counts: the pod's ``nvidia.com/gpu`` already does. A Pending
-  pod's claim is not allocated yet and counts with Pending pods instead.
+  pod's claim is not allocated yet and counts with Pending pods instead. Claims in the placeholder
+  namespaces are capacity held ahead, not use.
 - **Held**: the devices of the DeviceClasses the map gives a number that the nodes publish in their
   current ResourceSlices. Classes counted by MIG profile are left out: their devices are slices of
   GPUs whose whole devices may be published too, and would be counted twice.
@@ -19,7 +20,7 @@ from the watches.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,14 +49,18 @@ def allocated_node(allocation: Mapping[str, Any]) -> str:
     return nodes.pop() if len(nodes) == 1 else ""
 
 
-def used_gpus(lookup: ClaimLookup) -> dict[str, float]:
+def used_gpus(lookup: ClaimLookup, placeholder_namespaces: Collection[str] = ()) -> dict[str, float]:
     """GPUs allocated claims reserved for pods take, per node (module docstring)."""
     per_node: dict[str, float] = {}
     for claim in lookup.claims.values():
         status = claim.get("status") or {}
         allocation = status.get("allocation")
-        annotations = (claim.get("metadata") or {}).get("annotations") or {}
-        if not allocation or not status.get("reservedFor") or annotations.get(EXTENDED_RESOURCE_CLAIM) == "true":
+        metadata = claim.get("metadata") or {}
+        if metadata.get("namespace") in placeholder_namespaces:
+            continue
+        if not allocation or not status.get("reservedFor"):
+            continue
+        if (metadata.get("annotations") or {}).get(EXTENDED_RESOURCE_CLAIM) == "true":
             continue
         gpus = claim_spec_gpus(claim.get("spec") or {}, status, lookup.device_classes).gpus
         if gpus > 0:
@@ -84,11 +89,12 @@ def held_gpus(lookup: ClaimLookup) -> tuple[dict[str, float], list[str]]:
     return per_node, problems
 
 
-def pool_gpus(lookup: ClaimLookup) -> PoolGpus:
+def pool_gpus(lookup: ClaimLookup, placeholder_namespaces: Collection[str] = ()) -> PoolGpus:
     """What DRA holds and uses in each pool now (module docstring)."""
     node_pools = lookup.devices.node_pools() if lookup.devices is not None else {}
     held, problems = held_gpus(lookup)
-    return PoolGpus(_by_pool(held, node_pools), _by_pool(used_gpus(lookup), node_pools), tuple(problems))
+    used = used_gpus(lookup, placeholder_namespaces)
+    return PoolGpus(_by_pool(held, node_pools), _by_pool(used, node_pools), tuple(problems))
 
 
 def _by_pool(per_node: Mapping[str, float], node_pools: Mapping[str, str]) -> dict[str, float]:

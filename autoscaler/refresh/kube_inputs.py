@@ -136,7 +136,7 @@ class KubernetesInputs:
         lookup = self.claim_lookup()
         if lookup is None:
             return None
-        found = dra_allocations.pool_gpus(lookup)
+        found = dra_allocations.pool_gpus(lookup, self.inputs.placeholder_namespaces)
         if found.problems != self._dra_problems:
             for problem in found.problems:
                 log.warning("DRA devices not counted as GPUs held: %s", problem)

@@ -53,8 +53,9 @@ def test_allocated_claims_reserved_for_pods_are_used_in_their_nodes_pools() -> N
         allocated_claim("extended", "node-3", 1, extended=True),  # the pod's nvidia.com/gpu counts it
         allocated_claim("fabric", None, 3),  # on no single node: pool ""
         allocated_claim("elsewhere", "node-9", 1),  # a node no NodeClaim launched: pool ""
+        allocated_claim("ahead", "node-1", 4, namespace="gpu-placeholders"),  # held ahead, not used
     )
-    assert pool_gpus(lookup(*claims)).used == {"a100": 3.0, "h100": 4.0, "": 4.0}
+    assert pool_gpus(lookup(*claims), ["gpu-placeholders"]).used == {"a100": 3.0, "h100": 4.0, "": 4.0}
 
 
 def test_held_are_the_devices_of_classes_counted_by_number_not_their_mig_slices() -> None:
