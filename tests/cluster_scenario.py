@@ -6,11 +6,12 @@ Prometheus holds after scraping both exporters every ``scrape_interval``, and :f
 backfills it (``promtool tsdb create-blocks-from openmetrics``, as ``prometheus_fixture`` does):
 
 - kube-state-metrics (target ``job="kube-state-metrics"``): ``kube_node_info``, ``kube_node_labels`` (the
-  allowlisted ``karpenter.sh/nodepool`` label as ``label_karpenter_sh_nodepool``),
-  ``kube_node_status_allocatable``; per pod ``kube_pod_info``, ``kube_pod_status_phase`` (a series per
-  phase, 1 for the current one) and ``kube_pod_container_resource_requests`` (``resource`` sanitised as
-  kube-state-metrics does: ``nvidia.com/mig-1g.10gb`` is ``nvidia_com_mig_1g_10gb``; no ``node`` label
-  while the pod is unscheduled), ``kube_pod_created`` (its ``created`` time, else its start) and, for
+  allowlisted ``karpenter.sh/nodepool`` label as ``label_karpenter_sh_nodepool``, or the node's own
+  ``pool_label``), ``kube_node_status_allocatable`` (the node's ``resource``, ``replicas`` per GPU);
+  per pod ``kube_pod_info``, ``kube_pod_status_phase`` (a series per phase, 1 for the current one)
+  and ``kube_pod_container_resource_requests`` (``resource`` sanitised as kube-state-metrics does:
+  ``nvidia.com/mig-1g.10gb`` is ``nvidia_com_mig_1g_10gb``; no ``node`` label while the pod is
+  unscheduled), ``kube_pod_created`` (its ``created`` time, else its start) and, for
   a pod on a node, ``kube_pod_status_scheduled_time`` (its start). A pod is exported from its start
   until it is deleted, Succeeded once it has ended. ``up{job="kube-state-metrics"}`` is 1, and 0 while
   the exporter is down (its target still discovered, the scrape failing): then none of its series are
@@ -51,6 +52,11 @@ class Node:
     model: str = "NVIDIA A100-SXM4-80GB"
     start: pd.Timestamp | None = None  # None: there from the scenario's start
     end: pd.Timestamp | None = None  # None: there until its end
+    # The extended resource its GPUs are allocatable as, and how many units each GPU is (time-slicing).
+    resource: str = "nvidia.com/gpu"
+    replicas: int = 1
+    # The kube_node_labels label that names its pool (the allowlisted node label, sanitised).
+    pool_label: str = "label_karpenter_sh_nodepool"
 
 
 @dataclass(frozen=True)
@@ -129,9 +135,9 @@ def start_prometheus(scenario: Scenario, work_dir: Path) -> PrometheusServer:
 
 def _add_node(add: Add, node: Node, exported: np.ndarray) -> None:
     add("kube_node_info", {**KSM_TARGET, **_node_info(node)}, exported, 1.0)
-    add("kube_node_labels", {**KSM_TARGET, "node": node.name, "label_karpenter_sh_nodepool": node.pool}, exported, 1)
-    allocatable = {**KSM_TARGET, "node": node.name, "resource": "nvidia_com_gpu", "unit": "integer"}
-    add("kube_node_status_allocatable", allocatable, exported, float(node.gpus))
+    add("kube_node_labels", {**KSM_TARGET, "node": node.name, node.pool_label: node.pool}, exported, 1)
+    allocatable = {**KSM_TARGET, "node": node.name, "resource": ksm_resource(node.resource), "unit": "integer"}
+    add("kube_node_status_allocatable", allocatable, exported, float(node.gpus * node.replicas))
 
 
 def _node_info(node: Node) -> dict[str, str]:

@@ -14,7 +14,8 @@
 - ``pool_matching``: which Karpenter NodePool a pod's GPUs land in; ``node_requirements``: node label
   requirements as Karpenter reasons about them.
 - ``gpu_requests``: GPU requests in pod specs and Kubernetes quantities; ``dra_claims`` and
-  ``dra_devices``: GPUs asked for through Dynamic Resource Allocation.
+  ``dra_devices``: GPUs asked for through Dynamic Resource Allocation; ``dra_allocations``: the GPUs
+  DRA devices hold and allocated claims use in each pool now.
 - ``nodeclaims``: provisioning lead times from Karpenter NodeClaims; ``nodeclaim_states``: one
   NodeClaim read as a launch; ``launch_record``: each pool's failed and slow launches.
 - ``resourcelimits``: ceilings on GPUs: NodePool ``spec.limits`` and namespace ResourceQuotas.

@@ -119,14 +119,18 @@ class DeviceInventory:
     device_classes: Lookup
     nodeclaims: Lookup
 
-    def pool_nodes(self, pool: str) -> set[str]:
-        nodes = set()
+    def node_pools(self) -> dict[str, str]:
+        """Each node a NodeClaim launched, and its NodeClaim's pool (``karpenter.sh/nodepool``)."""
+        pools = {}
         for claim in self.nodeclaims.values():
             labels = (claim.get("metadata") or {}).get("labels") or {}
             node = (claim.get("status") or {}).get("nodeName")
-            if labels.get(KARPENTER_NODEPOOL_LABEL) == pool and node:
-                nodes.add(str(node))
-        return nodes
+            if labels.get(KARPENTER_NODEPOOL_LABEL) and node:
+                pools[str(node)] = str(labels[KARPENTER_NODEPOOL_LABEL])
+        return pools
+
+    def pool_nodes(self, pool: str) -> set[str]:
+        return {node for node, of in self.node_pools().items() if of == pool}
 
     def _current_slices(self) -> list[Mapping[str, Any]]:
         """Slices of each (driver, pool) at its newest ``spec.pool.generation``: older ones are on their
@@ -153,16 +157,28 @@ class DeviceInventory:
             raise ValueError(f"allocationMode All: DeviceClass {device_class} not found")
         class_selectors = (found.get("spec") or {}).get("selectors") or []
         clauses = _selector_clauses(class_selectors) + _selector_clauses(selectors)
-        nodes = self.pool_nodes(pool)
+        per_node = self._matching(clauses, self.pool_nodes(pool))
+        if not per_node:
+            raise ValueError(f"allocationMode All: no node of NodePool {pool} publishes a ResourceSlice")
+        return max(per_node.values())
+
+    def class_devices(self, device_class: str) -> dict[str, int]:
+        """Devices of ``device_class`` each node publishes; raises ValueError naming a DeviceClass that
+        is not found or whose selectors are not read."""
+        found = self.device_classes.get(device_class)
+        if found is None:
+            raise ValueError(f"DeviceClass {device_class} not found")
+        return self._matching(_selector_clauses((found.get("spec") or {}).get("selectors") or []), None)
+
+    def _matching(self, clauses: Sequence[Clause], nodes: set[str] | None) -> dict[str, int]:
+        """Devices matching ``clauses`` per node (of ``nodes``; None: every node) in the current slices."""
         per_node: dict[str, int] = {}
         for resource_slice in self._current_slices():
             spec = resource_slice.get("spec") or {}
             node = spec.get("nodeName")
-            if node not in nodes:
+            if not node or (nodes is not None and node not in nodes):
                 continue
             driver = str(spec.get("driver", ""))
             count = sum(1 for device in spec.get("devices") or [] if matches(driver, device, clauses))
             per_node[str(node)] = per_node.get(str(node), 0) + count
-        if not per_node:
-            raise ValueError(f"allocationMode All: no node of NodePool {pool} publishes a ResourceSlice")
-        return max(per_node.values())
+        return per_node

@@ -127,7 +127,7 @@ def gpus_requested(
         "kube_pod_container_resource_requests",
         ("namespace", "pod", "container", "node"),
         GpuUnits.of(resource, mig, time_slicing),
-        _excluding(exclude_namespaces),
+        excluding(exclude_namespaces),
     )
     requests = aggregate("sum", ("namespace", "pod", "node"), per_container)
     phase = aggregate("max", ("namespace", "pod"), 'kube_pod_status_phase{phase=~"Pending|Running"}')
@@ -299,7 +299,9 @@ def _checked(aggregation: Aggregation) -> Aggregation:
     return aggregation
 
 
-def _excluding(namespaces: Sequence[str]) -> str:
+def excluding(namespaces: Sequence[str]) -> str:
+    """Label matchers (``, namespace!~"a|b"``) that leave out pods of ``namespaces``; raises ValueError
+    naming one that is not a namespace name."""
     for namespace in namespaces:
         if not _NAMESPACE.fullmatch(namespace):
             raise ValueError(f"exclude_namespaces: {namespace!r} is not a namespace name")

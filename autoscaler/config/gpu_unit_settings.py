@@ -1,6 +1,7 @@
-"""The GPU units Pending pods and CronJob windows count in: those of the ``gpus_requested`` signals
-their GPUs are added to (``adapters.gpu_units``), so both paths count the same pods the same way;
-and the DeviceClass map their DRA claims count by (``adapters.kubernetes.dra_claims``)."""
+"""The GPU units Pending pods, CronJob windows and the live scorecard count in: those of the
+``gpus_requested`` signals their GPUs are added to (``adapters.gpu_units``), so every path counts the
+same pods the same way, in the pools the same node label names; and the DeviceClass map their DRA
+claims count by (``adapters.kubernetes.dra_claims``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from adapters.gpu_units import WHOLE_GPU, GpuUnits
 from adapters.kubernetes.dra_claims import DEFAULT_DEVICE_CLASSES
+from adapters.prometheus.presets import KSM_NODEPOOL_LABEL
 from autoscaler.config.server_settings import STRICT
 from autoscaler.quantity import Number
 
@@ -27,6 +29,8 @@ class GpuSignal(Protocol):
     def mig(self) -> bool | None: ...
     @property
     def time_slicing(self) -> Mapping[str, int]: ...
+    @property
+    def nodepool_label(self) -> str | None: ...
 
 
 def signal_gpu_units(signal: GpuSignal) -> GpuUnits:
@@ -39,6 +43,16 @@ def pod_gpu_units(signals: Iterable[GpuSignal]) -> GpuUnits:
     ValueError naming a resource two of them count differently: the pods have one count."""
     units = [signal_gpu_units(signal) for signal in signals if signal.preset == "gpus_requested"]
     return functools.reduce(GpuUnits.merged, units) if units else GpuUnits()
+
+
+def pod_pool_label(signals: Iterable[GpuSignal]) -> str:
+    """The ``kube_node_labels`` label that names a node's pool in the ``gpus_requested`` signals (the
+    presets' default when none sets it). Raises ValueError when two of them name different labels:
+    the pools have one name."""
+    labels = {signal.nodepool_label or KSM_NODEPOOL_LABEL for signal in signals if signal.preset == "gpus_requested"}
+    if len(labels) > 1:
+        raise ValueError(f"the gpus_requested signals name their pools by different labels: {sorted(labels)}")
+    return labels.pop() if labels else KSM_NODEPOOL_LABEL
 
 
 class ResourceClaimSettings(BaseModel):

@@ -18,7 +18,7 @@ from adapters.prometheus.presets import Aggregation
 from adapters.prometheus.promql import PerStep
 from adapters.types import AdapterError
 from autoscaler.config.actuator_settings import ActuatorSettings
-from autoscaler.config.gpu_unit_settings import ResourceClaimSettings, pod_gpu_units
+from autoscaler.config.gpu_unit_settings import ResourceClaimSettings, pod_gpu_units, pod_pool_label
 from autoscaler.config.launch_settings import LaunchRecordSettings
 from autoscaler.config.preflight_settings import PreflightSettings
 from autoscaler.config.publication_settings import PublicationSettings
@@ -355,6 +355,7 @@ class Settings(_Strict):
         if self.signals and self.prometheus is None and not self.demo.enabled:
             raise ValueError("signals need a prometheus section (its url at least)")
         pod_gpu_units(self.signals)  # its ValueError names a resource the GPU signals count differently
+        pod_pool_label(self.signals)  # and this one two pool labels
         return self
 
     @model_validator(mode="after")

@@ -5,6 +5,8 @@
   pools a count of GPUs has, and the zeros it holds while their exporter is alive.
 - ``kube_inputs``: what the Kubernetes API tells (CronJob windows, NodeClaim lead times, GPU limits,
   the NodePools pods land in, Pending pods' GPUs), one watch per resource kind.
+- ``claimed_demand``: the GPUs DRA claims use, recorded from the claim watch and added to the GPU
+  demand history (kube-state-metrics exports none).
 - ``demo``: the embedded demo's inputs, replayed from public traces (no cluster, no Prometheus);
   ``demo_cluster``: its node pool, the served headroom replayed through the simulator's controller
   model, which the live scorecard scores.

@@ -21,6 +21,7 @@ from kubernetes_asyncio.client import ApiClient
 from adapters.gpu_units import GpuUnits
 from adapters.kubernetes import (
     cronjobs,
+    dra_allocations,
     dra_claims,
     dra_devices,
     nodeclaims,
@@ -97,6 +98,7 @@ class KubernetesInputs:
         )
         # The pending pods resolved to pools, and the watch positions they were resolved at.
         self._resolved: tuple[tuple[int | str, ...], list[pending_pods.PendingGpus]] = ((), [])
+        self._dra_problems: tuple[str, ...] = ()  # last said, so each is logged once
         # Told of every change of a Pending pod (the live scorecard's waits and window starts).
         self.pod_listeners: list[OnChange] = []
 
@@ -127,6 +129,24 @@ class KubernetesInputs:
             nodeclaims = self._nodeclaims.objects if self._nodeclaims is not None else {}
             devices = dra_devices.DeviceInventory(self._slices.objects, self._device_classes.objects, nodeclaims)
         return dra_claims.ClaimLookup(self._claims.objects, self._claim_templates.objects, classes, devices)
+
+    def dra_gpus(self) -> dra_allocations.PoolGpus | None:
+        """GPUs DRA devices hold and allocated claims use in each pool now (``dra_allocations``); None
+        when ResourceClaims are not watched."""
+        lookup = self.claim_lookup()
+        if lookup is None:
+            return None
+        found = dra_allocations.pool_gpus(lookup, self.inputs.placeholder_namespaces)
+        if found.problems != self._dra_problems:
+            for problem in found.problems:
+                log.warning("DRA devices not counted as GPUs held: %s", problem)
+            self._dra_problems = found.problems
+        return found
+
+    def claimed_gpus(self) -> dict[str, float]:
+        """GPUs allocated DRA claims use in each pool now (empty when claims are not watched)."""
+        found = self.dra_gpus()
+        return dict(found.used) if found is not None else {}
 
     def _pod_changed(self, cache: WatchCache, event: WatchEvent | None) -> None:
         for listener in self.pod_listeners:

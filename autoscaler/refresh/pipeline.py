@@ -22,10 +22,11 @@ from adapters.kubernetes.pool_matching import UnplacedDemand, pool_name
 from adapters.kubernetes.watch import WatchGroup
 from adapters.prometheus.client import PrometheusSource
 from adapters.types import NODEPOOL_LABEL, ScheduledWindow
-from autoscaler.config.gpu_unit_settings import pod_gpu_units
+from autoscaler.config.gpu_unit_settings import pod_gpu_units, pod_pool_label
 from autoscaler.config.settings import Settings, WindowSettings
 from autoscaler.policy import Cap
-from autoscaler.refresh import demo
+from autoscaler.refresh import claimed_demand, demo
+from autoscaler.refresh.claimed_demand import ClaimedDemandSource
 from autoscaler.refresh.demo_cluster import DemoCluster
 from autoscaler.refresh.kube_inputs import KubernetesInputs, declared_windows, watch_settings
 from autoscaler.refresh.sources import KnownPools, PrometheusSignalSource, client_settings, signal_query
@@ -184,11 +185,7 @@ async def open_pipeline(
         prometheus: PrometheusSource | None = None
         if settings.prometheus is not None:
             prometheus = await stack.enter_async_context(PrometheusSource(client_settings(settings.prometheus)))
-            pools = known_pools(inputs)
-            sources = [
-                PrometheusSignalSource(prometheus, signal_query(spec), settings.forecast.lookback, pools)
-                for spec in settings.signals
-            ]
+            sources = signal_sources(settings, prometheus, inputs)
         windows: WindowsFunction | None = None
         lead_time: LeadTimeFunction | None = None
         caps: CapsFunction | None = None
@@ -236,11 +233,31 @@ async def open_pipeline(
         )
 
 
+def signal_sources(
+    settings: Settings, prometheus: PrometheusSource, inputs: KubernetesInputs | None
+) -> list[SignalSource]:
+    """A source per configured signal. A ``gpus_requested`` signal split by pool alone gets the GPUs DRA
+    claims use added from the claim watch (``claimed_demand``: kube-state-metrics exports none)."""
+    sources: list[SignalSource] = []
+    for spec in settings.signals:
+        query = signal_query(spec)
+        source = PrometheusSignalSource(prometheus, query, settings.forecast.lookback, known_pools(inputs))
+        claims = inputs is not None and inputs.claim_lookup() is not None
+        if inputs is not None and claims and spec.preset == "gpus_requested" and query.split_by == (NODEPOOL_LABEL,):
+            state_path = settings.state_dir / claimed_demand.file_name(query.name)
+            lookback = settings.forecast.lookback
+            sources.append(ClaimedDemandSource(source, query, inputs.claimed_gpus, lookback, state_path))
+        else:
+            sources.append(source)
+    return sources
+
+
 def live_scorecard(
     settings: Settings, inputs: KubernetesInputs | None, prometheus: PrometheusSource | None
 ) -> LiveScorecard:
     """The live scorecard, fed by the Pending-pod watch (GPUs short, waits, window starts) and by
-    Prometheus (GPUs held and used); restored from the state directory."""
+    Prometheus (GPUs held and used, in the units and pools of the ``gpus_requested`` signals);
+    restored from the state directory."""
     plans = metric_plans(settings)
     placeholders = {p.placeholder_namespace for p in plans if p.placeholder_namespace}
     if settings.inputs is not None:
@@ -249,8 +266,15 @@ def live_scorecard(
     scorecard = LiveScorecard(
         headroom_metrics=[plan.metric for plan in plans if plan.kind == "headroom"],
         short_gpus=inputs.short_gpus if watching and inputs is not None else None,
-        capacity=PoolCapacity(prometheus, sorted(placeholders)) if prometheus is not None else None,
+        capacity=(
+            PoolCapacity(
+                prometheus, sorted(placeholders), pod_gpu_units(settings.signals), pod_pool_label(settings.signals)
+            )
+            if prometheus is not None
+            else None
+        ),
         state_path=settings.state_dir / SCORECARD_FILE,
+        dra_gpus=inputs.dra_gpus if inputs is not None else None,
     )
     if watching and inputs is not None:
         scorecard.pods = PodOutcomes(pod_pool=inputs.pod_gpus_and_pool, job=inputs.job, record=scorecard.record)

@@ -57,7 +57,7 @@ class MinuteLedger:
     """
 
     starts: np.ndarray
-    short_gpu_seconds: np.ndarray  # GPUs requested by pods waiting for capacity, integrated
+    short_gpu_seconds: np.ndarray  # GPUs requested by pods waiting for capacity, integrated (NaN: unknown)
     held_gpu_seconds: np.ndarray  # GPU capacity of the pool's nodes (launching ones included)
     used_gpu_seconds: np.ndarray  # GPUs requested by running non-placeholder pods
 
@@ -132,11 +132,14 @@ _SHORT_EPSILON_GPU_S = 1e-6
 
 
 def short_figures(ledger: MinuteLedger) -> ShortFigures:
+    """Over the minutes whose GPUs short are known: a live minute without a Pending-pod watch has NaN
+    short GPU-seconds and is not scored (its held and used GPUs still count)."""
     short = ledger.short_gpu_seconds
+    known = ~np.isnan(short)
     return ShortFigures(
-        short_gpu_minutes=float(short.sum()) / MINUTE_S,
-        minutes_short=int(np.count_nonzero(short > _SHORT_EPSILON_GPU_S)),
-        minutes_scored=len(ledger),
+        short_gpu_minutes=float(short[known].sum()) / MINUTE_S,
+        minutes_short=int(np.count_nonzero(short[known] > _SHORT_EPSILON_GPU_S)),
+        minutes_scored=int(np.count_nonzero(known)),
     )
 
 

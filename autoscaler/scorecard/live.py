@@ -1,7 +1,8 @@
 """The live scorecard of every pool this replica owns, collected once a refresh (docs/scorecard.md).
 
-Each refresh samples, per pool: GPUs short (pods waiting for capacity, from the Pending-pod watch),
-GPUs held and used (kube-state-metrics in Prometheus, ``scorecard.capacity``). Capacity waits and
+Each refresh samples, per pool: GPUs short (pods waiting for capacity, from the Pending-pod watch;
+unknown without it), GPUs held and used (kube-state-metrics in Prometheus, ``scorecard.capacity``,
+plus the GPUs DRA claims take, from the claim watch). Capacity waits and
 window start delays arrive from the pod watch (``scorecard.pods``). Each served headroom is kept
 until its lead time has passed, then judged against the demand realized meanwhile (live coverage).
 
@@ -20,6 +21,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
+
+from adapters.kubernetes.dra_allocations import PoolGpus
 from adapters.types import NODEPOOL_LABEL, AdapterError
 from autoscaler.scorecard import store as scorecard_store
 from autoscaler.scorecard.capacity import PodWait
@@ -32,6 +36,8 @@ log = logging.getLogger(__name__)
 
 MAX_AWAITING = 10_000  # served values awaiting judgment per (metric, pool)
 ShortGpus = Callable[[], Mapping[str, float]]
+# GPUs DRA devices hold and allocated claims use in each pool, from the watches (None: not watched).
+DraGpus = Callable[[], PoolGpus | None]
 
 
 class CapacityReader(Protocol):
@@ -53,9 +59,11 @@ class LiveScorecard:
         short_gpus: ShortGpus | None = None,
         capacity: CapacityReader | None = None,
         state_path: Path | None = None,
+        dra_gpus: DraGpus | None = None,
     ) -> None:
         self.headroom_metrics = tuple(headroom_metrics)
         self.short_gpus = short_gpus
+        self.dra_gpus = dra_gpus
         self.capacity = capacity
         self.state_path = state_path
         self.cards: dict[str, PoolScorecard] = {}
@@ -77,9 +85,13 @@ class LiveScorecard:
         return {pool: card for pool, card in self.cards.items() if self.owns(pool)}
 
     def pool_ledger(self, pool: str) -> MinuteLedger | None:
-        """The minute ledger of a pool this replica scores (None otherwise): a target calibrates on it."""
+        """The minutes of a pool this replica scores whose GPUs short are known (None: not scored): a
+        target calibrates on them."""
         card = self.cards.get(pool) if self.owns(pool) else None
-        return None if card is None else card.ledger()
+        if card is None:
+            return None
+        ledger = card.ledger()
+        return ledger.only(np.isfinite(ledger.short_gpu_seconds))
 
     def card(self, pool: str) -> PoolScorecard:
         return self.cards.setdefault(pool, PoolScorecard())
@@ -107,9 +119,11 @@ class LiveScorecard:
 
     async def _collect(self, now: datetime, snapshot: Snapshot | None) -> None:
         now_s = now.timestamp()
-        short = dict(self.short_gpus()) if self.short_gpus is not None else {}
+        # Without a Pending-pod watch no pod waiting for capacity is seen: GPUs short are unknown (None).
+        short = dict(self.short_gpus()) if self.short_gpus is not None else None
         held: dict[str, float] = {}
         used: dict[str, float] = {}
+        dra: PoolGpus | None = None
         if self.capacity is not None:
             try:
                 held, used = await self.capacity.read(now)
@@ -117,16 +131,25 @@ class LiveScorecard:
                     self._prometheus_waits(now_s, await self.capacity.waits(now))
             except AdapterError as error:
                 log.error("scorecard: GPUs held and used not read (%s); minute %s not sampled", error, now)
-                short = {}
-        for pool in sorted((set(short) | set(held)) - {""}):
+                short, held = {}, {}
+            else:
+                dra = self.dra_gpus() if self.dra_gpus is not None else None
+        if dra is not None:  # kube-state-metrics exports no DRA device: added from the watches
+            held = _added(held, dra.held)
+            used = _added(used, dra.used)
+        for pool in sorted((set(short or {}) | set(held)) - {""}):
             if not self.owns(pool):
                 continue
-            values = (short.get(pool, 0.0), held.get(pool, 0.0), used.get(pool, 0.0))
-            if not all(math.isfinite(v) and v >= 0 for v in values):
-                log.error("scorecard: pool %s at %s: short, held, used %s: not counts; not sampled", pool, now, values)
+            short_now = short.get(pool, 0.0) if short is not None else None
+            values = (held.get(pool, 0.0), used.get(pool, 0.0))
+            if not all(math.isfinite(v) and v >= 0 for v in (*values, short_now or 0.0)):
+                log.error(
+                    "scorecard: pool %s at %s: short, held, used %s: not counts; not sampled",
+                    pool, now, (short_now, *values),
+                )  # fmt: skip
                 continue
             try:
-                self.card(pool).sample(now_s, *values)
+                self.card(pool).sample(now_s, short_now, *values)
             except ValueError as error:
                 log.error("scorecard: pool %s: %s", pool, error)
         await self._busy(now)
@@ -234,3 +257,7 @@ class LiveScorecard:
             except ValueError as error:
                 log.error("scorecard: %s: pods: %s", self.state_path, error)
         log.info("scorecard: restored %d pools from %s", len(self.cards), self.state_path)
+
+
+def _added(counts: Mapping[str, float], more: Mapping[str, float]) -> dict[str, float]:
+    return {pool: counts.get(pool, 0.0) + more.get(pool, 0.0) for pool in set(counts) | set(more)}

@@ -3,6 +3,8 @@
 Samples taken once a refresh (GPUs short, held and used at that moment) are integrated into the
 per-minute ledger of ``scorecard`` with its own ``integrate_per_minute``: a sample holds until the
 next one, for at most ``MAX_HOLD_S`` (a service that was down does not score the minutes it missed).
+GPUs short may be unknown (no Pending-pod watch): a minute no known sample covers has NaN short
+GPU-seconds (``null`` on disk) and is not *scored*; its held and used GPUs count all the same.
 Every figure the API shows is read from that ledger and those lists with ``scorecard``'s functions,
 so live and simulated figures mean the same. The totals only grow (Prometheus rates them over any
 window) and are kept across restarts with the rest (``document`` / ``from_document``).
@@ -96,7 +98,7 @@ class PoolScorecard:
     def __init__(self) -> None:
         # minute start -> [short, held, used] GPU-seconds, in time order (samples come in order)
         self.minutes: dict[float, list[float]] = {}
-        self.last_sample: tuple[float, float, float, float] | None = None  # at, short, held, used
+        self.last_sample: tuple[float, float, float, float] | None = None  # at, short (NaN: unknown), held, used
         self.waits: deque[tuple[float, float]] = deque(maxlen=MAX_EVENTS)  # (scheduled at, seconds)
         self.window_delays: deque[tuple[float, float]] = deque(maxlen=MAX_EVENTS)  # (run at, seconds)
         # DCGM's busy share of the pool's GPUs at each sample (where dcgm-exporter runs): a week of
@@ -113,9 +115,9 @@ class PoolScorecard:
         self._version = 0
         self._arrays: tuple[int, _Arrays] | None = None
 
-    def sample(self, at_s: float, short: float, held: float, used: float) -> None:
-        """GPUs short, held and used at ``at_s``; the previous sample is integrated up to it."""
-        for value in (at_s, short, held, used):
+    def sample(self, at_s: float, short: float | None, held: float, used: float) -> None:
+        """GPUs short (None: unknown), held and used at ``at_s``; the previous sample is integrated up to it."""
+        for value in (at_s, 0.0 if short is None else short, held, used):
             if not math.isfinite(value) or value < 0:
                 raise ValueError(f"sample at {at_s!r}: {value!r} is not a finite number >= 0")
         previous = self.last_sample
@@ -123,29 +125,36 @@ class PoolScorecard:
             raise ValueError(f"sample at {at_s:g} is older than the last one ({previous[0]:g})")
         if previous is not None:
             self._integrate(previous, min(at_s, previous[0] + MAX_HOLD_S))
-        self.last_sample = (at_s, short, held, used)
+        self.last_sample = (at_s, math.nan if short is None else short, held, used)
         self._trim(at_s)
         self._version += 1
 
     def _integrate(self, sample: tuple[float, float, float, float], end_s: float) -> None:
-        at_s, *rates = sample
+        at_s, short_rate, *rates = sample
+        known = not math.isnan(short_rate)
         first = math.floor(at_s / MINUTE_S) * MINUTE_S
-        per_minute = [integrate_per_minute(np.array([at_s]), np.array([rate]), first, end_s) for rate in rates]
+        per_minute = [
+            integrate_per_minute(np.array([at_s]), np.array([rate]), first, end_s)
+            for rate in (short_rate if known else 0.0, *rates)
+        ]
         for offset, seconds in enumerate(zip(*per_minute, strict=True)):
             start = first + offset * MINUTE_S
             short, held, used = (float(value) for value in seconds)
-            row = self.minutes.get(start)
-            if row is None:
-                row = self.minutes[start] = [0.0, 0.0, 0.0]
-                self.totals.minutes_scored += 1
-            was_short = minute_is_short(row[0])
-            row[0], row[1], row[2] = row[0] + short, row[1] + held, row[2] + used
-            if not was_short and minute_is_short(row[0]):
-                self.totals.minutes_short += 1
-            self.totals.short_gpu_seconds += short
+            row = self.minutes.setdefault(start, [math.nan, 0.0, 0.0])
+            row[1], row[2] = row[1] + held, row[2] + used
             self.totals.held_gpu_seconds += held
             self.totals.used_gpu_seconds += used
             self.totals.idle_gpu_seconds += held - used
+            if not known:
+                continue
+            if math.isnan(row[0]):  # scored from the first known part of it on
+                row[0] = 0.0
+                self.totals.minutes_scored += 1
+            was_short = minute_is_short(row[0])
+            row[0] += short
+            if not was_short and minute_is_short(row[0]):
+                self.totals.minutes_short += 1
+            self.totals.short_gpu_seconds += short
 
     def record_wait(self, at_s: float, wait_s: float) -> None:
         self.waits.append((at_s, wait_s))
@@ -224,11 +233,12 @@ class PoolScorecard:
             judged[metric] = {"covered": covered, "judged": count, "coverage": covered / count if count else None}
         allocation = gpu_allocation(minutes)
         busy = _within(arrays.busy, start_s, end_s)[:, 1]
+        scored = shorts.minutes_scored > 0 or not len(minutes)  # else GPUs short were unknown throughout
         return {
             "minutes_scored": shorts.minutes_scored,
-            "minutes_short": shorts.minutes_short,
-            "minutes_short_fraction": _rounded(shorts.minutes_short_fraction),
-            "short_gpu_minutes": _rounded(shorts.short_gpu_minutes),
+            "minutes_short": shorts.minutes_short if scored else None,
+            "minutes_short_fraction": _rounded(shorts.minutes_short_fraction) if scored else None,
+            "short_gpu_minutes": _rounded(shorts.short_gpu_minutes) if scored else None,
             "idle_gpu_hours": _rounded(idle_gpu_hours(minutes)),
             "gpu_allocation": None if allocation is None else _rounded(allocation),
             "busy_utilization": _rounded(float(busy.mean())) if len(busy) else None,
@@ -241,8 +251,8 @@ class PoolScorecard:
         """Everything, as JSON-ready columns (a week of minutes is 10,080 rows: lists of rows cost more
         to build and to write). Copies: it may be written by another thread while sampling goes on."""
         return {
-            "minutes": _columns((start, *row) for start, row in self.minutes.items()),
-            "last_sample": list(self.last_sample) if self.last_sample is not None else None,
+            "minutes": _columns((start, _known(row[0]), row[1], row[2]) for start, row in self.minutes.items()),
+            "last_sample": None if self.last_sample is None else [_known(value) for value in self.last_sample],
             "waits": _columns(self.waits, EVENT_COLUMNS),
             "window_delays": _columns(self.window_delays, EVENT_COLUMNS),
             "busy": _columns(self.busy, BUSY_COLUMNS),
@@ -259,13 +269,16 @@ class PoolScorecard:
         if not isinstance(document, dict):
             raise ValueError("not a JSON object")
         card = cls()
-        minutes = _rows(document, "minutes", MINUTE_COLUMNS)
+        minutes = _rows(document, "minutes", MINUTE_COLUMNS, unknown=("short_gpu_seconds",))
         if [row[0] for row in minutes] != sorted(row[0] for row in minutes):
             raise ValueError("minutes.start: not in time order")
         card.minutes = {row[0]: list(row[1:]) for row in minutes}
         last = document.get("last_sample")
         if last is not None:
-            card.last_sample = tuple(_numbers(last, 4, "last_sample"))  # type: ignore[assignment]
+            at_s, short, held, used = _numbers(last, 4, "last_sample", unknown=True)
+            if math.isnan(at_s) or math.isnan(held) or math.isnan(used):
+                raise ValueError("last_sample: only its GPUs short may be unknown (null)")
+            card.last_sample = (at_s, short, held, used)
         card.waits.extend((at, seconds) for at, seconds in _rows(document, "waits", EVENT_COLUMNS))
         card.window_delays.extend((at, seconds) for at, seconds in _rows(document, "window_delays", EVENT_COLUMNS))
         for at, fraction in _rows(document, "busy", BUSY_COLUMNS):
@@ -308,12 +321,18 @@ def _non_negative(value: Any, where: str, *, signed: bool = False) -> float:
     return float(value)
 
 
-def _numbers(entry: Any, length: int | None, where: str, *, signed: bool = False) -> list[float]:
-    """``length`` numbers (None: up to a week of minutes and the event bound)."""
+def _known(value: float) -> float | None:
+    """NaN (unknown GPUs short) as JSON's null."""
+    return None if math.isnan(value) else value
+
+
+def _numbers(entry: Any, length: int | None, where: str, *, signed: bool = False, unknown: bool = False) -> list[float]:
+    """``length`` numbers (None: up to a week of minutes and the event bound); ``unknown``: null, read
+    as NaN, is one too."""
     limit = int(KEEP_S / MINUTE_S) + MAX_EVENTS
     if not isinstance(entry, list) or (len(entry) != length if length is not None else len(entry) > limit):
         raise ValueError(f"{where}: not a list of {length if length is not None else f'at most {limit}'} numbers")
-    return [_non_negative(value, where, signed=signed) for value in entry]
+    return [math.nan if unknown and value is None else _non_negative(value, where, signed=signed) for value in entry]
 
 
 def _mapping(document: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -323,18 +342,29 @@ def _mapping(document: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value
 
 
-def _columns(rows: Iterable[Sequence[float]], names: Sequence[str] = MINUTE_COLUMNS) -> dict[str, list[float]]:
+def _columns(
+    rows: Iterable[Sequence[float | None]], names: Sequence[str] = MINUTE_COLUMNS
+) -> dict[str, list[float | None]]:
     columns = [list(column) for column in zip(*rows, strict=True)] or [[] for _ in names]
     return dict(zip(names, columns, strict=True))
 
 
 def _rows(
-    document: Mapping[str, Any], key: str, names: Sequence[str], *, where: str = "", signed: Sequence[str] = ()
+    document: Mapping[str, Any],
+    key: str,
+    names: Sequence[str],
+    *,
+    where: str = "",
+    signed: Sequence[str] = (),
+    unknown: Sequence[str] = (),
 ) -> list[tuple[float, ...]]:
     """The rows of columns ``names`` of ``document[key]``, each checked: finite, and not negative unless
-    the column is ``signed``; the columns of one length."""
+    the column is ``signed``, or null (NaN) where it is ``unknown``; the columns of one length."""
     columns = _mapping(document, key)
-    checked = [_numbers(columns.get(name, []), None, f"{where}{key}.{name}", signed=name in signed) for name in names]
+    checked = [
+        _numbers(columns.get(name, []), None, f"{where}{key}.{name}", signed=name in signed, unknown=name in unknown)
+        for name in names
+    ]
     if len({len(column) for column in checked}) > 1:
         raise ValueError(f"{where}{key}: columns {', '.join(names)} differ in length")
     return list(zip(*checked, strict=True))

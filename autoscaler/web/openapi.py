@@ -177,8 +177,10 @@ def _scorecard_schemas() -> dict[str, Any]:
     coverage = _object({"covered": count, "judged": count, "coverage": _nullable({"type": "number"})})
     period = _object(
         {
-            "minutes_scored": count, "minutes_short": count, "minutes_short_fraction": amount,
-            "short_gpu_minutes": amount, "idle_gpu_hours": {"type": "number"},
+            "minutes_scored": {**count, "description": "minutes whose GPUs short are known"},
+            "minutes_short": _nullable({**count, "description": "null: GPUs short unknown (no Pending-pod watch)"}),
+            "minutes_short_fraction": _nullable(amount), "short_gpu_minutes": _nullable(amount),
+            "idle_gpu_hours": {"type": "number"},
             "gpu_allocation": _nullable({"type": "number"}),
             "busy_utilization": _nullable({"type": "number", "minimum": 0, "maximum": 1}),
             "capacity_wait_seconds": waits,

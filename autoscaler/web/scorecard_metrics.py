@@ -17,6 +17,7 @@ from autoscaler.scorecard.pools import PoolScorecard
 
 Cards = Callable[[], Mapping[str, PoolScorecard]]
 _POOL = ["nodepool"]
+_SHORT_COUNTERS = ("short_gpu_seconds", "minutes_short", "minutes_scored")
 
 
 class ScorecardMetrics(Collector):
@@ -29,7 +30,7 @@ class ScorecardMetrics(Collector):
         counters = {
             "short_gpu_seconds": "GPU-seconds requested by pods waiting for capacity",
             "minutes_short": "Minutes with any GPU short",
-            "minutes_scored": "Minutes the live scorecard sampled",
+            "minutes_scored": "Minutes the live scorecard sampled with GPUs short known",
             "idle_gpu_seconds": "GPU-seconds held by the pool's nodes and not requested by workloads",
             "held_gpu_seconds": "GPU-seconds of allocatable GPUs of the pool's nodes",
             "used_gpu_seconds": "GPU-seconds requested by non-placeholder pods on the pool's nodes",
@@ -43,14 +44,14 @@ class ScorecardMetrics(Collector):
             labels=_POOL,
         )
         for pool, card in sorted(cards.items()):
-            if card.last_sample is not None:
+            if card.last_sample is not None and not math.isnan(card.last_sample[1]):  # NaN: unknown, absent
                 short_now.add_metric([pool], card.last_sample[1])
             if card.busy:
                 busy_now.add_metric([pool], card.busy[-1][1])
         yield from (short_now, busy_now)
         for name, documentation in counters.items():
             family = CounterMetricFamily(f"gpu_autoscaler_{name}", documentation, labels=_POOL)
-            for pool, card in sorted(cards.items()):
+            for pool, card in _reported(cards, name):
                 family.add_metric([pool], getattr(card.totals, name))
             yield family
         for name, documentation, attribute in (
@@ -84,6 +85,16 @@ class ScorecardMetrics(Collector):
                 if metric in self._quantiles:
                     target.add_metric([pool, metric], self._quantiles[metric])
         yield from (covered, judged, target)
+
+
+def _reported(cards: Mapping[str, PoolScorecard], counter: str) -> list[tuple[str, PoolScorecard]]:
+    """The pools a counter is exported for: a count of GPUs short is absent, not 0, for a pool whose GPUs
+    short were never known (no Pending-pod watch)."""
+    return [
+        (pool, card)
+        for pool, card in sorted(cards.items())
+        if counter not in _SHORT_COUNTERS or card.totals.minutes_scored
+    ]
 
 
 def _bound(seconds: float) -> str:

@@ -22,6 +22,10 @@ from autoscaler.serving.provider import Snapshot
 from autoscaler.web.keys import CLOCK, SCORECARD, SNAPSHOTS
 
 SCORECARD_PATH = "/api/v1/scorecard"
+_SHORT_UNKNOWN = (
+    '<p class="note">GPUs short are unknown: no Pending-pod watch runs (<code>inputs.pending_pods</code> off, or no '
+    "Kubernetes API), so no pod waiting for capacity is seen. GPUs held, used and idle are still measured.</p>"
+)
 
 
 def _stamp(moment: datetime) -> str:
@@ -121,8 +125,10 @@ def scorecard_panel(periods: Mapping[str, Mapping[str, Any]] | None) -> str:
         allocation, busy = figures["gpu_allocation"], figures["busy_utilization"]
         cells = (
             name,
-            f"{figures['minutes_short']} of {figures['minutes_scored']}",
-            f"{figures['short_gpu_minutes']:.1f}",
+            "unknown"
+            if figures["minutes_short"] is None
+            else f"{figures['minutes_short']} of {figures['minutes_scored']}",
+            "unknown" if figures["short_gpu_minutes"] is None else f"{figures['short_gpu_minutes']:.1f}",
             " / ".join(_minutes(wait[key]) for key in ("p50", "p95", "max")) + _count(wait["count"], "pod"),
             _minutes(delay["p95"]) + _count(delay["count"], "run"),
             f"{figures['idle_gpu_hours']:.1f}",
@@ -131,9 +137,10 @@ def scorecard_panel(periods: Mapping[str, Mapping[str, Any]] | None) -> str:
             _coverage(figures["coverage"]),
         )
         rows.append("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in cells) + "</tr>")
+    unknown = any(figures["minutes_short"] is None for figures in periods.values())
     return (
         '<div class="scorecard table-wrap"><h3>What happened in this pool (live scorecard)</h3>'
-        f'<table class="scorecard">{header}{"".join(rows)}</table></div>'
+        f'<table class="scorecard">{header}{"".join(rows)}</table>{_SHORT_UNKNOWN if unknown else ""}</div>'
     )
 
 

@@ -28,6 +28,7 @@ from autoscaler.refresh.pipeline import Pipeline, open_pipeline
 from autoscaler.scorecard.live import LiveScorecard
 from autoscaler.serving.provider import SnapshotProvider, empty_snapshot
 from autoscaler.web.readiness import Readiness
+from autoscaler.web.scorecard_views import scorecard_panel
 from autoscaler.web.self_metrics import SelfMetrics
 from tests.autoscaler.live_cluster import HOUR, MINUTE, PLACEHOLDERS
 from tests.cluster_scenario import BUSY_UTILIZATION, Node, Pod, Scenario, start_prometheus
@@ -122,8 +123,8 @@ def waits(count: int = 0, value: float | None = None) -> dict[str, Any]:
 
 def period(
     scored: int,
-    short: int,
-    short_gpu_minutes: float,
+    short: int | None,
+    short_gpu_minutes: float | None,
     idle: float,
     allocation: float | None,
     capacity_wait: dict[str, Any] | None = None,
@@ -135,7 +136,7 @@ def period(
     return {
         "minutes_scored": scored,
         "minutes_short": short,
-        "minutes_short_fraction": round(short / scored, 6) if scored else 0.0,
+        "minutes_short_fraction": None if short is None else round(short / scored, 6) if scored else 0.0,
         "short_gpu_minutes": short_gpu_minutes,
         "idle_gpu_hours": idle,
         "gpu_allocation": allocation,
@@ -357,21 +358,33 @@ async def test_where_only_prometheus_shows_pods_their_capacity_waits_come_from_k
         for minute in range(3):  # the pod was scheduled at t0 - 50 min: in the window of each of these
             await score_at(pipeline, pipeline.scorecard, t0 - 49 * MINUTE + minute * MINUTE)
         status, body, metrics = await api_answer(pipeline, (t0 - 47 * MINUTE).to_pydatetime())
-    # The late pod's GPU too: 4 + 2 + 1 of 16 held.
-    a100 = period(2, 0, 0.0, round(11 * 2 / 60, 6), round(5 / 16, 6), waits(1, 300.0), busy=busy(7, 16))
+    # The late pod's GPU too: 4 + 2 + 1 of 16 held. Without the Pending-pod watch no pod waiting for
+    # capacity is seen: GPUs short are unknown (null), so no minute is scored; held, used, idle count.
+    a100 = period(0, None, None, round(11 * 2 / 60, 6), round(5 / 16, 6), waits(1, 300.0), busy=busy(7, 16))
     assert (status, body) == (
         200,
         {
             "at": f"{t0 - 47 * MINUTE:%Y-%m-%dT%H:%M:%SZ}",
             "pools": [
                 {"pool": "a100", "periods": every_period(a100), "targets": {}},
-                {"pool": "h100", "periods": every_period(period(2, 0, 0.0, 0.0, 1.0, busy=busy(8, 8))), "targets": {}},
+                {
+                    "pool": "h100",
+                    "periods": every_period(period(0, None, None, 0.0, 1.0, busy=busy(8, 8))),
+                    "targets": {},
+                },
                 {
                     "pool": "l4",
-                    "periods": every_period(period(2, 0, 0.0, round(8 * 2 / 60, 6), 0.0, busy=0.0)),
+                    "periods": every_period(period(0, None, None, round(8 * 2 / 60, 6), 0.0, busy=0.0)),
                     "targets": {},
                 },
             ],
         },
     )
     assert sample(metrics, "gpu_autoscaler_capacity_wait_seconds_count", "a100") == 1
+    assert sample(metrics, "gpu_autoscaler_idle_gpu_seconds_total", "l4") == 8 * 2 * 60
+    for absent in ("gpu_autoscaler_gpus_short", "gpu_autoscaler_short_gpu_seconds_total",
+                   "gpu_autoscaler_minutes_short_total", "gpu_autoscaler_minutes_scored_total"):  # fmt: skip
+        with pytest.raises(AssertionError, match="is not on /metrics"):
+            sample(metrics, absent, "a100")
+    panel = scorecard_panel(body["pools"][0]["periods"])
+    assert "<td>unknown</td>" in panel and "GPUs short are unknown: no Pending-pod watch runs" in panel

@@ -139,3 +139,30 @@ def test_a_corrupt_document_is_refused_naming_the_field(change: dict[str, object
 def test_wait_buckets_are_sorted() -> None:
     assert list(WAIT_BUCKETS_S) == sorted(WAIT_BUCKETS_S)
     assert np.all(np.diff(WAIT_BUCKETS_S) > 0)
+
+
+def test_minutes_with_gpus_short_unknown_count_held_and_used_but_are_not_scored() -> None:
+    card = PoolScorecard()
+    for minute in range(10):  # no Pending-pod watch for 10 minutes, then one: 4 GPUs short for 5
+        card.sample(T0 + minute * 60, None, 8.0, 6.0)
+    for minute in range(10, 16):
+        card.sample(T0 + minute * 60, 4.0 if minute < 15 else 0.0, 8.0, 6.0)
+    hour = card.figures(T0 + 15 * 60)["1h"]
+    assert (hour["minutes_scored"], hour["minutes_short"], hour["minutes_short_fraction"]) == (5, 5, 1.0)
+    assert hour["short_gpu_minutes"] == 20.0
+    assert hour["idle_gpu_hours"] == pytest.approx(2 * 15 / 60)  # every minute's held and used
+    assert (card.totals.minutes_scored, card.totals.minutes_short, card.totals.held_gpu_seconds) == (5, 5, 8 * 900.0)
+    assert np.isnan(card.ledger().between(T0, T0 + 600).short_gpu_seconds).all()
+    early = PoolScorecard()
+    for minute in range(3):
+        early.sample(T0 + minute * 60, None, 8.0, 6.0)
+    figures = early.figures(T0 + 3 * 60)["1h"]
+    assert (figures["minutes_scored"], figures["minutes_short"]) == (0, None)
+    assert (figures["minutes_short_fraction"], figures["short_gpu_minutes"]) == (None, None)
+    assert figures["gpu_allocation"] == 0.75
+    # On disk an unknown minute's short GPU-seconds are null, and they come back unknown.
+    document = json.loads(json.dumps(early.document(), allow_nan=False))
+    assert document["minutes"]["short_gpu_seconds"] == [None, None]
+    assert document["last_sample"] == [T0 + 120, None, 8.0, 6.0]
+    restored = PoolScorecard.from_document(document)
+    assert restored.figures(T0 + 3 * 60) == early.figures(T0 + 3 * 60)

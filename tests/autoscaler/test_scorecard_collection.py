@@ -335,3 +335,24 @@ async def test_a_minute_is_skipped_while_the_previous_one_still_waits_for_promet
     await first
     assert "the previous minute is still being collected; 2026-11-20 09:01:00+00:00 not sampled" in caplog.text
     assert card.cards["a100"].last_sample == (NOW.timestamp(), 1.0, 8.0, 8.0)
+
+
+async def test_without_a_pod_watch_short_is_unknown_and_a_target_calibrates_on_no_minute_of_it() -> None:
+    from adapters.kubernetes.dra_allocations import PoolGpus
+
+    card = LiveScorecard(
+        headroom_metrics=["gpu_headroom"],
+        capacity=Capacity({"a100": 8.0}, {"a100": 4.0}),  # type: ignore[arg-type]
+        dra_gpus=lambda: PoolGpus(held={"a100": 8.0, "dra": 4.0}, used={"a100": 2.0, "dra": 1.0}),
+    )
+    for minute in range(3):
+        await card.collect(NOW + minute * MINUTE)
+    figures = card.figures(NOW + 2 * MINUTE)
+    hour = {
+        pool: (f["1h"]["minutes_scored"], f["1h"]["minutes_short"], f["1h"]["gpu_allocation"])
+        for pool, f in figures.items()
+    }
+    # DRA's devices and claims add to what kube-state-metrics shows: a100 holds 16 and uses 6.
+    assert hour == {"a100": (0, None, 6 / 16), "dra": (0, None, 0.25)}
+    ledger = card.pool_ledger("a100")
+    assert ledger is not None and len(ledger) == 0 and len(card.cards["a100"].ledger()) == 2

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from adapters.gpu_units import GpuUnits
 from autoscaler.commands.cli import main
-from autoscaler.config.gpu_unit_settings import pod_gpu_units
+from autoscaler.config.gpu_unit_settings import pod_gpu_units, pod_pool_label
 from autoscaler.config.settings import Settings
 from autoscaler.config.settings_loader import SettingsError, load_settings
 from tests.cli_helpers import assert_usage_error
@@ -315,6 +315,20 @@ def test_pending_pods_and_windows_count_in_the_gpu_signals_units(tmp_path):
 
     requested = signal_query(settings.signals[0])
     assert 'resource=~"nvidia_com_gpu|amd_com_gpu|nvidia_com_gpu_shared"}' in requested.promql
+
+
+def test_the_gpus_requested_signals_name_their_pools_by_one_label(tmp_path):
+    signals = (
+        "  - {name: requested, preset: gpus_requested, nodepool_label: label_example_com_gpu_pool}\n"
+        "  - {name: capacity, preset: gpus_allocatable}\n"  # another preset may use its own
+    )
+    settings = load_settings(write(tmp_path, "prometheus: {url: 'http://p:9090'}\nsignals:\n" + signals), environ={})
+    assert pod_pool_label(settings.signals) == "label_example_com_gpu_pool"
+    second = "  - {name: training, preset: gpus_requested, exclude_namespaces: [gpu-placeholders]}\n"
+    with pytest.raises(
+        SettingsError, match=r"different labels: \['label_example_com_gpu_pool', 'label_karpenter_sh_nodepool'\]"
+    ):
+        load_settings(write(tmp_path, "prometheus: {url: 'http://p:9090'}\nsignals:\n" + signals + second), environ={})
 
 
 def test_preset_options_come_from_the_config(tmp_path):
