@@ -2,7 +2,7 @@
 an operator tunes walk-forward to the same target.
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.slo_attainment --out /tmp/slo [--traces helios,alibaba,dlrm,genai]
-        [--hpa-tolerance up=0,down=0.05]
+        [--hpa-tolerance up=0,down=0.05] [--extra "--tune-restart-burn 3"]
 
 For each trace, ``gpu-autoscaler simulate`` runs ``reactive``, and ``auto-slo:T``, ``static_buffer@T``,
 ``scheduled_buffer@T`` (a static buffer plus a cron scaler for the declared windows) and
@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,9 +84,12 @@ def trace_arguments(name: str, out: Path) -> list[str]:
     raise SystemExit(f"unknown trace {name!r}: helios, alibaba, dlrm or genai")
 
 
-def simulate_arguments(name: str, out: Path, policies: str, hpa_tolerance: str | None = None) -> list[str]:
-    """``gpu-autoscaler simulate``'s arguments for a trace, with the settings every SLO benchmark uses."""
-    arguments = ["simulate", *trace_arguments(name, out), *COMMON]
+def simulate_arguments(
+    name: str, out: Path, policies: str, hpa_tolerance: str | None = None, extra: Sequence[str] = ()
+) -> list[str]:
+    """``gpu-autoscaler simulate``'s arguments for a trace, with the settings every SLO benchmark uses
+    (and ``extra`` options)."""
+    arguments = ["simulate", *trace_arguments(name, out), *COMMON, *extra]
     if "--gpus-per-node" not in arguments:
         arguments += ["--gpus-per-node", "8"]
     arguments += ["--policies", policies]
@@ -125,6 +130,7 @@ def main() -> None:
     parser.add_argument(
         "--hpa-tolerance", help="simulate's --hpa-tolerance (default: the controller's 0.1; shipped: up=0,down=0.05)"
     )
+    parser.add_argument("--extra", default="", help="more simulate options for every run (a rule to compare)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     table = [
@@ -138,7 +144,7 @@ def main() -> None:
             sys.executable,
             "-m",
             "autoscaler",
-            *simulate_arguments(name, args.out, policies(), args.hpa_tolerance),
+            *simulate_arguments(name, args.out, policies(), args.hpa_tolerance, shlex.split(args.extra)),
         ]
         print("$", " ".join(command), file=sys.stderr)
         completed = subprocess.run(command, capture_output=True, text=True, check=False)

@@ -68,13 +68,9 @@ def run(
     actuation: ActuationKind,
     buffer_chunk_gpus: int | None,
     buffer_limit_gpus: int | None,
-    tune_every: str,
-    tune_window: str,
-    tune_gain: float,
-    tune_restart_burn: float,
     workers: int,
     seed: int,
-    **capacity: Any,
+    **grouped: Any,  # the tuned policies' options (``_tuning``) and the pool's capacity (``_capacity``)
 ) -> None:
     """The command with its options parsed: a usage error for bad input, else the report written."""
     try:
@@ -91,9 +87,8 @@ def run(
             gpus_per_node=gpus_per_node, lead_time_s=lead_s, lead_margin_s=cadence.lead_s - lead_s,
             warmup_s=_seconds("--warmup", warmup, allow_zero=True), lead_distribution=distribution,
             consolidate_after_s=_seconds("--consolidate-after", consolidate_after, allow_zero=True),
-            cadence=cadence, actuation=actuated, seed=seed,
-            tuning=_tuning(tune_every, tune_window, tune_gain, tune_restart_burn),
-            **_capacity(capacity, gpus_per_node, distribution, gpu_hour_price),
+            cadence=cadence, actuation=actuated, seed=seed, tuning=_tuning(grouped),
+            **_capacity(grouped, gpus_per_node, distribution, gpu_hour_price),
         )  # fmt: skip
         workload = _workload(source, pods_path is not None, step_s, windows, gpus_per_node)
         with progress_bar("simulating") as progress:
@@ -110,9 +105,12 @@ def _windows(schedules: tuple[str, ...]) -> tuple[WindowSchedule, ...]:
     return tuple(parse_schedule(text) for text in schedules)
 
 
-def _tuning(every: str, window: str, gain: float, restart_burn: float) -> TuningSettings:
+def _tuning(options: dict[str, Any]) -> TuningSettings:
+    """The ``--tune-*`` options."""
+    every, window = options["tune_every"], options["tune_window"]
     every_s, window_s = _seconds("--tune-every", every), _seconds("--tune-window", window)
-    tuning = TuningSettings(every_s=every_s, window_s=window_s, gain=gain, restart_burn=restart_burn or None)
+    restart_burn = float(options["tune_restart_burn"]) or None
+    tuning = TuningSettings(every_s=every_s, window_s=window_s, gain=options["tune_gain"], restart_burn=restart_burn)
     if tuning.window_s < tuning.every_s:
         raise ValueError(f"--tune-window ({window}) must be at least --tune-every ({every})")
     return tuning
