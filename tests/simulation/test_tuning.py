@@ -207,6 +207,33 @@ def test_calibration_asks_more_after_a_miss_and_less_after_hits() -> None:
     assert [choice.asked for choice in default] == [0.01] * 3
 
 
+def test_a_period_that_burned_the_target_restarts_the_judged_window_at_it() -> None:
+    target = parse_fraction_target("1%")  # 14.4 minutes a day
+    # A level shift on day 7: "small" was never short before it and misses 2.8 % (40 minutes) every day after.
+    candidates = {
+        "small": _ledger(11, [0] * 7 + [40] * 4, held_per_minute=10),
+        "large": _ledger(11, [0] * 11, held_per_minute=20),
+    }
+
+    def served(settings: TuningSettings) -> list[str]:
+        choices = walk_forward(candidates, target, 7 * DAY_S, 11 * DAY_S, settings, calibrate=True, history_from_s=0.0)
+        return [choice.candidate for choice in choices]
+
+    # Over 7 days each day of the shift counts a seventh: small is served until three of them (120 of
+    # 10,080 minutes, 1.19 %) have missed the week.
+    assert served(TuningSettings()) == ["small", "small", "small", "large"]
+    # Day 7 attained 2.8 %: past a burn of 2, the days before it no longer count, and from day 8 on
+    # candidates are judged on the days since the shift.
+    assert served(TuningSettings(restart_burn=2.0)) == ["small", "large", "large", "large"]
+    # A burn it did not reach restarts nothing.
+    assert served(TuningSettings(restart_burn=3.0)) == served(TuningSettings())
+    # The operator's heuristics (calibrate=False) are tuned as an operator tunes them: no restart.
+    uncalibrated = walk_forward(
+        candidates, target, 7 * DAY_S, 11 * DAY_S, TuningSettings(restart_burn=2.0), calibrate=False, history_from_s=0.0
+    )
+    assert [choice.candidate for choice in uncalibrated] == served(TuningSettings())
+
+
 def test_a_window_start_delay_target_judges_each_run_until_capacity_covered_it() -> None:
     """Window runs at 01:00 each day; "late" is short for the run's first 3 minutes, "prompt" never."""
     late = _ledger(4, [0, 0, 0, 0], held_per_minute=10)
