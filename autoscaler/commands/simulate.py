@@ -124,8 +124,15 @@ LEAD_TIME_MARGIN = "90s"
     type=decimal(0, 1000),
     default=0.0,
     show_default=True,
-    help="auto-slo after a level shift: a period it attained worse than BURN x the target restarts its judged "
-    "window at that period (0: off)",
+    help="auto-slo after a level shift: --tune-restart-periods periods in a row it attained worse than BURN x the "
+    "target restart its judged window at the first of them (0: off)",
+)
+@click.option(
+    "--tune-restart-periods",
+    type=integer(1, 1000),
+    default=2,
+    show_default=True,
+    help="how many periods in a row past --tune-restart-burn make a level shift",
 )
 @click.option(
     "--pools",

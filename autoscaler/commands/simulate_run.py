@@ -110,7 +110,13 @@ def _tuning(options: dict[str, Any]) -> TuningSettings:
     every, window = options["tune_every"], options["tune_window"]
     every_s, window_s = _seconds("--tune-every", every), _seconds("--tune-window", window)
     restart_burn = float(options["tune_restart_burn"]) or None
-    tuning = TuningSettings(every_s=every_s, window_s=window_s, gain=options["tune_gain"], restart_burn=restart_burn)
+    tuning = TuningSettings(
+        every_s=every_s,
+        window_s=window_s,
+        gain=options["tune_gain"],
+        restart_burn=restart_burn,
+        restart_periods=options["tune_restart_periods"],
+    )
     if tuning.window_s < tuning.every_s:
         raise ValueError(f"--tune-window ({window}) must be at least --tune-every ({every})")
     return tuning

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -68,11 +68,12 @@ class TuningSettings:
     # policies go through its own HPA (--hpa-tolerance) instead.
     hpa_tolerance_up: float = 0.0
     hpa_tolerance_down: float = 0.05
-    # A level shift (auto-slo and targets only): after a period in which the candidate served attained
-    # worse than this multiple of the target (burned the budget this many times too fast), the days
-    # before that period no longer say what the next one needs, and candidates are judged from its
-    # start on, the window growing back a period at a time (:func:`judged_from`). None: off.
+    # A level shift (auto-slo and targets only): after ``restart_periods`` periods in a row in which
+    # the candidate served attained worse than ``restart_burn`` times the target (burned the budget
+    # that many times too fast), candidates are judged from the first of them on (:class:`ShiftWatch`).
+    # None: off.
     restart_burn: float | None = None
+    restart_periods: int = 2
 
 
 @dataclass(frozen=True)
@@ -245,19 +246,32 @@ def calibrated(asked: float, target: ServiceTarget, attained: float, settings: T
     return min(max(moved, settings.floor * target.value), settings.ceiling * target.value)
 
 
-def judged_from(
-    current_from_s: float,
-    target: ServiceTarget,
-    attained: float | None,
-    period_start_s: float,
-    settings: TuningSettings,
-) -> float:
-    """Where the judged past starts after a period the candidate served attained ``attained`` in: its
-    start when that burned the target more than ``settings.restart_burn`` times, else unchanged."""
-    burn = settings.restart_burn
-    if burn is None or attained is None or not attained > burn * target.value:
-        return current_from_s
-    return max(current_from_s, period_start_s)
+@dataclass(frozen=True)
+class ShiftWatch:
+    """Where a target's judged past starts, moved by a level shift: once ``settings.restart_periods``
+    periods in a row had the candidate served burn the target more than ``settings.restart_burn`` times,
+    the days before the first of them no longer say what the next period needs, and candidates are
+    judged from its start on (the window growing back a period at a time). One bad period is noise a
+    week's window absorbs; a run of them is a shift."""
+
+    judged_from_s: float = -math.inf
+    burning_since_s: float | None = None  # the start of the current run of burning periods
+    burning_periods: int = 0
+
+    def after(
+        self, period_start_s: float, attained: float | None, target: ServiceTarget, settings: TuningSettings
+    ) -> ShiftWatch:
+        """The watch after a period from ``period_start_s`` in which the candidate attained ``attained``."""
+        burn = settings.restart_burn
+        if burn is None or attained is None:
+            return self
+        if not attained > burn * target.value:
+            return replace(self, burning_since_s=None, burning_periods=0)
+        since = period_start_s if self.burning_since_s is None else self.burning_since_s
+        periods = self.burning_periods + 1
+        if periods >= settings.restart_periods:
+            return ShiftWatch(max(self.judged_from_s, since), since, periods)
+        return ShiftWatch(self.judged_from_s, since, periods)
 
 
 def prefixes_of(candidates: Mapping[str, MinuteLedger]) -> dict[str, LedgerPrefix]:
@@ -293,10 +307,10 @@ def walk_forward(
     asked = target.value
     choices: list[Choice] = []
     now = decisions_from_s
-    restarted_from = history_from_s
+    watch = ShiftWatch(judged_from_s=history_from_s)
     while now < end_s:
         following = min(now + settings.every_s, end_s)
-        judged_from_s = max(restarted_from, now - settings.window_s)
+        judged_from_s = max(watch.judged_from_s, now - settings.window_s)
         current = choices[-1].candidate if choices else None
         pick = chooser or partial(
             choose,
@@ -310,7 +324,7 @@ def walk_forward(
             attained = prefixes[text].attained(target, now, following, window_starts)
             if attained is not None:
                 asked = calibrated(asked, target, attained, settings)
-            restarted_from = judged_from(restarted_from, target, attained, now, settings)
+            watch = watch.after(now, attained, target, settings)
         now = following
     return choices
 

@@ -222,9 +222,11 @@ def test_a_period_that_burned_the_target_restarts_the_judged_window_at_it() -> N
     # Over 7 days each day of the shift counts a seventh: small is served until three of them (120 of
     # 10,080 minutes, 1.19 %) have missed the week.
     assert served(TuningSettings()) == ["small", "small", "small", "large"]
-    # Day 7 attained 2.8 %: past a burn of 2, the days before it no longer count, and from day 8 on
-    # candidates are judged on the days since the shift.
-    assert served(TuningSettings(restart_burn=2.0)) == ["small", "large", "large", "large"]
+    # Days 7 and 8 attained 2.8 %: two periods in a row past a burn of 2 are a shift, the days before
+    # them no longer count, and from day 9 on candidates are judged on the days since the shift.
+    assert served(TuningSettings(restart_burn=2.0)) == ["small", "small", "large", "large"]
+    # Asked to restart after one such period, it does so a day earlier.
+    assert served(TuningSettings(restart_burn=2.0, restart_periods=1)) == ["small", "large", "large", "large"]
     # A burn it did not reach restarts nothing.
     assert served(TuningSettings(restart_burn=3.0)) == served(TuningSettings())
     # The operator's heuristics (calibrate=False) are tuned as an operator tunes them: no restart.
