@@ -32,6 +32,7 @@ from autoscaler.scorecard.live import LiveScorecard
 from autoscaler.scorecard.pods import PodOutcomes
 from autoscaler.scorecard.store import FILE_NAME as SCORECARD_FILE
 from autoscaler.serving.provider import MetricInfo
+from autoscaler.targets.launches import LearnedLaunchesFunction
 from autoscaler.targets.plans import (
     CapsFunction,
     LeadTimeFunction,
@@ -162,8 +163,10 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
         pending_gpus: PendingGpusFunction | None = None
         pending_placement: PendingPlacementFunction | None = None
         unplaced: Callable[[], Sequence[UnplacedDemand]] | None = None
+        learned: LearnedLaunchesFunction | None = None
         if settings.inputs is not None and inputs is not None and kube is not None:
             windows, lead_time, health = inputs.windows, inputs.lead_time, inputs.health
+            learned = inputs.learned_launches
             if settings.inputs.pending_pods:
                 pending_gpus, pending_placement = inputs.pending_gpus, inputs.pending_placement
             unplaced = inputs.unplaced
@@ -199,6 +202,7 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
             launches=inputs.launches if inputs is not None and settings.inputs and settings.inputs.nodeclaims else None,
             scorecard=scorecard,
             live_ledger=scorecard.pool_ledger if scorecard is not None else None,
+            learned_launches=learned,
         )
 
 
