@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from autoscaler.simulation.lead_times import parse_lead_time_distribution
+from autoscaler.simulation.lead_times import empirical_distribution, parse_lead_time_distribution
 from autoscaler.simulation.provisioner import NodePool, PoolConfig
 
 FIXED_5M = parse_lead_time_distribution("fixed:5m")
@@ -125,9 +125,30 @@ def test_lead_time_distributions():
     assert FIXED_5M.sample(rng) == FIXED_5M.quantile(0.999) == 300
 
 
+def test_an_empirical_distribution_draws_between_the_lead_times_measured():
+    measured = parse_lead_time_distribution("empirical:10m,8m,9m")
+    assert measured.values == (480.0, 540.0, 600.0)  # sorted, at levels 0, 0.5 and 1
+    assert (measured.quantile(0.0), measured.quantile(0.25), measured.quantile(0.5)) == (480.0, 510.0, 540.0)
+    draws = [measured.sample(np.random.default_rng(0)) for _ in range(2)]
+    assert draws[0] == draws[1] and 480 <= draws[0] <= 600  # a seeded generator repeats
+    assert empirical_distribution([540.0, 480.0]).text == "empirical:480s,540s"
+    with pytest.raises(ValueError, match="positive lead times"):
+        empirical_distribution([])
+
+
 @pytest.mark.parametrize(
     "text",
-    ["", "fixed", "fixed:soon", "gamma:5m", "lognormal:median=5m", "lognormal:median=5m,p95=4m", "uniform:min=3m"],
+    [
+        "",
+        "fixed",
+        "fixed:soon",
+        "gamma:5m",
+        "lognormal:median=5m",
+        "lognormal:median=5m,p95=4m",
+        "uniform:min=3m",
+        "empirical:",
+        "empirical:5m,soon",
+    ],
 )
 def test_bad_lead_time_distributions(text):
     with pytest.raises(ValueError, match="lead-time distribution"):
