@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from autoscaler.simulation.lead_times import empirical_distribution, parse_lead_time_distribution
+from autoscaler.simulation.pool_set import PoolSet, PoolSetConfig
+from autoscaler.simulation.pools import Scarcity, single_pool
 from autoscaler.simulation.provisioner import NodePool, PoolConfig
 
 FIXED_5M = parse_lead_time_distribution("fixed:5m")
@@ -91,6 +93,24 @@ def test_empty_node_removed_after_consolidate_after():
     pool.track_empty(600.0, free_gpus=8)
     assert pool.ready == 2
     assert pool.next_event() == math.inf
+
+
+@pytest.mark.parametrize("pool_kind", ["one pool", "pool set"])
+def test_an_empty_node_goes_at_the_moment_its_timer_names_whatever_the_rounding(pool_kind):
+    # 582.4595107980946 + 600 - 600 rounds below 582.4595107980946: a node empty since then, a
+    # fractional moment a drawn lead time brings, went at no moment and the loop waited for ever.
+    empty_at = 582.4595107980946
+    assert (empty_at + 600.0) - 600.0 < empty_at
+    if pool_kind == "one pool":
+        pool: NodePool | PoolSet = _pool(ready=1)
+    else:
+        spec = single_pool(8, FIXED_5M, spot=False, price=None)
+        pool = PoolSet(PoolSetConfig(spec, Scarcity(), consolidate_after_s=600.0), ready_gpus=8.0)
+    pool.track_empty(empty_at, 8.0)
+    moment = pool.next_event()
+    assert moment == empty_at + 600.0
+    pool.track_empty(moment, 8.0)
+    assert pool.capacity == 0 and pool.next_event() == math.inf
 
 
 def test_refilled_node_is_no_longer_empty():
