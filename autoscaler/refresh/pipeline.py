@@ -12,6 +12,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TypedDict
 
 from kubernetes_asyncio.client import ApiClient
 
@@ -163,10 +164,8 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
         pending_gpus: PendingGpusFunction | None = None
         pending_placement: PendingPlacementFunction | None = None
         unplaced: Callable[[], Sequence[UnplacedDemand]] | None = None
-        learned: LearnedLaunchesFunction | None = None
         if settings.inputs is not None and inputs is not None and kube is not None:
             windows, lead_time, health = inputs.windows, inputs.lead_time, inputs.health
-            learned = inputs.learned_launches
             if settings.inputs.pending_pods:
                 pending_gpus, pending_placement = inputs.pending_gpus, inputs.pending_placement
             unplaced = inputs.unplaced
@@ -198,12 +197,31 @@ async def open_pipeline(settings: Settings, kube: ApiClient | None) -> AsyncIter
             pending_gpus=pending_gpus,
             pending_placement=pending_placement,
             unplaced=unplaced,
-            lead_times=inputs.lead_times if inputs is not None else None,
-            launches=inputs.launches if inputs is not None and settings.inputs and settings.inputs.nodeclaims else None,
             scorecard=scorecard,
             live_ledger=scorecard.pool_ledger if scorecard is not None else None,
-            learned_launches=learned,
+            **_nodeclaim_inputs(settings, inputs),
         )
+
+
+def _nodeclaim_inputs(settings: Settings, inputs: KubernetesInputs | None) -> NodeClaimInputs:
+    """What the NodeClaim watch teaches the pipeline: the lead times (restored and published whether or
+    not it watches), each pool's launch record, and the pool a target's replay runs."""
+    if inputs is None:
+        return {}
+    watching = settings.inputs is not None and settings.inputs.nodeclaims
+    return {
+        "lead_times": inputs.lead_times,
+        "launches": inputs.launches if watching else None,
+        "learned_launches": inputs.learned_launches,
+    }
+
+
+class NodeClaimInputs(TypedDict, total=False):
+    """The pipeline's fields :func:`_nodeclaim_inputs` fills."""
+
+    lead_times: LeadTimeHistory
+    launches: LaunchRecord | None
+    learned_launches: LearnedLaunchesFunction
 
 
 def live_scorecard(

@@ -82,3 +82,24 @@ def alike(first: LearnedLaunches | None, second: LearnedLaunches | None) -> bool
 
 # (node pool; "" for a series without one) -> what its NodeClaims taught, None while nothing was.
 LearnedLaunchesFunction = Callable[[str], LearnedLaunches | None]
+
+
+@dataclass
+class ReplayedPool:
+    """The pool a target's tuner replays its candidates on: what its NodeClaims taught for the next
+    replay (None: nodes take the lead time served, fixed), and what the kept ledgers were replayed on."""
+
+    launches: LearnedLaunches | None = None
+    replayed_with: LearnedLaunches | None = None
+
+    def moved(self) -> bool:
+        """What was learned moved since the kept ledgers were replayed: replay the whole record."""
+        return not alike(self.replayed_with, self.launches)
+
+    def note(self, lead_time_s: float) -> str:
+        """The reason's note: which pool the kept ledgers were replayed on (the explanation says
+        where the lead time served comes from)."""
+        if self.replayed_with is not None:
+            return f"; replayed with {self.replayed_with.describe()}"
+        fixed = duration_text(lead_time_s)
+        return f"; replayed with a fixed lead time of {fixed} (the lead time served: no launch learned yet)"

@@ -1,6 +1,5 @@
 """How a target's choice is explained: the figure a target is stated on, in words, and the notes the
-reason carries (the forecast margin, buffers the placeholder HPA would not move to, the pool
-replayed, the live figure)."""
+reason carries (the forecast margin, buffers the placeholder HPA would not move to, the live figure)."""
 
 from __future__ import annotations
 
@@ -9,8 +8,7 @@ from collections.abc import Collection
 import numpy as np
 
 from autoscaler.scorecard.figures import ServiceTarget
-from autoscaler.targets.launches import duration_text
-from autoscaler.targets.service_levels import LedgerPrefix, ReplayRequest
+from autoscaler.targets.service_levels import LedgerPrefix
 
 
 def figure(target: ServiceTarget, value: float) -> str:
@@ -39,14 +37,6 @@ def unreached_note(unreachable: Collection[str], served_gpus: int | None) -> str
         f"; {count} buffer{'s' if count > 1 else ''} within the placeholder HPA's tolerance of the "
         f"{served_gpus} GPUs served not chosen (the HPA would keep {served_gpus})"
     )
-
-
-def replayed_note(request: ReplayRequest, lead_time_source: str) -> str:
-    """Which pool the candidates were replayed on: the one its NodeClaims taught, or a fixed lead time."""
-    if request.launches is not None:
-        return f"; replayed with {request.launches.describe()}"
-    source = lead_time_source or "configured"
-    return f"; replayed with a fixed lead time of {duration_text(request.lead_time_s)}: {source}, no launch learned"
 
 
 def covered(

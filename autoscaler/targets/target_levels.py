@@ -4,17 +4,14 @@ For a metric with a ``target``, every refresh decides the headroom at each candi
 (:data:`CANDIDATE_LEVELS`, through the one policy path, ``policy.decide``) and records it with the
 GPUs requested at that moment and the GPUs of declared windows due within the lead time. Every
 ``tune_every`` (a day by default), once a day of that record exists, each candidate is replayed
-against the demand that followed through the simulator's controller model (placeholder HPA and node
-pool; a worker process runs it): the levels' recorded headroom, and static buffers of the operator's
-grid (:func:`autoscaler.targets.service_levels.buffer_grid`) each with the windows due and, once the
-record holds a window, each without them. The cheapest candidate that met the target over the past
-``tune_window`` is served until the next choice (:func:`autoscaler.targets.service_levels.choose`,
-the simulator's ``auto-slo``; a level only when clearly cheaper than every buffer that met). The
-pool replayed is the one its NodeClaims taught (the learned lead times and failed launches,
-:mod:`autoscaler.targets.launches`), and until they taught it one whose nodes take the lead time
-served; when what they taught moves, the whole record is replayed again. The level asked of the
-past is calibrated by what the candidate served attained since the last choice: down after a miss,
-back up after a period within the target.
+against the demand that followed through the simulator's controller model (placeholder HPA and the
+node pool its NodeClaims taught, :mod:`autoscaler.targets.launches`; a worker process runs it): the
+levels' recorded headroom, and the operator's static buffers (:func:`service_levels.buffer_grid`)
+each with the windows due and, once the record holds a window, each without them. The cheapest
+candidate that met the target over the past ``tune_window`` is served until the next choice
+(:func:`service_levels.choose`, the simulator's ``auto-slo``; a level only when clearly cheaper than
+every buffer that met). The level asked of the past is calibrated by what the candidate served
+attained since the last choice: down after a miss, back up after a period within the target.
 
 Until the first choice, :data:`FIRST_LEVEL` is served. The record and the choice are saved in the
 state directory (:mod:`autoscaler.targets.target_store`) and carry on across a restart.
@@ -42,9 +39,9 @@ from autoscaler.targets.candidates import (
     describe,
     level_text,
 )
-from autoscaler.targets.launches import LearnedLaunches, LearnedLaunchesFunction, alike
+from autoscaler.targets.launches import LearnedLaunchesFunction, ReplayedPool
 from autoscaler.targets.plans import MetricPlan
-from autoscaler.targets.reasons import covered, figure, margin_note, replayed_note, unreached_note
+from autoscaler.targets.reasons import covered, figure, margin_note, unreached_note
 from autoscaler.targets.service_levels import (
     Buffer,
     DeadBand,
@@ -101,10 +98,7 @@ class LevelTuner:
         # Per refresh: GPUs requested, GPUs of windows due within the lead time, each level's headroom.
         self._rows: deque[np.ndarray] = deque(maxlen=capacity)
         self._lead_time_s = 0.0
-        self.lead_time_source = ""  # what the lead time served is (policy.LeadTime.source)
-        # What the pool's NodeClaims taught, for the next replay; what the kept ledgers were replayed on.
-        self.launches: LearnedLaunches | None = None
-        self._replayed_with: LearnedLaunches | None = None
+        self.pool_replayed = ReplayedPool()
         self._grid_basis: float | None = None  # the demand the buffer grid is sized on
         # Buffers without the windows due are candidates once the record holds a window due.
         self._plain_buffers = False
@@ -187,9 +181,8 @@ class LevelTuner:
         """The record not replayed yet (from a settling hour before it) on a regular grid of
         ``step_s``, for every level and buffer (and, once the record holds a window due, every buffer
         without the windows: the whole record is replayed once for them); a missed refresh carries
-        the last values (minutes past ``RECORD_GAP_STEPS`` missed ones are not judged). On a pool
-        whose learned launches moved since the kept ledgers were replayed, the whole record again."""
-        if self._replayed_to is not None and not alike(self._replayed_with, self.launches):
+        the last values (minutes past ``RECORD_GAP_STEPS`` missed ones are not judged)."""
+        if self._replayed_to is not None and self.pool_replayed.moved():
             self._ledgers, self._replayed_to = {}, None
         buffers = self.buffers()
         times = np.asarray(self._times)
@@ -209,7 +202,7 @@ class LevelTuner:
             start_s=float(grid[0]),
             hpa_tolerance_up=self.tuning.hpa_tolerance_up,
             hpa_tolerance_down=self.tuning.hpa_tolerance_down,
-            launches=self.launches,
+            launches=self.pool_replayed.launches,
         )
 
     def _extend(self, request: ReplayRequest, replayed: dict[str, MinuteLedger]) -> None:
@@ -233,7 +226,7 @@ class LevelTuner:
                 )
             self._ledgers[candidate] = shifted.between(oldest, np.inf)
         self._replayed_to = request.start_s + len(request.requested) * request.step_s
-        self._replayed_with = request.launches
+        self.pool_replayed.replayed_with = request.launches
 
     def _buffers(self, candidates: Iterable[str]) -> dict[str, Buffer]:
         """The buffers among ``candidates``: those without the windows are constant, and so are those
@@ -293,7 +286,7 @@ class LevelTuner:
             f"({figure(self.target, self.asked)}) with {figure(self.target, attained)}, at least cost"
             + (margin_note(self.tuning.forecast_margin) if met else "")
             + unreached_note(unreachable, served_gpus)
-            + replayed_note(request, self.lead_time_source)
+            + self.pool_replayed.note(request.lead_time_s)
             + ("" if so_far is None else f"; live: {figure(self.target, so_far)} in the pool's scorecard")
         )
 
@@ -306,16 +299,12 @@ class TargetLevels:
     """The tuners of every (metric, series) with a target; plans without one pass straight through."""
 
     def __init__(
-        self,
-        replay: ReplayFunction | None,
-        step_s: float,
-        live_ledger: LiveLedgerFunction | None = None,
-        learned_launches: LearnedLaunchesFunction | None = None,
+        self, replay: ReplayFunction | None, step_s: float, live_ledger: LiveLedgerFunction | None = None
     ) -> None:
         self.replay = replay
         self.step_s = step_s
         self.live_ledger = live_ledger
-        self.learned_launches = learned_launches
+        self.learned_launches: LearnedLaunchesFunction | None = None  # the pool each replay runs (the refresher's)
         self._tuners: dict[tuple[str, object], LevelTuner] = {}
         self._saved: dict[tuple[str, object], TunerState] = {}  # restored, not yet claimed by a refresh
         self.saved_at: float | None = None  # when the records were last saved (monotonic seconds)
@@ -384,7 +373,6 @@ class TargetLevels:
         seen_from, seen_to = situation.now - timedelta(seconds=2 * self.step_s), situation.now + lead_time
         starts = [window.start.timestamp() for window in situation.windows if seen_from < window.start <= seen_to]
         tuner.record(now_s, situation.requested_now, values, lead_time.total_seconds(), due, starts)
-        tuner.lead_time_source = situation.lead_time.source
 
     def forget(self, key: object) -> None:
         for tuner_key in [tuner_key for tuner_key in self._tuners if tuner_key[1] == key]:
@@ -399,7 +387,7 @@ class TargetLevels:
         for (metric, key), tuner in list(self._tuners.items()):
             if not tuner.due(now_s):
                 continue
-            tuner.launches = self.learned_launches(tuner.pool) if self.learned_launches is not None else None
+            tuner.pool_replayed.launches = self.learned_launches(tuner.pool) if self.learned_launches else None
             request = tuner.replay_request()
             try:
                 ledgers = await run(key, self.replay, request, timeout_s)

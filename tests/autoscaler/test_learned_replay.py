@@ -91,10 +91,9 @@ def test_what_the_request_carries_is_small_and_says_itself() -> None:
     assert not alike(learned, learned_launches(samples, 12, 28))
 
 
-def _recorded_tuner(lead_time_source: str = "") -> LevelTuner:
+def _recorded_tuner() -> LevelTuner:
     target = parse_fraction_target("1%")
     tuner = LevelTuner(target, TuningSettings(), gpus_per_node=8, step_s=STEP_S, pool="a100")
-    tuner.lead_time_source = lead_time_source
     # Two rises a day: short 6 minutes each at 5 minutes (12 of the 14.4 a day 1 % allows), 10 at 9.
     demand = _rises(every_minutes=720)
     start = 1_700_000_000.0
@@ -105,20 +104,19 @@ def _recorded_tuner(lead_time_source: str = "") -> LevelTuner:
 
 def test_the_reason_says_which_pool_was_replayed_and_a_moved_one_is_replayed_whole() -> None:
     now = 1_700_000_000.0 + DAY_MINUTES * STEP_S
-    tuner = _recorded_tuner("configured default (no NodeClaim has become ready yet)")
+    tuner = _recorded_tuner()
     request = tuner.replay_request()
     assert request.launches is None and request.lead_time_s == 300.0
     tuner.take(now, replay_levels(request), request)
     assert tuner.reason.endswith(
-        "; replayed with a fixed lead time of 5m: configured default (no NodeClaim has become ready yet), "
-        "no launch learned"
+        "; replayed with a fixed lead time of 5m (the lead time served: no launch learned yet)"
     )
     chosen_at_five, first_reason = tuner.chosen, tuner.reason
     # The pool's NodeClaims now launch in 9 minutes: the whole record is replayed on them, not only
     # the new minutes.
-    tuner.launches = learned_launches([540.0] * 4, failed=1, ready=4)
+    tuner.pool_replayed.launches = learned_launches([540.0] * 4, failed=1, ready=4)
     again = tuner.replay_request()
-    assert again.launches == tuner.launches and again.start_s == request.start_s
+    assert again.launches == tuner.pool_replayed.launches and again.start_s == request.start_s
     tuner.take(now + 60.0, replay_levels(again), again)
     assert tuner.reason.endswith("; replayed with the pool's 4 learned launches: lead time p50 9m, p95 9m, 20 % failed")
     # At 5 minutes no buffer is needed (12 minutes short of 1441); at 9 it would be 20: 9 GPUs (a
@@ -126,7 +124,7 @@ def test_the_reason_says_which_pool_was_replayed_and_a_moved_one_is_replayed_who
     assert (chosen_at_five, tuner.chosen) == ("buffer:0", "buffer:9")
     assert "with 0.83 % of minutes short" in first_reason
     # A model that did not move replays only the new minutes.
-    tuner.launches = learned_launches([545.0] * 4, failed=1, ready=4)
+    tuner.pool_replayed.launches = learned_launches([545.0] * 4, failed=1, ready=4)
     assert tuner.replay_request().start_s > request.start_s
 
 
@@ -139,7 +137,8 @@ async def test_target_levels_ask_the_pools_launches_before_each_replay() -> None
         return nine if pool == "a100" else None
 
     plan = MetricPlan(metric="gpu_headroom", signal="gpus", kind="headroom", target=parse_fraction_target("1%"))
-    levels = TargetLevels(replay_levels, STEP_S, learned_launches=launches_of)
+    levels = TargetLevels(replay_levels, STEP_S)
+    levels.learned_launches = launches_of
     requests: list[ReplayRequest] = []
 
     async def run(key: object, function, request: ReplayRequest, timeout_s: float) -> dict[str, MinuteLedger]:  # type: ignore[no-untyped-def]

@@ -169,8 +169,7 @@ async def test_nodeclaims_that_launch_in_9_minutes_are_replayed_and_raise_the_he
     )
     assert configured.request.launches is None and configured.request.lead_time_s == 300.0
     assert configured.reason.endswith(
-        "; replayed with a fixed lead time of 5m: configured default (no NodeClaim has become ready yet), "
-        "no launch learned"
+        "; replayed with a fixed lead time of 5m (the lead time served: no launch learned yet)"
     )
     # A day of record at the 30-minute interval; two rises: 20 minutes short at 9 minutes (1.4 %),
     # 12 at 5 (0.83 %, within 1 %). A ninth GPU of buffer makes a seventh node, which holds a rise.
