@@ -56,7 +56,7 @@ def main() -> None:
     tuner = LevelTuner(parse_fraction_target("1%"), TuningSettings(), gpus_per_node=8, step_s=step_s)
     if args.learned_failure_rate is not None:
         lead_times = np.linspace(240.0, 660.0, 37)
-        tuner.launches = LearnedLaunches(
+        tuner.pool_replayed.launches = LearnedLaunches(
             tuple(np.quantile(lead_times, np.linspace(0, 1, 21))), 37, args.learned_failure_rate
         )
     times, replayed_steps = [], []
