@@ -2,6 +2,7 @@
 levels and the buffer grid) through the simulator's controller model, and the choice on the ledgers.
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.bench_service_levels [--days 7] [--step 1m] [--window-gpus 16]
+        [--learned-failure-rate 0.05]
 
 Helios Earth running GPUs (the real trace, per minute, from ../shared/data), the last ``--days``
 of it as the record a tuner keeps (GPUs requested at every refresh), with each candidate level's
@@ -14,7 +15,9 @@ buffers). Prints the time of
 chosen for a 1 % target. The record is fed step by step and a choice made each time one is due
 (daily), as the service does: the first replays the first day, each later one only the new day (and
 a settling hour). One process, one core: what one forecast worker spends per series each
-``tune_every``.
+``tune_every``. With ``--learned-failure-rate``, the pool replayed is one a pool's NodeClaims taught
+(autoscaler/targets/launches.py): 37 lead times from 4 to 11 minutes, and that share of launches
+failed (0: none failed); without it, the fixed 5-minute lead time.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import pandas as pd
 
 from autoscaler.scorecard.figures import parse_fraction_target
 from autoscaler.simulation.replay import replay_levels
+from autoscaler.targets.launches import LearnedLaunches
 from autoscaler.targets.service_levels import TuningSettings
 from autoscaler.targets.target_levels import CANDIDATE_LEVELS, LevelTuner, describe
 from forecast.durations import parse_positive_duration
@@ -39,6 +43,7 @@ def main() -> None:
     parser.add_argument("--days", type=float, default=7.0)
     parser.add_argument("--step", default="1m", help="the refresh interval (the record's step)")
     parser.add_argument("--window-gpus", type=float, default=16.0, help="a nightly window's GPUs (0: none)")
+    parser.add_argument("--learned-failure-rate", type=float, default=None, help="replay on learned launches")
     args = parser.parse_args()
     step_s = parse_positive_duration(args.step).total_seconds()
     series = helios_running_gpus()
@@ -49,6 +54,11 @@ def main() -> None:
     rise = pd.Series(record[::-1]).rolling(ahead_steps, min_periods=1).max().to_numpy()[::-1] - record
     start = 1_700_000_000.0
     tuner = LevelTuner(parse_fraction_target("1%"), TuningSettings(), gpus_per_node=8, step_s=step_s)
+    if args.learned_failure_rate is not None:
+        lead_times = np.linspace(240.0, 660.0, 37)
+        tuner.pool_replayed.launches = LearnedLaunches(
+            tuple(np.quantile(lead_times, np.linspace(0, 1, 21))), 37, args.learned_failure_rate
+        )
     times, replayed_steps = [], []
     for index, requested in enumerate(record):
         now = start + index * step_s

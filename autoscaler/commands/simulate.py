@@ -35,7 +35,10 @@ LEAD_TIME_MARGIN = "90s"
 @click.option(
     "--lead-time-distribution",
     default=None,
-    help="real node lead times: fixed:D, lognormal:median=D,p95=D or uniform:min=D,max=D [default: fixed:LEAD-TIME]",
+    help=(
+        "real node lead times: fixed:D, lognormal:median=D,p95=D, uniform:min=D,max=D or empirical:D,D,... "
+        "(measured ones) [default: fixed:LEAD-TIME]"
+    ),
 )
 @click.option(
     "--lead-time-margin",

@@ -37,6 +37,7 @@ from adapters.types import NODEPOOL_LABEL, ScheduledWindow
 from autoscaler.config.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings, WindowSettings
 from autoscaler.policy import Cap, LeadTime
 from autoscaler.selectors import Selector, parse_selector
+from autoscaler.targets.launches import LearnedLaunches, learned_launches
 
 log = logging.getLogger(__name__)
 
@@ -289,6 +290,22 @@ class KubernetesInputs:
             return LeadTime(default, f"configured default (only {few}, none slower)")
         reason = "Karpenter absent" if estimate.status == "absent" else "no NodeClaim has become ready yet"
         return LeadTime(default, f"configured default ({reason})")
+
+    def learned_launches(self, pool: str) -> LearnedLaunches | None:
+        """What the pool's NodeClaims taught a target's replay (its lead times, retries included, and
+        its share of failed launches; "" pools them all, as :meth:`lead_time` does). None with the
+        watch off or fewer than ``lead_time_min_samples`` lead times: one fast NodeClaim does not set
+        the pool replayed either."""
+        if self._nodeclaims is None:
+            return None
+        name = pool or None
+        samples = self.lead_times.samples(name)
+        if len(samples) < self.forecast.lead_time_min_samples:
+            return None
+        records = [launches for key, launches in self.launches.pools.items() if name is None or key == name]
+        failed = sum(sum(launches.failures.values()) for launches in records)
+        ready = sum(sum(launches.ready.values()) for launches in records)
+        return learned_launches([sample.seconds for sample in samples], failed, ready)
 
     async def poll_limits(self, api: ApiClient, namespaces: Sequence[str], interval: timedelta) -> None:
         """Keep NodePool GPU limits and placeholder ResourceQuotas fresh; a failed read keeps the last."""

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TypedDict
 
 from kubernetes_asyncio.client import ApiClient
 
@@ -35,6 +36,7 @@ from autoscaler.scorecard.live import LiveScorecard
 from autoscaler.scorecard.pods import PodOutcomes
 from autoscaler.scorecard.store import FILE_NAME as SCORECARD_FILE
 from autoscaler.serving.provider import MetricInfo
+from autoscaler.targets.launches import LearnedLaunchesFunction
 from autoscaler.targets.plans import (
     CapsFunction,
     LeadTimeFunction,
@@ -226,10 +228,9 @@ async def open_pipeline(
             pending_gpus=pending_gpus,
             pending_placement=pending_placement,
             unplaced=unplaced,
-            lead_times=inputs.lead_times if inputs is not None else None,
-            launches=inputs.launches if inputs is not None and settings.inputs and settings.inputs.nodeclaims else None,
             scorecard=scorecard,
             live_ledger=scorecard.pool_ledger if scorecard is not None else None,
+            **_nodeclaim_inputs(settings, inputs),
         )
 
 
@@ -250,6 +251,27 @@ def signal_sources(
         else:
             sources.append(source)
     return sources
+
+
+def _nodeclaim_inputs(settings: Settings, inputs: KubernetesInputs | None) -> NodeClaimInputs:
+    """What the NodeClaim watch teaches the pipeline: the lead times (restored and published whether or
+    not it watches), each pool's launch record, and the pool a target's replay runs."""
+    if inputs is None:
+        return {}
+    watching = settings.inputs is not None and settings.inputs.nodeclaims
+    return {
+        "lead_times": inputs.lead_times,
+        "launches": inputs.launches if watching else None,
+        "learned_launches": inputs.learned_launches,
+    }
+
+
+class NodeClaimInputs(TypedDict, total=False):
+    """The pipeline's fields :func:`_nodeclaim_inputs` fills."""
+
+    lead_times: LeadTimeHistory
+    launches: LaunchRecord | None
+    learned_launches: LearnedLaunchesFunction
 
 
 def live_scorecard(

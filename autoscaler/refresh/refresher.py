@@ -86,6 +86,7 @@ class Refresher:
         # Series forgotten since the last refresh: their workers drop the models they hold for them.
         self._dropped: set[SeriesKey] = set()
         self.levels = TargetLevels(inputs.replay, inputs.refresh.interval.total_seconds(), inputs.live_ledger)
+        self.levels.learned_launches = inputs.learned_launches
 
     @property
     def settings(self) -> RefreshSettings:

@@ -169,7 +169,7 @@ class PoolSet:
     def track_empty(self, now: float, free_gpus: float) -> None:
         """Free GPUs form whole empty nodes in the lightest pools first; nodes empty for
         ``consolidateAfter`` go."""
-        due = now - self.config.consolidate_after_s
+        after = self.config.consolidate_after_s  # as next_event adds it (NodePool.track_empty)
         for pool in self._lightest_first:
             empty = max(0, min(pool.ready, int(free_gpus // pool.gpus_per_node + 1e-9)))
             free_gpus -= empty * pool.gpus_per_node
@@ -178,7 +178,7 @@ class PoolSet:
                 timers.append(now)
             while len(timers) > empty:
                 timers.pop()
-            while timers and timers[0] <= due:
+            while timers and timers[0] + after <= now:
                 timers.popleft()
                 self._remove_ready(pool, now, cordoned_first=False)
 

@@ -112,8 +112,10 @@ class NodePool:
             timers.append(now)
         while len(timers) > empty:
             timers.pop()  # a node that filled up again: the newest empty one
-        due = now - self.config.consolidate_after_s
-        while timers and timers[0] <= due:
+        # The same sum as next_event's: now - after can round below a fractional timer that
+        # timer + after reaches, and the loop would wait for that moment for ever.
+        after = self.config.consolidate_after_s
+        while timers and timers[0] + after <= now:
             timers.popleft()
             self.ready -= 1
             self.held_gpus -= self.config.gpus_per_node

@@ -2,7 +2,10 @@
 demand that followed, through the same placeholder HPA and node pool as ``simulate``.
 
 A metric with a service-level target (autoscaler/targets/target_levels.py) chooses its level on these
-ledgers; this runs in a worker process, once per series every ``tune_every``.
+ledgers; this runs in a worker process, once per series every ``tune_every``. The pool is the one its
+NodeClaims taught, once they taught it (autoscaler/targets/launches.py): each launch's lead time drawn
+from the learned ones, each launch failing with the learned rate, as ``simulate`` runs a pool given
+``--lead-time-distribution empirical:...`` and ``--launch-failure-rate``.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from autoscaler.simulation.actuation import Actuation
 from autoscaler.simulation.engine import Period, run_policy
 from autoscaler.simulation.hpa import HPASpec, Tolerance
 from autoscaler.simulation.inputs import Pods, make_workload
-from autoscaler.simulation.lead_times import LeadTimeDistribution
+from autoscaler.simulation.lead_times import LeadTimeDistribution, empirical_distribution
+from autoscaler.simulation.pool_set import PoolSetConfig
+from autoscaler.simulation.pools import Scarcity, single_pool
 from autoscaler.simulation.provisioner import PoolConfig
 from autoscaler.targets.service_levels import ReplayRequest
 
@@ -25,7 +30,9 @@ def replay_levels(request: ReplayRequest) -> dict[str, MinuteLedger]:
     """Each level's minute ledger (seconds from the record's start) when its headroom was served.
 
     Demand is fluid: the GPUs requested at each step, Pending pods included, as the record holds them.
-    The placeholder HPA has the request's tolerances (the shipped manifests' by default).
+    The placeholder HPA has the request's tolerances (the shipped manifests' by default). Draws
+    (lead times, failed launches) come from a generator seeded alike for every level: the same
+    request replays the same way.
     """
     steps = len(request.requested)
     if steps == 0:
@@ -35,10 +42,24 @@ def replay_levels(request: ReplayRequest) -> dict[str, MinuteLedger]:
             raise ValueError(f"level {level}: {len(headroom)} headroom values for {steps} steps of demand")
     workload = make_workload("record", _ORIGIN, request.step_s, request.requested.astype(float), Pods.empty(), ())
     period = Period(start=0.0, scored_from=0.0, end=steps * request.step_s)
-    lead_time = LeadTimeDistribution("fixed", request.lead_time_s, text=f"fixed:{request.lead_time_s:g}s")
-    pool = PoolConfig(request.gpus_per_node, lead_time, request.consolidate_after_s)
+    pool = replayed_pool(request)
     hpa = HPASpec(tolerance=Tolerance(request.hpa_tolerance_up, request.hpa_tolerance_down))
     return {
         level: run_policy(workload, headroom.astype(float), period, pool, Actuation(hpa=hpa)).ledger
         for level, headroom in request.headroom.items()
     }
+
+
+def replayed_pool(request: ReplayRequest) -> PoolConfig | PoolSetConfig:
+    """The request's node pool: the fixed lead time, or the learned lead times and, when launches
+    failed, the simulator's scarce pool (a failed launch holds nothing and is retried by the next
+    batch: the time retries lost is in the learned lead times already)."""
+    learned = request.launches
+    if learned is None:
+        fixed = LeadTimeDistribution("fixed", request.lead_time_s, text=f"fixed:{request.lead_time_s:g}s")
+        return PoolConfig(request.gpus_per_node, fixed, request.consolidate_after_s)
+    lead_time = empirical_distribution(learned.lead_times_s)
+    if learned.failure_rate <= 0:
+        return PoolConfig(request.gpus_per_node, lead_time, request.consolidate_after_s)
+    pools = single_pool(request.gpus_per_node, lead_time, spot=False, price=None)
+    return PoolSetConfig(pools, Scarcity(launch_failure_rate=learned.failure_rate), request.consolidate_after_s)

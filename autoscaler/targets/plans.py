@@ -14,6 +14,7 @@ from adapters.types import NODEPOOL_LABEL, ScheduledWindow, Signal
 from autoscaler import policy
 from autoscaler.scorecard.figures import ServiceTarget
 from autoscaler.serving.provider import MetricInfo
+from autoscaler.targets.launches import LearnedLaunchesFunction
 from autoscaler.targets.service_levels import LiveLedgerFunction, ReplayFunction, TuningSettings
 
 
@@ -109,6 +110,8 @@ class RefreshInputs:
     replay: ReplayFunction | None = None
     # A pool's live minute ledger (the scorecard's), which calibrates a target on what happened.
     live_ledger: LiveLedgerFunction | None = None
+    # What a pool's NodeClaims taught (lead times, failed launches): the pool a target's replay runs.
+    learned_launches: LearnedLaunchesFunction | None = None
 
 
 def windows_for(labels: Mapping[str, str], windows: Sequence[ScheduledWindow]) -> list[ScheduledWindow]:

@@ -23,6 +23,7 @@ from functools import partial
 import numpy as np
 
 from autoscaler.scorecard.figures import MinuteLedger, ServiceTarget, ShortFigures, wait_figures
+from autoscaler.targets.launches import LearnedLaunches
 
 DAY_S = 86400.0
 _NO_WINDOWS = np.zeros(0)
@@ -345,7 +346,8 @@ def stitched_metric(
 
 @dataclass(frozen=True)
 class ReplayRequest:
-    """What a worker replays: demand per step and each level's served headroom per step."""
+    """What a worker replays: demand per step and each level's served headroom per step, on a pool
+    whose launches take ``lead_time_s``, or, once its NodeClaims taught them, as ``launches`` say."""
 
     step_s: float
     requested: np.ndarray
@@ -357,6 +359,9 @@ class ReplayRequest:
     # The placeholder HPA's behavior tolerances, as manifests/examples ships it.
     hpa_tolerance_up: float = 0.0
     hpa_tolerance_down: float = 0.05
+    # The pool's learned lead times and failed launches (autoscaler/targets/launches.py); None: a
+    # fixed ``lead_time_s`` and no failed launch.
+    launches: LearnedLaunches | None = None
 
 
 # The simulator's controller model over each level's headroom (autoscaler/simulation/replay.py):

@@ -4,14 +4,14 @@ For a metric with a ``target``, every refresh decides the headroom at each candi
 (:data:`CANDIDATE_LEVELS`, through the one policy path, ``policy.decide``) and records it with the
 GPUs requested at that moment and the GPUs of declared windows due within the lead time. Every
 ``tune_every`` (a day by default), once a day of that record exists, each candidate is replayed
-against the demand that followed through the simulator's controller model (placeholder HPA and node
-pool; a worker process runs it): the levels' recorded headroom, and static buffers of the operator's
-grid (:func:`autoscaler.targets.service_levels.buffer_grid`) each with the windows due and, once the
-record holds a window, each without them. The cheapest candidate that met the target over the past
-``tune_window`` is served until the next choice (:func:`autoscaler.targets.service_levels.choose`,
-the simulator's ``auto-slo``; a level only when clearly cheaper than every buffer that met). The
-level asked of the past is calibrated by what the candidate served attained since the last choice:
-down after a miss, back up after a period within the target.
+against the demand that followed through the simulator's controller model (placeholder HPA and the
+node pool its NodeClaims taught, :mod:`autoscaler.targets.launches`; a worker process runs it): the
+levels' recorded headroom, and the operator's static buffers (:func:`service_levels.buffer_grid`)
+each with the windows due and, once the record holds a window, each without them. The cheapest
+candidate that met the target over the past ``tune_window`` is served until the next choice
+(:func:`service_levels.choose`, the simulator's ``auto-slo``; a level only when clearly cheaper than
+every buffer that met). The level asked of the past is calibrated by what the candidate served
+attained since the last choice: down after a miss, back up after a period within the target.
 
 Until the first choice, :data:`FIRST_LEVEL` is served. The record and the choice are saved in the
 state directory (:mod:`autoscaler.targets.target_store`) and carry on across a restart.
@@ -39,6 +39,7 @@ from autoscaler.targets.candidates import (
     describe,
     level_text,
 )
+from autoscaler.targets.launches import LearnedLaunchesFunction, ReplayedPool
 from autoscaler.targets.plans import MetricPlan
 from autoscaler.targets.reasons import covered, figure, margin_note, unreached_note
 from autoscaler.targets.service_levels import (
@@ -98,6 +99,7 @@ class LevelTuner:
         # Per refresh: GPUs requested, GPUs of windows due within the lead time, each level's headroom.
         self._rows: deque[np.ndarray] = deque(maxlen=capacity)
         self._lead_time_s = 0.0
+        self.pool_replayed = ReplayedPool()
         self._grid_basis: float | None = None  # the demand the buffer grid is sized on
         # Buffers without the windows due are candidates once the record holds a window due.
         self._plain_buffers = False
@@ -181,6 +183,8 @@ class LevelTuner:
         ``step_s``, for every level and buffer (and, once the record holds a window due, every buffer
         without the windows: the whole record is replayed once for them); a missed refresh carries
         the last values (minutes past ``RECORD_GAP_STEPS`` missed ones are not judged)."""
+        if self._replayed_to is not None and self.pool_replayed.moved():
+            self._ledgers, self._replayed_to = {}, None
         buffers = self.buffers()
         times = np.asarray(self._times)
         first = times[0] if self._replayed_to is None else max(times[0], self._replayed_to - REPLAY_SETTLE_S)
@@ -199,6 +203,7 @@ class LevelTuner:
             start_s=float(grid[0]),
             hpa_tolerance_up=self.tuning.hpa_tolerance_up,
             hpa_tolerance_down=self.tuning.hpa_tolerance_down,
+            launches=self.pool_replayed.launches,
         )
 
     def _extend(self, request: ReplayRequest, replayed: dict[str, MinuteLedger]) -> None:
@@ -222,6 +227,7 @@ class LevelTuner:
                 )
             self._ledgers[candidate] = shifted.between(oldest, np.inf)
         self._replayed_to = request.start_s + len(request.requested) * request.step_s
+        self.pool_replayed.replayed_with = request.launches
 
     def _buffers(self, candidates: Iterable[str]) -> dict[str, Buffer]:
         """The buffers among ``candidates``: those without the windows are constant, and so are those
@@ -281,6 +287,7 @@ class LevelTuner:
             f"({figure(self.target, self.asked)}) with {figure(self.target, attained)}, at least cost"
             + (margin_note(self.tuning.forecast_margin) if met else "")
             + unreached_note(unreachable, served_gpus)
+            + self.pool_replayed.note(request.lead_time_s)
             + ("" if so_far is None else f"; live: {figure(self.target, so_far)} in the pool's scorecard")
         )
 
@@ -298,6 +305,7 @@ class TargetLevels:
         self.replay = replay
         self.step_s = step_s
         self.live_ledger = live_ledger
+        self.learned_launches: LearnedLaunchesFunction | None = None  # the pool each replay runs (the refresher's)
         self._tuners: dict[tuple[str, object], LevelTuner] = {}
         self._saved: dict[tuple[str, object], TunerState] = {}  # restored, not yet claimed by a refresh
         self.saved_at: float | None = None  # when the records were last saved (monotonic seconds)
@@ -384,6 +392,7 @@ class TargetLevels:
         for (metric, key), tuner in list(self._tuners.items()):
             if not tuner.due(now_s):
                 continue
+            tuner.pool_replayed.launches = self.learned_launches(tuner.pool) if self.learned_launches else None
             request = tuner.replay_request()
             try:
                 ledgers = await run(key, self.replay, request, timeout_s)

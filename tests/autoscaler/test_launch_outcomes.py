@@ -25,6 +25,7 @@ from autoscaler.refresh.refresher import Refresher
 from autoscaler.refresh.workers import ForecastPools
 from autoscaler.selectors import parse_selector
 from autoscaler.serving.provider import SnapshotProvider, empty_snapshot
+from autoscaler.targets.launches import LearnedLaunches
 from autoscaler.targets.plans import RefreshInputs, RefreshSettings
 from autoscaler.web.auth import AccessControl
 from autoscaler.web.launch_views import launch_panel, pool_json
@@ -260,3 +261,29 @@ def test_the_page_panel_and_the_api_show_the_pool_s_record():
     html = launch_panel(record)
     assert "Launches keep failing: its last 3 launches failed" in html
     assert "<td>p4d.24xlarge</td><td>0</td><td>0</td><td>InsufficientCapacity x3</td>" in html
+
+
+async def test_a_target_replays_the_learned_lead_times_with_their_retries_and_the_failed_share(fake_kube, inputs):
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
+    become_ready(fake_kube, "a100-fast", "a100", start, start + timedelta(minutes=4))
+    assert inputs.learned_launches("a100") is None  # one launch: not the pool replayed yet
+    # A need: InsufficientCapacity twice, then a NodeClaim Ready 5 minutes after its own creation,
+    # 9 after the need's first: its lead time is 9 minutes.
+    need = start + timedelta(minutes=30)
+    for index in range(2):
+        fail_insufficient_capacity(fake_kube, f"a100-ice-{index}", "a100", need + timedelta(minutes=2 * index))
+    become_ready(fake_kube, "a100-retried", "a100", need + timedelta(minutes=4), need + timedelta(minutes=9))
+    become_ready(fake_kube, "a100-slow", "a100", start, start + timedelta(minutes=10))
+    become_ready(fake_kube, "h100-0", "h100", start, start + timedelta(minutes=6))
+
+    learned = await eventually(
+        lambda: inputs.learned_launches("a100") if len(inputs.lead_times.samples("a100")) == 3 else None,
+        message="three launches of a100 learned",
+    )
+    assert learned == LearnedLaunches((240.0, 540.0, 600.0), samples=3, failure_rate=0.4)  # 2 of 5 failed
+    assert learned.describe() == "the pool's 3 learned launches: lead time p50 9m, p95 9m54s, 40 % failed"
+    # A series without a pool replays every pool's launches, as its lead time pools them.
+    pooled = inputs.learned_launches("")
+    assert pooled is not None and (pooled.samples, pooled.failure_rate) == (4, pytest.approx(2 / 6))
+    unwatched = KubernetesInputs(inputs=KubernetesInputsSettings(nodeclaims=False), forecast=ForecastSettings())
+    assert unwatched.learned_launches("a100") is None  # the NodeClaim watch off: the lead time served

@@ -295,6 +295,7 @@ def test_a_buffer_the_placeholder_hpa_would_not_move_to_is_not_chosen() -> None:
     assert controllers.chosen == "buffer:28"
     assert controllers.reason.endswith(
         "; 2 buffers within the placeholder HPA's tolerance of the 28 GPUs served not chosen (the HPA would keep 28)"
+        "; replayed with a fixed lead time of 5m (the lead time served: no launch learned yet)"
     )
     shipped = chosen_after_28(TuningSettings())
     assert shipped.chosen == "buffer:26" and "placeholder HPA" not in shipped.reason
@@ -456,7 +457,10 @@ async def test_windows_that_bring_no_pods_let_a_buffer_without_them_be_served() 
     await levels.tune_due(now.timestamp() + 2 * 86400, run, 10.0)
     assert (tuner.chosen, tuner.buffer_gpus, tuner.buffer_windows) == ("plain_buffer:0", 0, False)
     assert "a buffer of 0 GPUs (windows not held) met the level asked" in tuner.reason
-    assert tuner.reason.endswith("at least cost (a level only when 2 % cheaper than the cheapest buffer that met)")
+    assert tuner.reason.endswith(
+        "at least cost (a level only when 2 % cheaper than the cheapest buffer that met)"
+        "; replayed with a fixed lead time of 5m (the lead time served: no launch learned yet)"
+    )
     later = now + timedelta(days=2, minutes=1)
     windows = (
         ScheduledWindow("config", "ml", "nightly", later + timedelta(minutes=3), later + timedelta(hours=2), 16.0),

@@ -7,7 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from autoscaler.simulation.lead_times import parse_lead_time_distribution
+from autoscaler.simulation.lead_times import empirical_distribution, parse_lead_time_distribution
+from autoscaler.simulation.pool_set import PoolSet, PoolSetConfig
+from autoscaler.simulation.pools import Scarcity, single_pool
 from autoscaler.simulation.provisioner import NodePool, PoolConfig
 
 FIXED_5M = parse_lead_time_distribution("fixed:5m")
@@ -93,6 +95,24 @@ def test_empty_node_removed_after_consolidate_after():
     assert pool.next_event() == math.inf
 
 
+@pytest.mark.parametrize("pool_kind", ["one pool", "pool set"])
+def test_an_empty_node_goes_at_the_moment_its_timer_names_whatever_the_rounding(pool_kind):
+    # 582.4595107980946 + 600 - 600 rounds below 582.4595107980946: a node empty since then, a
+    # fractional moment a drawn lead time brings, went at no moment and the loop waited for ever.
+    empty_at = 582.4595107980946
+    assert (empty_at + 600.0) - 600.0 < empty_at
+    if pool_kind == "one pool":
+        pool: NodePool | PoolSet = _pool(ready=1)
+    else:
+        spec = single_pool(8, FIXED_5M, spot=False, price=None)
+        pool = PoolSet(PoolSetConfig(spec, Scarcity(), consolidate_after_s=600.0), ready_gpus=8.0)
+    pool.track_empty(empty_at, 8.0)
+    moment = pool.next_event()
+    assert moment == empty_at + 600.0
+    pool.track_empty(moment, 8.0)
+    assert pool.capacity == 0 and pool.next_event() == math.inf
+
+
 def test_refilled_node_is_no_longer_empty():
     pool = _pool(ready=3)
     pool.track_empty(0.0, free_gpus=16)  # two empty nodes since 0 s
@@ -125,9 +145,30 @@ def test_lead_time_distributions():
     assert FIXED_5M.sample(rng) == FIXED_5M.quantile(0.999) == 300
 
 
+def test_an_empirical_distribution_draws_between_the_lead_times_measured():
+    measured = parse_lead_time_distribution("empirical:10m,8m,9m")
+    assert measured.values == (480.0, 540.0, 600.0)  # sorted, at levels 0, 0.5 and 1
+    assert (measured.quantile(0.0), measured.quantile(0.25), measured.quantile(0.5)) == (480.0, 510.0, 540.0)
+    draws = [measured.sample(np.random.default_rng(0)) for _ in range(2)]
+    assert draws[0] == draws[1] and 480 <= draws[0] <= 600  # a seeded generator repeats
+    assert empirical_distribution([540.0, 480.0]).text == "empirical:480s,540s"
+    with pytest.raises(ValueError, match="positive lead times"):
+        empirical_distribution([])
+
+
 @pytest.mark.parametrize(
     "text",
-    ["", "fixed", "fixed:soon", "gamma:5m", "lognormal:median=5m", "lognormal:median=5m,p95=4m", "uniform:min=3m"],
+    [
+        "",
+        "fixed",
+        "fixed:soon",
+        "gamma:5m",
+        "lognormal:median=5m",
+        "lognormal:median=5m,p95=4m",
+        "uniform:min=3m",
+        "empirical:",
+        "empirical:5m,soon",
+    ],
 )
 def test_bad_lead_time_distributions(text):
     with pytest.raises(ValueError, match="lead-time distribution"):

@@ -3,17 +3,23 @@ and tuned policies run end to end through the simulator."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from autoscaler.scorecard.figures import MinuteLedger, make_target, parse_fraction_target, short_figures
 from autoscaler.simulation.actuation import Actuation
+from autoscaler.simulation.engine import Outcome, run_policy
 from autoscaler.simulation.forecasting import ForecastCadence
 from autoscaler.simulation.hpa import HPASpec, Tolerance, placeholder_replicas
 from autoscaler.simulation.inputs import Pods, expand_schedules, make_workload, parse_schedule
 from autoscaler.simulation.lead_times import parse_lead_time_distribution
 from autoscaler.simulation.policies import parse_policies, parse_policy
+from autoscaler.simulation.pool_set import PoolSetConfig
+from autoscaler.simulation.pools import Scarcity, single_pool
 from autoscaler.simulation.report import build_report, service_level_check
 from autoscaler.simulation.runner import SimulationConfig, simulate
 from autoscaler.simulation.tuning import (
@@ -402,3 +408,33 @@ def test_a_window_start_delay_target_runs_end_to_end() -> None:
     assert slo["target"] == {"kind": "window_start_delay_p95_s", "value": 0.0}
     assert (slo["window_start_delay_p95_s"], slo["attained"], slo["met"]) == (0.0, 0.0, True)
     assert sum(slo["choices"].values()) == 3
+
+
+def test_tuned_candidates_are_replayed_on_the_simulated_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tuned policy's candidates (auto-slo's too: the same cluster runs) run on the pool simulated:
+    its lead-time distribution and its failed launches. Two 16-GPU rises a day on 40 GPUs: at 5
+    minutes no buffer is needed for 1 %, at 9 minutes (measured lead times) a seventh node is."""
+    origin = pd.Timestamp("2024-03-01T00:00:00Z")
+    minutes = np.arange(4 * MINUTES_A_DAY)
+    base = np.where((minutes % 720 >= 60) & (minutes % 720 < 120), 56.0, 40.0)
+    workload = make_workload("rises", origin, 60.0, base, Pods.empty(), ())
+    specs = parse_policies("static_buffer@1%")
+    five = simulate(workload, specs, _daily_config(warmup_days=2))
+    assert {choice.candidate for choice in five.runs["static_buffer@1%"].choices} == {"static_buffer:0"}
+    nine = replace(_daily_config(warmup_days=2), lead_distribution=parse_lead_time_distribution("empirical:9m,9m"))
+    measured = simulate(workload, specs, nine)
+    assert {choice.candidate for choice in measured.runs["static_buffer@1%"].choices} == {"static_buffer:9"}
+    pools: list[object] = []
+
+    def spy(*arguments: Any) -> Outcome:
+        pools.append(arguments[3])
+        return run_policy(*arguments)
+
+    monkeypatch.setattr("autoscaler.simulation.runner.run_policy", spy)
+    failing = replace(nine, pools=single_pool(8, nine.lead_distribution, spot=False, price=None),
+                      scarcity=Scarcity(launch_failure_rate=0.2))  # fmt: skip
+    simulate(workload, specs, failing)
+    candidates = len(candidate_texts("static_buffer", 56.0, 8))
+    assert len(pools) == candidates + 1  # every candidate, then the tuned run
+    assert all(isinstance(pool, PoolSetConfig) and pool.scarcity.launch_failure_rate == 0.2 for pool in pools)
+    assert {pool.pools[0].lead_time for pool in pools if isinstance(pool, PoolSetConfig)} == {"empirical:9m,9m"}
