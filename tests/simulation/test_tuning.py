@@ -31,7 +31,7 @@ from autoscaler.simulation.tuning import (
     stitched_metric,
     walk_forward,
 )
-from autoscaler.targets.service_levels import Buffer, DeadBand, LedgerPrefix, unreached
+from autoscaler.targets.service_levels import Buffer, DeadBand, LedgerPrefix, ShiftWatch, unreached
 
 MINUTES_A_DAY = 1440
 
@@ -240,6 +240,23 @@ def test_a_period_that_burned_the_target_restarts_the_judged_window_at_it() -> N
         candidates, target, 7 * DAY_S, 11 * DAY_S, TuningSettings(restart_burn=2.0), calibrate=False, history_from_s=0.0
     )
     assert [choice.candidate for choice in uncalibrated] == served(TuningSettings())
+
+
+def test_a_shift_is_a_run_of_burning_periods_and_one_good_period_ends_the_run() -> None:
+    target = parse_fraction_target("1%")
+    settings = TuningSettings(restart_burn=3.0, restart_periods=2)
+    watch = ShiftWatch(judged_from_s=0.0)
+    # Burning 4 times, then within: a blip, nothing restarts.
+    watch = watch.after(DAY_S, 0.04, target, settings).after(2 * DAY_S, 0.005, target, settings)
+    assert watch == ShiftWatch(judged_from_s=0.0)
+    # Exactly 3 times is not past the burn; then two periods past it restart at the first of them.
+    watch = watch.after(3 * DAY_S, 0.03, target, settings)
+    assert watch.burning_periods == 0
+    watch = watch.after(4 * DAY_S, 0.031, target, settings).after(5 * DAY_S, 0.05, target, settings)
+    assert (watch.judged_from_s, watch.burning_since_s, watch.burning_periods) == (4 * DAY_S, 4 * DAY_S, 2)
+    # A period with nothing to judge changes nothing; off, nothing restarts.
+    assert watch.after(6 * DAY_S, None, target, settings) == watch
+    assert ShiftWatch().after(DAY_S, 1.0, target, TuningSettings()) == ShiftWatch()
 
 
 def test_a_window_start_delay_target_judges_each_run_until_capacity_covered_it() -> None:
