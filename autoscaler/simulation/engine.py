@@ -90,7 +90,9 @@ def run_policy(
     cluster.chunk_gpus = spare.chunk_gpus
     scheduled_times = _scheduled_times(workload, period, first_step, spare)
     rates = _Rates()
-    totals = _step_through(workload, period, cluster, pool, spare, scheduled_times, rates)
+    fluid_only = not len(workload.pods) and isinstance(pool, NodePool) and spare.triggers is None
+    step_through = _step_through_fluid if fluid_only else _step_through
+    totals = step_through(workload, period, cluster, pool, spare, scheduled_times, rates)
     capacity_times, capacity_values = rates.capacity()
     pod_waits, window_pod_waits = _scored_pod_waits(workload, period, cluster)
     pools, cost = _pool_figures(pool, period)
@@ -234,6 +236,97 @@ def _step_through(
             totals.used += current[2] * span
             totals.short += current[0] * span
         now = following
+    return totals
+
+
+def _step_through_fluid(
+    workload: Workload,
+    period: Period,
+    cluster: ClusterState,
+    pool: NodePool | PoolSet,
+    spare: SpareCapacity,
+    scheduled_times: list[float],
+    rates: _Rates,
+) -> Totals:
+    """:func:`_step_through` for fluid demand alone (no pods) in one node pool under placeholders: the
+    same moments, state and figures (tests/simulation/test_engine.py compares both), a few times
+    faster. A target's replay (autoscaler/simulation/replay.py) runs ~100 of these per choice.
+
+    Without pods, ``ClusterState.allocate`` gives fluid demand the Ready GPUs and placeholders the
+    rest, inlined here; the pool's own methods run only when they would change something: a node
+    due Ready, the empty nodes' count or a timer due, a batch due or a deficit to batch."""
+    assert isinstance(pool, NodePool)  # run_policy checks it
+    step_s = workload.step_s
+    base_values = workload.base.tolist()
+    last_base = len(base_values) - 1
+    spare_gpus = spare.gpus.tolist()
+    last_spare = len(spare_gpus) - 1
+    spare_start, spare_interval = spare.start, spare.interval
+    chunk = cluster.chunk_gpus
+    gpus_per_node = pool.config.gpus_per_node
+    consolidate_after = pool.config.consolidate_after_s
+    launching, timers, batch = pool._launching, pool._empty_since, pool._batch
+    fluid_running = cluster.fluid_running
+    totals = Totals()
+    position = 0
+    now = period.start
+    end, scored_from = period.end, period.scored_from
+    rate_times, rate_values = rates.times, rates.values
+    last_rates = (-1.0, -1.0, -1.0, -1)
+    inf = math.inf
+    while now < end:
+        if launching and launching[0] <= now:
+            pool.turn_ready(now)
+        fluid_wanted = base_values[min(int(now // step_s), last_base)]
+        placeholders = spare_gpus[min(int((now - spare_start) // spare_interval), last_spare)]
+        # ClusterState.allocate without pods: fluid demand first, then placeholders.
+        capacity = pool.ready * gpus_per_node
+        if fluid_running > fluid_wanted:
+            fluid_running = fluid_wanted
+        free = capacity - fluid_running
+        if free < -1e-9:  # a node was reclaimed: the fluid demand it ran waits again
+            fluid_running -= min(fluid_running, -free)
+            free = capacity - fluid_running
+        fluid_waiting = fluid_wanted - fluid_running
+        if fluid_waiting > 1e-9 and free > 0:
+            grant = min(fluid_waiting, free)
+            fluid_running += grant
+            free -= grant
+        placeholders_running = min(placeholders, max(0, chunk * int(free / chunk + 1e-9)))
+        free_gpus = capacity - fluid_running - placeholders_running
+        if len(timers) != int(free_gpus // gpus_per_node + 1e-9) or (
+            timers and timers[0] <= now - consolidate_after
+        ):
+            pool.track_empty(now, free_gpus)
+        launched_before = pool.launches
+        if now >= batch.close or fluid_wanted + placeholders > (pool.ready + len(launching)) * gpus_per_node:
+            pool.provision(now, fluid_wanted + placeholders)
+        else:  # no deficit: BatchWindow.observe forgets the last one
+            batch._last_deficit = 0.0
+        if now >= scored_from:
+            totals.launches += pool.launches - launched_before
+
+        while position < len(scheduled_times) and scheduled_times[position] <= now:
+            position += 1
+        upcoming = scheduled_times[position] if position < len(scheduled_times) else inf
+        ready_at = launching[0] if launching else inf
+        empty_due = timers[0] + consolidate_after if timers else inf
+        following = min(upcoming, ready_at, batch.close, empty_due, end)
+        capacity = pool.ready * gpus_per_node
+        held = float(pool.held_gpus)
+        current = (max(0.0, fluid_wanted - capacity), held, fluid_running, capacity)
+        if current != last_rates:
+            last_rates = current
+            rate_times.append(now)
+            rate_values.append(current)
+        if following > scored_from:
+            span = following - max(now, scored_from)
+            totals.demand += fluid_wanted * span
+            totals.provisioned += held * span
+            totals.used += fluid_running * span
+            totals.short += current[0] * span
+        now = following
+    cluster.fluid_running = fluid_running
     return totals
 
 

@@ -243,24 +243,22 @@ class HPAController:
         return max(proposals) if rules.select_policy == "Min" else min(proposals)
 
     def holds(self, current: int, proposal: int) -> bool:
-        """Whether a sync with this one proposal would change nothing but the recommendations' times:
-        ``current`` is the proposal, within the replica bounds, and both stabilisation windows hold
-        only that recommendation (so both extremes are it, and no scale event is stored)."""
+        """Whether a sync with this one proposal keeps the count: ``current`` is the proposal, within
+        the replica bounds. Stabilised, a count equal to the recommendation stays whatever the windows
+        hold (the scale-up extreme is at most it, the scale-down one at least it), so no scale event
+        is stored: the sync changes only the recommendations kept."""
         spec = self.spec
         return (
             current == proposal
             and spec.min_replicas <= current <= spec.max_replicas
             and not (current == 0 and spec.min_replicas != 0)
-            and len(self._lowest) == 1
-            and len(self._highest) == 1
-            and self._lowest[0][1] == proposal
-            and self._highest[0][1] == proposal
         )
 
     def held_until(self, now: float, proposal: int) -> None:
-        """The state after syncs that each :meth:`holds`, the last at ``now``."""
-        self._lowest = deque([(now, proposal)])
-        self._highest = deque([(now, proposal)])
+        """The state after syncs that each :meth:`holds`, the last at ``now``: the recommendations kept
+        after the last one alone (each earlier one left the same values, at earlier times, which the
+        last one's drops from the windows or replaces)."""
+        self._stabilize(now, proposal, proposal)
 
     def _store_event(self, now: float, before: int, after: int) -> None:
         longest = max(
