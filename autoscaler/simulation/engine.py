@@ -90,9 +90,10 @@ def run_policy(
     cluster.chunk_gpus = spare.chunk_gpus
     scheduled_times = _scheduled_times(workload, period, first_step, spare)
     rates = _Rates()
-    fluid_only = not len(workload.pods) and isinstance(pool, NodePool) and spare.triggers is None
-    step_through = _step_through_fluid if fluid_only else _step_through
-    totals = step_through(workload, period, cluster, pool, spare, scheduled_times, rates)
+    if not len(workload.pods) and isinstance(pool, NodePool) and spare.triggers is None:
+        totals = _step_through_fluid(workload, period, cluster, pool, spare, scheduled_times, rates)
+    else:
+        totals = _step_through(workload, period, cluster, pool, spare, scheduled_times, rates)
     capacity_times, capacity_values = rates.capacity()
     pod_waits, window_pod_waits = _scored_pod_waits(workload, period, cluster)
     pools, cost = _pool_figures(pool, period)
@@ -243,7 +244,7 @@ def _step_through_fluid(
     workload: Workload,
     period: Period,
     cluster: ClusterState,
-    pool: NodePool | PoolSet,
+    pool: NodePool,
     spare: SpareCapacity,
     scheduled_times: list[float],
     rates: _Rates,
@@ -255,7 +256,6 @@ def _step_through_fluid(
     Without pods, ``ClusterState.allocate`` gives fluid demand the Ready GPUs and placeholders the
     rest, inlined here; the pool's own methods run only when they would change something: a node
     due Ready, the empty nodes' count or a timer due, a batch due or a deficit to batch."""
-    assert isinstance(pool, NodePool)  # run_policy checks it
     step_s = workload.step_s
     base_values = workload.base.tolist()
     last_base = len(base_values) - 1
@@ -294,9 +294,7 @@ def _step_through_fluid(
             free -= grant
         placeholders_running = min(placeholders, max(0, chunk * int(free / chunk + 1e-9)))
         free_gpus = capacity - fluid_running - placeholders_running
-        if len(timers) != int(free_gpus // gpus_per_node + 1e-9) or (
-            timers and timers[0] <= now - consolidate_after
-        ):
+        if len(timers) != int(free_gpus // gpus_per_node + 1e-9) or (timers and timers[0] <= now - consolidate_after):
             pool.track_empty(now, free_gpus)
         launched_before = pool.launches
         if now >= batch.close or fluid_wanted + placeholders > (pool.ready + len(launching)) * gpus_per_node:

@@ -2,27 +2,30 @@
 demand that followed, through the same placeholder HPA and node pool as ``simulate``.
 
 A metric with a service-level target (autoscaler/targets/target_levels.py) chooses its level on these
-ledgers; this runs in a worker process, once per series every ``tune_every``.
+ledgers; this runs in a worker process, once per series every ``tune_every``, and sends them back
+compactly (:class:`autoscaler.targets.candidate_ledgers.CandidateLedger`, one array of minute
+starts for all).
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from autoscaler.scorecard.figures import MinuteLedger
 from autoscaler.simulation.actuation import Actuation
 from autoscaler.simulation.engine import Period, run_policy
 from autoscaler.simulation.hpa import HPASpec, Tolerance
 from autoscaler.simulation.inputs import Pods, make_workload
 from autoscaler.simulation.lead_times import LeadTimeDistribution
 from autoscaler.simulation.provisioner import PoolConfig
+from autoscaler.targets.candidate_ledgers import CandidateLedger
 from autoscaler.targets.service_levels import ReplayRequest
 
 _ORIGIN = pd.Timestamp("2000-01-01T00:00:00Z")  # replays count seconds from the record's start
 
 
-def replay_levels(request: ReplayRequest) -> dict[str, MinuteLedger]:
-    """Each level's minute ledger (seconds from the record's start) when its headroom was served.
+def replay_levels(request: ReplayRequest) -> dict[str, CandidateLedger]:
+    """Each level's short and held GPU-seconds per minute (seconds from the record's start) when its
+    headroom was served.
 
     Demand is fluid: the GPUs requested at each step, Pending pods included, as the record holds them.
     The placeholder HPA has the request's tolerances (the shipped manifests' by default).
@@ -38,7 +41,10 @@ def replay_levels(request: ReplayRequest) -> dict[str, MinuteLedger]:
     lead_time = LeadTimeDistribution("fixed", request.lead_time_s, text=f"fixed:{request.lead_time_s:g}s")
     pool = PoolConfig(request.gpus_per_node, lead_time, request.consolidate_after_s)
     hpa = HPASpec(tolerance=Tolerance(request.hpa_tolerance_up, request.hpa_tolerance_down))
-    return {
-        level: run_policy(workload, headroom.astype(float), period, pool, Actuation(hpa=hpa)).ledger
-        for level, headroom in request.headroom.items()
-    }
+    ledgers: dict[str, CandidateLedger] = {}
+    starts = None  # every run's minutes are the period's: one array for all
+    for level, headroom in request.headroom.items():
+        ledger = run_policy(workload, headroom.astype(float), period, pool, Actuation(hpa=hpa)).ledger
+        starts = ledger.starts if starts is None else starts
+        ledgers[level] = CandidateLedger.of_ledger(ledger, starts)
+    return ledgers

@@ -8,6 +8,9 @@ to those targets.
 - ``candidates``: what a target chooses among, by name (levels, buffers with and without windows).
 - ``reasons``: how a choice is explained (the target's figure in words, the notes its reason carries).
 - ``target_store``: each target's record and choice on disk, so that they carry on across a restart.
+- ``records``: a target's record of refreshes (times and rows) in two preallocated rings.
+- ``candidate_ledgers``: a candidate's replayed minutes as a choice reads them (short and held
+  GPU-seconds), kept and sent compactly: the minutes with something short and where held changes.
 - ``service_levels``: service-level targets: the cheapest candidate that met the target over the days
   before each decision, judged on its replayed outcome (walk-forward tuning); a quantile level only
   when clearly cheaper than the cheapest buffer that met; never a constant buffer the placeholder

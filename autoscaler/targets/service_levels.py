@@ -23,6 +23,7 @@ from functools import partial
 import numpy as np
 
 from autoscaler.scorecard.figures import MinuteLedger, ServiceTarget, ShortFigures, wait_figures
+from autoscaler.targets.candidate_ledgers import CandidateLedger, ShortAndHeld
 
 DAY_S = 86400.0
 _NO_WINDOWS = np.zeros(0)
@@ -127,10 +128,11 @@ class Choice:
 class LedgerPrefix:
     """One candidate's ledger as prefix sums, so that any window's figures cost O(1)."""
 
-    def __init__(self, ledger: MinuteLedger) -> None:
+    def __init__(self, ledger: ShortAndHeld) -> None:
         self.starts = ledger.starts
-        short = ledger.short_gpu_seconds > 1e-6  # as scorecard.short_figures counts a minute short
-        self.short = np.concatenate([[0.0], np.cumsum(ledger.short_gpu_seconds)])
+        short_gpu_seconds = ledger.short_gpu_seconds  # read once: a CandidateLedger rebuilds it
+        short = short_gpu_seconds > 1e-6  # as scorecard.short_figures counts a minute short
+        self.short = np.concatenate([[0.0], np.cumsum(short_gpu_seconds)])
         self.minutes_short = np.concatenate([[0], np.cumsum(short)])
         self.held = np.concatenate([[0.0], np.cumsum(ledger.held_gpu_seconds)])
         # For each minute, the first minute from it on with no GPU short (len when none is).
@@ -240,7 +242,7 @@ def calibrated(asked: float, target: ServiceTarget, attained: float, settings: T
     return min(max(moved, settings.floor * target.value), settings.ceiling * target.value)
 
 
-def prefixes_of(candidates: Mapping[str, MinuteLedger]) -> dict[str, LedgerPrefix]:
+def prefixes_of(candidates: Mapping[str, ShortAndHeld]) -> dict[str, LedgerPrefix]:
     if not candidates:
         raise ValueError("walk-forward tuning needs at least one candidate")
     return {text: LedgerPrefix(ledger) for text, ledger in candidates.items()}
@@ -325,6 +327,6 @@ class ReplayRequest:
 
 # The simulator's controller model over each level's headroom (autoscaler/simulation/replay.py):
 # injected, since the core sits below the simulator.
-ReplayFunction = Callable[[ReplayRequest], dict[str, MinuteLedger]]
+ReplayFunction = Callable[[ReplayRequest], dict[str, CandidateLedger]]
 # A pool's live minute ledger (autoscaler/scorecard/live.py), None where this replica does not score it.
 LiveLedgerFunction = Callable[[str], MinuteLedger | None]

@@ -20,8 +20,7 @@ state directory (:mod:`autoscaler.targets.target_store`) and carry on across a r
 from __future__ import annotations
 
 import logging
-from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
 
@@ -29,6 +28,7 @@ import numpy as np
 
 from autoscaler import policy
 from autoscaler.scorecard.figures import MinuteLedger, ServiceTarget
+from autoscaler.targets.candidate_ledgers import CandidateLedger
 from autoscaler.targets.candidates import (
     BUFFER_PREFIX,
     CANDIDATE_LEVELS,
@@ -41,6 +41,7 @@ from autoscaler.targets.candidates import (
 )
 from autoscaler.targets.plans import MetricPlan
 from autoscaler.targets.reasons import covered, figure, margin_note, unreached_note
+from autoscaler.targets.records import Record
 from autoscaler.targets.service_levels import (
     Buffer,
     DeadBand,
@@ -74,7 +75,7 @@ RECORD_GAP_STEPS = 5
 
 
 # (series key, function, request, timeout in seconds) -> the function's result, run in a worker.
-RunInWorker = Callable[[object, ReplayFunction, ReplayRequest, float], Awaitable[dict[str, MinuteLedger]]]
+RunInWorker = Callable[[object, ReplayFunction, ReplayRequest, float], Awaitable[dict[str, CandidateLedger]]]
 
 
 class LevelTuner:
@@ -92,10 +93,8 @@ class LevelTuner:
         self.asked = target.value
         self.chosen_at: float | None = None
         self.reason = f"no choice yet: p{FIRST_LEVEL * 100:g} until a day of record exists"
-        capacity = int((tuning.window_s + tuning.every_s) / step_s) + 1
-        self._times: deque[float] = deque(maxlen=capacity)
         # Per refresh: GPUs requested, GPUs of windows due within the lead time, each level's headroom.
-        self._rows: deque[np.ndarray] = deque(maxlen=capacity)
+        self._record = Record(int((tuning.window_s + tuning.every_s) / step_s) + 1)
         self._lead_time_s = 0.0
         self._grid_basis: float | None = None  # the demand the buffer grid is sized on
         # Buffers without the windows due are candidates once the record holds a window due.
@@ -103,7 +102,7 @@ class LevelTuner:
         # Start times of the declared window runs seen (a window start delay target judges them).
         self._window_starts: set[float] = set()
         # Each candidate's replayed ledger (times in seconds since the epoch) up to ``_replayed_to``.
-        self._ledgers: dict[str, MinuteLedger] = {}
+        self._ledgers: dict[str, CandidateLedger] = {}
         self._replayed_to: float | None = None
 
     @property
@@ -127,14 +126,14 @@ class LevelTuner:
         return TunerState(
             metric, key, self.target, self.gpus_per_node, self.step_s, self.chosen, self.asked, self.chosen_at,
             self.reason, self._lead_time_s, self._plain_buffers, tuple(sorted(self._window_starts)),
-            tuple(self._times) if record else (), tuple(self._rows) if record else (),
+            tuple(self._record.times().tolist()) if record else (), tuple(self._record.rows()) if record else (),
         )  # fmt: skip
 
     def resume(self, state: TunerState) -> None:
         """Carry on from a saved state; its candidates' ledgers are rebuilt by replaying it all once."""
         self.chosen, self.asked, self.chosen_at, self.reason = state.chosen, state.asked, state.chosen_at, state.reason
-        self._times.extend(state.times)
-        self._rows.extend(state.rows)
+        for time_s, row in zip(state.times, state.rows, strict=True):
+            self._record.append(time_s, row)
         self._lead_time_s, self._plain_buffers = state.lead_time_s, state.plain_buffers
         self._window_starts = set(state.window_starts)
 
@@ -147,27 +146,26 @@ class LevelTuner:
         due_gpus: float = 0.0,
         window_starts: Sequence[float] = (),
     ) -> None:
-        if self._times and now_s <= self._times[-1]:
+        if len(self._record) and now_s <= self._record.last_time:
             return  # a repeated or earlier refresh adds nothing
-        self._times.append(now_s)
-        self._rows.append(np.array([requested, due_gpus, *headroom], dtype=np.float64))
+        self._record.append(now_s, np.array([requested, due_gpus, *headroom], dtype=np.float64))
         self._lead_time_s = lead_time_s
         self._window_starts.update(window_starts)
         if due_gpus > 0 and not self._plain_buffers:  # the first window due: replay all with them
             self._plain_buffers = True
             self._ledgers, self._replayed_to = {}, None
-        if len(self._times) == self._times.maxlen:  # the record's oldest moment moves on
-            self._window_starts = {start for start in self._window_starts if start >= self._times[0]}
+        if self._record.full:  # the record's oldest moment moves on
+            self._window_starts = {start for start in self._window_starts if start >= self._record.first_time}
 
     def due(self, now_s: float) -> bool:
-        if not self._times or now_s - self._times[0] < MIN_RECORD_S:
+        if not len(self._record) or now_s - self._record.first_time < MIN_RECORD_S:
             return False
         return self.chosen_at is None or now_s - self.chosen_at >= self.tuning.every_s
 
     def buffers(self) -> list[int]:
         """The buffer grid, sized on the largest demand recorded (with a margin). When demand
         outgrows it, the grid grows and the whole record is replayed again."""
-        largest = float(max(row[0] for row in self._rows)) if self._rows else 0.0
+        largest = self._record.highest(0)
         if self._grid_basis is None or largest > self._grid_basis:
             before = buffer_grid(self._grid_basis, self.gpus_per_node) if self._grid_basis is not None else None
             self._grid_basis = GRID_MARGIN * largest
@@ -181,10 +179,10 @@ class LevelTuner:
         without the windows: the whole record is replayed once for them); a missed refresh carries
         the last values (minutes past ``RECORD_GAP_STEPS`` missed ones are not judged)."""
         buffers = self.buffers()
-        times = np.asarray(self._times)
+        times = self._record.times()
         first = times[0] if self._replayed_to is None else max(times[0], self._replayed_to - REPLAY_SETTLE_S)
         grid = np.arange(first, times[-1] + self.step_s / 2, self.step_s)
-        rows = np.asarray(self._rows)[np.searchsorted(times, grid, side="right") - 1]
+        rows = self._record.rows()[np.searchsorted(times, grid, side="right") - 1]
         headroom = {level_text(level): rows[:, 2 + index] for index, level in enumerate(CANDIDATE_LEVELS)}
         headroom.update({buffer_text(gpus): gpus + rows[:, 1] for gpus in buffers})
         if self._plain_buffers:
@@ -200,26 +198,32 @@ class LevelTuner:
             hpa_tolerance_down=self.tuning.hpa_tolerance_down,
         )
 
-    def _extend(self, request: ReplayRequest, replayed: dict[str, MinuteLedger]) -> None:
+    def _extend(self, request: ReplayRequest, replayed: Mapping[str, CandidateLedger]) -> None:
         """The new replay's minutes (past its settling part) after those kept; older than the window
-        and a period are dropped."""
+        and a period are dropped. Candidates replayed together keep one array of minute starts."""
         keep_from = self._replayed_to if self._replayed_to is not None else request.start_s
         oldest = request.start_s + len(request.requested) * request.step_s - self.tuning.window_s - self.tuning.every_s
-        times = np.asarray(self._times)
+        times = self._record.times()
+        # By (the replay's starts, the kept ones), the same for every candidate replayed together:
+        # which new minutes are kept, how many of the oldest are dropped, the starts of those kept
+        # (and both arrays it was made from, so that their ids name them while this runs).
+        minutes: dict[tuple[int, int], tuple[np.ndarray, int, np.ndarray, tuple[np.ndarray, ...]]] = {}
         for candidate, ledger in replayed.items():
-            shifted = MinuteLedger(
-                ledger.starts + request.start_s,
-                ledger.short_gpu_seconds,
-                ledger.held_gpu_seconds,
-                ledger.used_gpu_seconds,
-            ).between(keep_from, np.inf)
-            shifted = shifted.only(self._recorded(shifted.starts, times))
             kept = self._ledgers.get(candidate)
+            made_from = (ledger.starts,) if kept is None else (ledger.starts, kept.starts)
+            key = (id(ledger.starts), id(kept.starts) if kept is not None else 0)
+            if key not in minutes:
+                starts = ledger.starts + request.start_s
+                new = (starts >= keep_from) & self._recorded(starts, times)
+                joined = np.concatenate([*made_from[1:], starts[new]])
+                dropped = int(np.searchsorted(joined, oldest, side="left"))
+                minutes[key] = (new, dropped, joined[dropped:].copy(), made_from)
+            new, dropped, joined, _ = minutes[key]
+            short, held = ledger.short_gpu_seconds[new], ledger.held_gpu_seconds[new]
             if kept is not None:
-                shifted = MinuteLedger(
-                    *(np.concatenate([old, new]) for old, new in zip(_arrays(kept), _arrays(shifted), strict=True))
-                )
-            self._ledgers[candidate] = shifted.between(oldest, np.inf)
+                short = np.concatenate([kept.short_gpu_seconds, short])
+                held = np.concatenate([kept.held_gpu_seconds, held])
+            self._ledgers[candidate] = CandidateLedger.of(joined, short[dropped:], held[dropped:])
         self._replayed_to = request.start_s + len(request.requested) * request.step_s
 
     def _buffers(self, candidates: Iterable[str]) -> dict[str, Buffer]:
@@ -240,7 +244,11 @@ class LevelTuner:
         return np.asarray(starts - last <= RECORD_GAP_STEPS * self.step_s)
 
     def take(
-        self, now_s: float, replayed: dict[str, MinuteLedger], request: ReplayRequest, live: MinuteLedger | None = None
+        self,
+        now_s: float,
+        replayed: Mapping[str, CandidateLedger],
+        request: ReplayRequest,
+        live: MinuteLedger | None = None,
     ) -> None:
         """Calibrate on what the candidate served attained since the last choice (in the pool's live
         scorecard when it covers most of that period, else in the replay), then choose again."""
@@ -254,7 +262,7 @@ class LevelTuner:
                 attained = prefixes[self.chosen].attained(self.target, self.chosen_at, now_s, window_starts)
             if attained is not None:
                 self.asked = calibrated(self.asked, self.target, attained, self.tuning)
-        window_start = max(self._times[0], now_s - self.tuning.window_s)
+        window_start = max(self._record.first_time, now_s - self.tuning.window_s)
         so_far = covered(live_prefix, self.target, window_start, now_s, window_starts)
         levels = {level_text(level) for level in CANDIDATE_LEVELS}
         served_gpus = self.buffer_gpus
@@ -282,10 +290,6 @@ class LevelTuner:
             + unreached_note(unreachable, served_gpus)
             + ("" if so_far is None else f"; live: {figure(self.target, so_far)} in the pool's scorecard")
         )
-
-
-def _arrays(ledger: MinuteLedger) -> tuple[np.ndarray, ...]:
-    return (ledger.starts, ledger.short_gpu_seconds, ledger.held_gpu_seconds, ledger.used_gpu_seconds)
 
 
 class TargetLevels:

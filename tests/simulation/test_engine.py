@@ -162,7 +162,8 @@ def test_fluid_demand_alone_steps_through_as_the_general_loop_does(
     def figures(outcome: engine.Outcome) -> list[object]:
         ledger = outcome.ledger
         arrays = (ledger.starts, ledger.short_gpu_seconds, ledger.held_gpu_seconds, ledger.used_gpu_seconds)
-        return [outcome.totals, *(array.tolist() for array in (*arrays, outcome.capacity_times, outcome.capacity_values))]
+        steps = (outcome.capacity_times, outcome.capacity_values)
+        return [outcome.totals, *(array.tolist() for array in (*arrays, *steps))]
 
     fast = engine.run_policy(workload, served, period, pool, actuation)
     monkeypatch.setattr(engine, "_step_through_fluid", engine._step_through)
