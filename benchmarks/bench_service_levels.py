@@ -58,6 +58,7 @@ def main() -> None:
     start = 1_700_000_000.0
     tuner = LevelTuner(parse_fraction_target("1%"), TuningSettings(), gpus_per_node=8, step_s=step_s)
     times, replayed_steps, cpu_replay, cpu_take, sent, received = [], [], [], [], [], []
+    chosen: list[str] = []
     for index, requested in enumerate(record):
         now = start + index * step_s
         shares = [rise[index] * (0.5 + index_level * 0.15) for index_level in range(len(CANDIDATE_LEVELS))]
@@ -75,17 +76,18 @@ def main() -> None:
             replayed_steps.append(len(request.requested))
             sent.append(len(pickle.dumps(request)))
             received.append(len(pickle.dumps(ledgers)))
+            chosen.append(tuner.chosen)
     print(
         f"record: {len(record)} steps of {step_s:g} s ({args.days:g} days), {len(CANDIDATE_LEVELS)} levels "
         f"and {len(tuner.buffers())} buffers ({'with and without' if args.window_gpus else 'no'} windows); "
         f"load average {os.getloadavg()[0]:.1f}"
     )
-    rows = zip(times, replayed_steps, cpu_replay, cpu_take, sent, received, strict=True)
-    for number, (seconds, steps, replay_cpu, take_cpu, to_worker, from_worker) in enumerate(rows, start=1):
+    rows = zip(times, replayed_steps, cpu_replay, cpu_take, sent, received, chosen, strict=True)
+    for number, (seconds, steps, replay_cpu, take_cpu, to_worker, from_worker, text) in enumerate(rows, start=1):
         print(
             f"choice {number}: replayed {steps} steps per level, replay + choice {seconds:.3f} s wall, "
             f"CPU {replay_cpu + take_cpu:.3f} s (replay {replay_cpu:.3f}, take {take_cpu:.3f}), "
-            f"pickled {to_worker / 1e6:.2f} MB to the worker, {from_worker / 1e6:.2f} MB back"
+            f"pickled {to_worker / 1e6:.2f} MB to the worker, {from_worker / 1e6:.2f} MB back; chose {text}"
         )
     steady = slice(1, None) if len(times) > 1 else slice(None)
     cpu = np.add(cpu_replay, cpu_take)[steady]

@@ -267,8 +267,9 @@ def _step_through_fluid(
     consolidate_after = pool.config.consolidate_after_s
     launching, timers, batch = pool._launching, pool._empty_since, pool._batch
     fluid_running = cluster.fluid_running
-    totals = Totals()
-    position = 0
+    demand = provisioned = used = short = 0.0
+    launches = 0
+    position, scheduled_count = 0, len(scheduled_times)
     now = period.start
     end, scored_from = period.end, period.scored_from
     rate_times, rate_values = rates.times, rates.values
@@ -289,10 +290,11 @@ def _step_through_fluid(
             free = capacity - fluid_running
         fluid_waiting = fluid_wanted - fluid_running
         if fluid_waiting > 1e-9 and free > 0:
-            grant = min(fluid_waiting, free)
+            grant = fluid_waiting if fluid_waiting < free else free  # min(), as allocate has it
             fluid_running += grant
             free -= grant
-        placeholders_running = min(placeholders, max(0, chunk * int(free / chunk + 1e-9)))
+        fitting = chunk * int(free / chunk + 1e-9)
+        placeholders_running = placeholders if placeholders < fitting else (fitting if fitting > 0 else 0)
         free_gpus = capacity - fluid_running - placeholders_running
         if len(timers) != int(free_gpus // gpus_per_node + 1e-9) or (timers and timers[0] <= now - consolidate_after):
             pool.track_empty(now, free_gpus)
@@ -302,30 +304,31 @@ def _step_through_fluid(
         else:  # no deficit: BatchWindow.observe forgets the last one
             batch._last_deficit = 0.0
         if now >= scored_from:
-            totals.launches += pool.launches - launched_before
+            launches += pool.launches - launched_before
 
-        while position < len(scheduled_times) and scheduled_times[position] <= now:
+        while position < scheduled_count and scheduled_times[position] <= now:
             position += 1
-        upcoming = scheduled_times[position] if position < len(scheduled_times) else inf
+        upcoming = scheduled_times[position] if position < scheduled_count else inf
         ready_at = launching[0] if launching else inf
         empty_due = timers[0] + consolidate_after if timers else inf
         following = min(upcoming, ready_at, batch.close, empty_due, end)
         capacity = pool.ready * gpus_per_node
         held = float(pool.held_gpus)
-        current = (max(0.0, fluid_wanted - capacity), held, fluid_running, capacity)
+        lacking = fluid_wanted - capacity
+        current = (lacking if lacking > 0.0 else 0.0, held, fluid_running, capacity)  # max(0.0, ...)
         if current != last_rates:
             last_rates = current
             rate_times.append(now)
             rate_values.append(current)
         if following > scored_from:
-            span = following - max(now, scored_from)
-            totals.demand += fluid_wanted * span
-            totals.provisioned += held * span
-            totals.used += fluid_running * span
-            totals.short += current[0] * span
+            span = following - (now if now > scored_from else scored_from)
+            demand += fluid_wanted * span
+            provisioned += held * span
+            used += fluid_running * span
+            short += current[0] * span
         now = following
     cluster.fluid_running = fluid_running
-    return totals
+    return Totals(demand, provisioned, used, short, launches)
 
 
 def _scored_pod_waits(workload: Workload, period: Period, cluster: ClusterState) -> tuple[np.ndarray, np.ndarray]:
