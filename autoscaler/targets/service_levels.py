@@ -135,9 +135,18 @@ class LedgerPrefix:
         self.short = np.concatenate([[0.0], np.cumsum(short_gpu_seconds)])
         self.minutes_short = np.concatenate([[0], np.cumsum(short)])
         self.held = np.concatenate([[0.0], np.cumsum(ledger.held_gpu_seconds)])
-        # For each minute, the first minute from it on with no GPU short (len when none is).
-        clear_at = np.where(short, len(short), np.arange(len(short)))
-        self.next_clear = np.minimum.accumulate(clear_at[::-1])[::-1] if len(short) else clear_at
+        self._short = short
+        self._next_clear: np.ndarray | None = None
+
+    @property
+    def next_clear(self) -> np.ndarray:
+        """For each minute, the first minute from it on with no GPU short (len when none is): made
+        when a window start delay target first asks (of ~100 candidates, a tenth of a choice)."""
+        if self._next_clear is None:
+            short = self._short
+            clear_at = np.where(short, len(short), np.arange(len(short)))
+            self._next_clear = np.minimum.accumulate(clear_at[::-1])[::-1] if len(short) else clear_at
+        return self._next_clear
 
     def window(self, start_s: float, end_s: float) -> tuple[ShortFigures, float]:
         first = int(np.searchsorted(self.starts, start_s, side="left"))
