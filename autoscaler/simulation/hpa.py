@@ -321,6 +321,7 @@ def placeholder_replicas(
     run_ends = np.append(changes, usage.shape[1]).tolist()
     run = 0
     position = 0
+    single = len(metrics) == 1
     while position < len(times):
         while run_ends[run] <= position:
             run += 1
@@ -328,8 +329,11 @@ def placeholder_replicas(
             None if metric[position] < 0 else average_value_replicas(metric[position], target_milli, current, tolerance)
             for metric in metrics
         ]
-        proposal = proposals[0] if len(proposals) == 1 else None
-        kept = 0 if proposal is None else controller.kept_for(current, proposal, times, position, run_ends[run])
+        proposal = proposals[0] if single else None
+        # (a higher proposal is never kept: reconciled without asking)
+        kept = 0
+        if proposal is not None and proposal <= current:
+            kept = controller.kept_for(current, proposal, times, position, run_ends[run])
         if proposal is not None and kept:
             end = position + kept
             replicas[position:end] = current
