@@ -126,7 +126,7 @@ class LevelTuner:
         return TunerState(
             metric, key, self.target, self.gpus_per_node, self.step_s, self.chosen, self.asked, self.chosen_at,
             self.reason, self._lead_time_s, self._plain_buffers, tuple(sorted(self._window_starts)),
-            tuple(self._record.times().tolist()) if record else (), tuple(self._record.rows()) if record else (),
+            tuple(self._record.times().tolist()) if record else (), self._record.rows() if record else (),
         )  # fmt: skip
 
     def resume(self, state: TunerState) -> None:
