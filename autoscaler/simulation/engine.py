@@ -284,13 +284,18 @@ def _step_through_fluid(
     rate_times, rate_values = rates.times, rates.values
     last_rates = (-1.0, -1.0, -1.0, -1)
     inf = math.inf
+    # The pool's Ready GPUs and held GPUs change only in its methods: read again after each call.
+    capacity, held = pool.ready * gpus_per_node, float(pool.held_gpus)
+    batched = True  # whether the batch may remember a deficit (BatchWindow.observe forgets it without one)
     while now < end:
         if launching and launching[0] <= now:
             pool.turn_ready(now)
-        fluid_wanted = base_values[min(int(now // step_s), last_base)]
-        placeholders = spare_gpus[min(int((now - spare_start) // spare_interval), last_spare)]
+            capacity = pool.ready * gpus_per_node
+        index = int(now // step_s)
+        fluid_wanted = base_values[index if index < last_base else last_base]  # min(), as _step_through
+        index = int((now - spare_start) // spare_interval)
+        placeholders = spare_gpus[index if index < last_spare else last_spare]
         # ClusterState.allocate without pods: fluid demand first, then placeholders.
-        capacity = pool.ready * gpus_per_node
         if fluid_running > fluid_wanted:
             fluid_running = fluid_wanted
         free = capacity - fluid_running
@@ -307,22 +312,27 @@ def _step_through_fluid(
         free_gpus = capacity - fluid_running - placeholders_running
         if len(timers) != int(free_gpus // gpus_per_node + 1e-9) or (timers and timers[0] <= now - consolidate_after):
             pool.track_empty(now, free_gpus)
-        launched_before = pool.launches
+            capacity, held = pool.ready * gpus_per_node, float(pool.held_gpus)
         if now >= batch.close or fluid_wanted + placeholders > (pool.ready + len(launching)) * gpus_per_node:
+            launched_before = pool.launches
             pool.provision(now, fluid_wanted + placeholders)
-        else:  # no deficit: BatchWindow.observe forgets the last one
-            batch._last_deficit = 0.0
-        if now >= scored_from:
-            launches += pool.launches - launched_before
+            held, batched = float(pool.held_gpus), True
+            if now >= scored_from:
+                launches += pool.launches - launched_before
+        elif batched:  # no deficit: BatchWindow.observe forgets the last one
+            batch._last_deficit, batched = 0.0, False
 
         while position < scheduled_count and scheduled_times[position] <= now:
             position += 1
-        upcoming = scheduled_times[position] if position < scheduled_count else inf
-        ready_at = launching[0] if launching else inf
-        empty_due = timers[0] + consolidate_after if timers else inf
-        following = min(upcoming, ready_at, batch.close, empty_due, end)
-        capacity = pool.ready * gpus_per_node
-        held = float(pool.held_gpus)
+        following = scheduled_times[position] if position < scheduled_count else inf
+        if launching and launching[0] < following:
+            following = launching[0]
+        if batch.close < following:
+            following = batch.close
+        if timers and timers[0] + consolidate_after < following:
+            following = timers[0] + consolidate_after
+        if end < following:
+            following = end
         lacking = fluid_wanted - capacity
         current = (lacking if lacking > 0.0 else 0.0, held, fluid_running, capacity)  # max(0.0, ...)
         if current != last_rates:
