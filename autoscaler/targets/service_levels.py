@@ -126,16 +126,25 @@ class Choice:
 
 
 class LedgerPrefix:
-    """One candidate's ledger as prefix sums, so that any window's figures cost O(1)."""
+    """One candidate's ledger as prefix sums, so that any window's figures cost O(log n).
+
+    The GPU-seconds short are summed over the minutes with any (a compact ledger keeps only those):
+    adding a minute's zero leaves a sum as it was, so each window's sum is the dense prefix sums'
+    to the bit. Held GPU-seconds are summed over every minute."""
 
     def __init__(self, ledger: ShortAndHeld) -> None:
         self.starts = ledger.starts
-        short_gpu_seconds = ledger.short_gpu_seconds  # read once: a CandidateLedger rebuilds it
-        short = short_gpu_seconds > 1e-6  # as scorecard.short_figures counts a minute short
-        self.short = np.concatenate([[0.0], np.cumsum(short_gpu_seconds)])
-        self.minutes_short = np.concatenate([[0], np.cumsum(short)])
+        if isinstance(ledger, CandidateLedger):
+            short_at, short_values = ledger.short_at, ledger.short_values
+        else:
+            dense = ledger.short_gpu_seconds
+            short_at = np.flatnonzero(dense)
+            short_values = dense[short_at]
+        self._short_at = short_at
+        self._short_sums = np.concatenate([[0.0], np.cumsum(short_values)])
+        # The minutes counted short, as scorecard.short_figures counts them.
+        self._counted_at = short_at[short_values > 1e-6]
         self.held = np.concatenate([[0.0], np.cumsum(ledger.held_gpu_seconds)])
-        self._short = short
         self._next_clear: np.ndarray | None = None
 
     @property
@@ -143,7 +152,8 @@ class LedgerPrefix:
         """For each minute, the first minute from it on with no GPU short (len when none is): made
         when a window start delay target first asks (of ~100 candidates, a tenth of a choice)."""
         if self._next_clear is None:
-            short = self._short
+            short = np.zeros(len(self.starts), dtype=bool)
+            short[self._counted_at] = True
             clear_at = np.where(short, len(short), np.arange(len(short)))
             self._next_clear = np.minimum.accumulate(clear_at[::-1])[::-1] if len(short) else clear_at
         return self._next_clear
@@ -151,9 +161,11 @@ class LedgerPrefix:
     def window(self, start_s: float, end_s: float) -> tuple[ShortFigures, float]:
         first = int(np.searchsorted(self.starts, start_s, side="left"))
         last = int(np.searchsorted(self.starts, end_s, side="left"))
+        short_from, short_to = np.searchsorted(self._short_at, (first, last), side="left").tolist()
+        counted_from, counted_to = np.searchsorted(self._counted_at, (first, last), side="left").tolist()
         figures = ShortFigures(
-            short_gpu_minutes=float(self.short[last] - self.short[first]) / 60.0,
-            minutes_short=int(self.minutes_short[last] - self.minutes_short[first]),
+            short_gpu_minutes=float(self._short_sums[short_to] - self._short_sums[short_from]) / 60.0,
+            minutes_short=counted_to - counted_from,
             minutes_scored=last - first,
         )
         return figures, float(self.held[last] - self.held[first])

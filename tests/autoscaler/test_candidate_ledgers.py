@@ -8,7 +8,7 @@ import pickle
 import numpy as np
 import pytest
 
-from autoscaler.scorecard.figures import parse_fraction_target
+from autoscaler.scorecard.figures import ShortFigures, parse_fraction_target
 from autoscaler.simulation.replay import replay_levels
 from autoscaler.targets.candidate_ledgers import CandidateLedger
 from autoscaler.targets.records import Record
@@ -46,8 +46,22 @@ def test_the_replay_sends_compact_ledgers_that_judge_as_the_dense_ones() -> None
     for ledger in ledgers.values():
         compact, dense = LedgerPrefix(ledger), LedgerPrefix(_Dense(ledger))
         for start, end in ((0.0, 86400.0), (3600.0, 7200.0), (1234.0, 50000.0)):
-            assert compact.window(start, end) == dense.window(start, end)
+            assert compact.window(start, end) == dense.window(start, end) == _summed(ledger, start, end)
             assert compact.attained(target, start, end, np.zeros(0)) == dense.attained(target, start, end, np.zeros(0))
+
+
+def _summed(ledger: CandidateLedger, start_s: float, end_s: float) -> tuple[ShortFigures, float]:
+    """A window's figures from prefix sums over every minute, zeros included."""
+    first, last = np.searchsorted(ledger.starts, (start_s, end_s), side="left").tolist()
+    short = np.concatenate([[0.0], np.cumsum(ledger.short_gpu_seconds)])
+    minutes = np.concatenate([[0], np.cumsum(ledger.short_gpu_seconds > 1e-6)])
+    held = np.concatenate([[0.0], np.cumsum(ledger.held_gpu_seconds)])
+    figures = ShortFigures(
+        short_gpu_minutes=float(short[last] - short[first]) / 60.0,
+        minutes_short=int(minutes[last] - minutes[first]),
+        minutes_scored=last - first,
+    )
+    return figures, float(held[last] - held[first])
 
 
 class _Dense:
