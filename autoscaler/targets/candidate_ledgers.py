@@ -75,3 +75,23 @@ class CandidateLedger:
     def held_gpu_seconds(self) -> np.ndarray:
         runs = np.diff(np.append(self.held_from, len(self.starts)))
         return np.repeat(self.held_values, runs)
+
+    def then(self, later: CandidateLedger, starts: np.ndarray, dropped: int) -> CandidateLedger:
+        """This ledger's minutes and then ``later``'s, the first ``dropped`` of them left out; ``starts``
+        are the minutes that remain (shared). Neither is rebuilt minute by minute."""
+        length = len(self)
+        short_at = np.concatenate([self.short_at, later.short_at + length])
+        short_values = np.concatenate([self.short_values, later.short_values])
+        held_from = np.concatenate([self.held_from, later.held_from + length])
+        held_values = np.concatenate([self.held_values, later.held_values])
+        if len(starts) != length + len(later) - dropped:
+            raise ValueError("the minutes kept are not those of both ledgers past the dropped ones")
+        kept = short_at >= dropped
+        short_at, short_values = short_at[kept] - dropped, short_values[kept]
+        if not len(starts):
+            held_from, held_values = held_from[:0], held_values[:0]
+        else:  # the run the first minute kept falls in starts it
+            first = int(np.searchsorted(held_from, dropped, side="right")) - 1
+            held_from, held_values = held_from[first:] - dropped, held_values[first:]
+            held_from[0] = 0
+        return CandidateLedger(starts, short_at.astype(np.int32), short_values, held_from.astype(np.int32), held_values)

@@ -205,9 +205,11 @@ class LevelTuner:
         oldest = request.start_s + len(request.requested) * request.step_s - self.tuning.window_s - self.tuning.every_s
         times = self._record.times()
         # By (the replay's starts, the kept ones), the same for every candidate replayed together:
-        # which new minutes are kept, how many of the oldest are dropped, the starts of those kept
-        # (and both arrays it was made from, so that their ids name them while this runs).
-        minutes: dict[tuple[int, int], tuple[np.ndarray, int, np.ndarray, tuple[np.ndarray, ...]]] = {}
+        # which new minutes are kept and their starts, how many of the oldest are dropped, the starts
+        # of all those kept (and both arrays they were made from, so that their ids name them while
+        # this runs).
+        minutes: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, int, np.ndarray, tuple[np.ndarray, ...]]] = {}
+        nothing = CandidateLedger.of(np.zeros(0), np.zeros(0), np.zeros(0))
         for candidate, ledger in replayed.items():
             kept = self._ledgers.get(candidate)
             made_from = (ledger.starts,) if kept is None else (ledger.starts, kept.starts)
@@ -217,13 +219,10 @@ class LevelTuner:
                 new = (starts >= keep_from) & self._recorded(starts, times)
                 joined = np.concatenate([*made_from[1:], starts[new]])
                 dropped = int(np.searchsorted(joined, oldest, side="left"))
-                minutes[key] = (new, dropped, joined[dropped:].copy(), made_from)
-            new, dropped, joined, _ = minutes[key]
-            short, held = ledger.short_gpu_seconds[new], ledger.held_gpu_seconds[new]
-            if kept is not None:
-                short = np.concatenate([kept.short_gpu_seconds, short])
-                held = np.concatenate([kept.held_gpu_seconds, held])
-            self._ledgers[candidate] = CandidateLedger.of(joined, short[dropped:], held[dropped:])
+                minutes[key] = (new, starts[new], dropped, joined[dropped:].copy(), made_from)
+            new, added_starts, dropped, joined, _ = minutes[key]
+            added = CandidateLedger.of(added_starts, ledger.short_gpu_seconds[new], ledger.held_gpu_seconds[new])
+            self._ledgers[candidate] = (kept if kept is not None else nothing).then(added, joined, dropped)
         self._replayed_to = request.start_s + len(request.requested) * request.step_s
 
     def _buffers(self, candidates: Iterable[str]) -> dict[str, Buffer]:

@@ -32,6 +32,27 @@ def test_a_candidates_minutes_are_rebuilt_bit_for_bit() -> None:
         CandidateLedger.of(starts, short[:3], held)
 
 
+@pytest.mark.parametrize("dropped", [0, 1, 119, 120, 200, 300])
+def test_a_day_joins_the_days_kept_and_the_oldest_minutes_go(dropped: int) -> None:
+    """Joined compactly, a candidate's kept minutes and a new day's, past the dropped ones, are the
+    per-minute arrays joined and cut, bit for bit (a run of held GPU-seconds across the join too)."""
+    rng = np.random.default_rng(dropped)
+
+    def minutes(count: int) -> tuple[np.ndarray, np.ndarray]:
+        short = np.where(rng.random(count) < 0.2, rng.random(count) * 60, 0.0)
+        return short, np.repeat(rng.choice([480.0, 960.0, 1000.5], size=count // 10 + 1), 10)[:count]
+
+    (old_short, old_held), (new_short, new_held) = minutes(120), minutes(180)
+    new_held[:7] = old_held[-1]
+    kept = CandidateLedger.of(60.0 * np.arange(120), old_short, old_held)
+    day = CandidateLedger.of(60.0 * np.arange(120, 300), new_short, new_held)
+    joined = kept.then(day, 60.0 * np.arange(dropped, 300), dropped)
+    assert joined.short_gpu_seconds.tobytes() == np.concatenate([old_short, new_short])[dropped:].tobytes()
+    assert joined.held_gpu_seconds.tobytes() == np.concatenate([old_held, new_held])[dropped:].tobytes()
+    with pytest.raises(ValueError, match="not those of both ledgers"):
+        kept.then(day, 60.0 * np.arange(10), dropped)
+
+
 def test_the_replay_sends_compact_ledgers_that_judge_as_the_dense_ones() -> None:
     """The worker's ledgers share one array of minute starts and pickle to a few bytes a minute; a
     window judged on them gives the figures of the dense ledger it was made from."""
