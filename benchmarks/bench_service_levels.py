@@ -98,6 +98,11 @@ def main() -> None:
         f"{np.mean(received[steady]) / 1e6:.2f} MB back"
     )
     print(f"resident between choices: {resident_bytes(tuner) / 1e6:.2f} MB (tracemalloc, the tuner unpickled)")
+    print(
+        "goal (issue 36): at most 5 MB resident and 0.3 s of CPU per choice; before the compact ledgers and "
+        "the fluid replay loop (40b3a4f, --days 9, 2 cores, docs/service-levels.md): 40.7 MB resident, "
+        "0.59-0.60 s of CPU per choice, 4.87 MB pickled back"
+    )
     print(f"last choice: {describe(tuner.chosen)} ({tuner.reason})")
 
 
