@@ -121,7 +121,7 @@ class _Rates:
     # Four values per record, one flat list (short, held, used, capacity): a list of tuples took
     # twice as long to make an array of, a tenth of a target's replay.
     values: list[float] = field(default_factory=list)
-    _made: np.ndarray | None = None
+    _made: np.ndarray | None = field(default=None, init=False, repr=False)
 
     def _columns(self) -> np.ndarray:
         """The records as an array, made once the run is over (ledger and capacity both read it)."""
@@ -259,12 +259,14 @@ def _step_through_fluid(
     rates: _Rates,
 ) -> Totals:
     """:func:`_step_through` for fluid demand alone (no pods) in one node pool under placeholders: the
-    same moments, state and figures (tests/simulation/test_engine.py compares both), a few times
-    faster. A target's replay (autoscaler/simulation/replay.py) runs ~100 of these per choice.
+    same moments, state and figures (tests/simulation/test_engine.py compares both), in about half
+    the time. A target's replay (autoscaler/simulation/replay.py) runs ~100 of these per choice.
 
     Without pods, ``ClusterState.allocate`` gives fluid demand the Ready GPUs and placeholders the
     rest, inlined here; the pool's own methods run only when they would change something: a node
-    due Ready, the empty nodes' count or a timer due, a batch due or a deficit to batch."""
+    due Ready, the empty nodes' count or a timer due, a batch due or a deficit to batch. So
+    ``NodePool.provision`` must do nothing but forget the last deficit when neither is (launches,
+    lead times and whatever else a launch draws stay in it)."""
     step_s = workload.step_s
     base_values = workload.base.tolist()
     last_base = len(base_values) - 1
