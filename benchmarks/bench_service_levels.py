@@ -18,13 +18,21 @@ a settling hour). One process, one core: what one forecast worker spends per ser
 ``tune_every``. With ``--learned-failure-rate``, the pool replayed is one a pool's NodeClaims taught
 (autoscaler/targets/launches.py): 37 lead times from 4 to 11 minutes, and that share of launches
 failed (0: none failed); without it, the fixed 5-minute lead time.
+
+What a target series costs, per choice: the process CPU seconds (``time.process_time``, not wall)
+of the replay and of ``LevelTuner.take``; the bytes pickled to the worker (the ``ReplayRequest``) and
+back (the replayed ledgers), as the worker pool pickles them (default protocol); and after the last
+choice, the bytes the tuner keeps resident between choices (its record and the candidates' ledgers):
+what ``tracemalloc`` counts for an unpickled copy of the tuner.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import time
+import tracemalloc
 
 import numpy as np
 import pandas as pd
@@ -59,28 +67,67 @@ def main() -> None:
         tuner.pool_replayed.launches = LearnedLaunches(
             tuple(np.quantile(lead_times, np.linspace(0, 1, 21))), 37, args.learned_failure_rate
         )
-    times, replayed_steps = [], []
+    times, replayed_steps, cpu_replay, cpu_take, sent, received = [], [], [], [], [], []
+    chosen: list[str] = []
     for index, requested in enumerate(record):
         now = start + index * step_s
         shares = [rise[index] * (0.5 + index_level * 0.15) for index_level in range(len(CANDIDATE_LEVELS))]
         due = args.window_gpus if (now - 7200) % 86400 >= 86400 - 300 else 0.0  # due before 02:00
         tuner.record(now, float(requested), shares, 300.0, due)
         if tuner.due(now):
-            began = time.perf_counter()
+            began, cpu_began = time.perf_counter(), time.process_time()
             request = tuner.replay_request()
-            tuner.take(now, replay_levels(request), request)
+            ledgers = replay_levels(request)
+            cpu_replayed = time.process_time()
+            tuner.take(now, ledgers, request)
             times.append(time.perf_counter() - began)
+            cpu_replay.append(cpu_replayed - cpu_began)
+            cpu_take.append(time.process_time() - cpu_replayed)
             replayed_steps.append(len(request.requested))
+            sent.append(len(pickle.dumps(request)))
+            received.append(len(pickle.dumps(ledgers)))
+            chosen.append(tuner.chosen)
     print(
         f"record: {len(record)} steps of {step_s:g} s ({args.days:g} days), {len(CANDIDATE_LEVELS)} levels "
         f"and {len(tuner.buffers())} buffers ({'with and without' if args.window_gpus else 'no'} windows); "
         f"load average {os.getloadavg()[0]:.1f}"
     )
-    for number, (seconds, steps) in enumerate(zip(times, replayed_steps, strict=True), start=1):
-        print(f"choice {number}: replayed {steps} steps per level, replay + choice {seconds:.3f} s")
-    steady = times[1:] or times
-    print(f"per choice after the first: mean {np.mean(steady):.3f} s, max {np.max(steady):.3f} s")
+    rows = zip(times, replayed_steps, cpu_replay, cpu_take, sent, received, chosen, strict=True)
+    for number, (seconds, steps, replay_cpu, take_cpu, to_worker, from_worker, text) in enumerate(rows, start=1):
+        print(
+            f"choice {number}: replayed {steps} steps per level, replay + choice {seconds:.3f} s wall, "
+            f"CPU {replay_cpu + take_cpu:.3f} s (replay {replay_cpu:.3f}, take {take_cpu:.3f}), "
+            f"pickled {to_worker / 1e6:.2f} MB to the worker, {from_worker / 1e6:.2f} MB back; chose {text}"
+        )
+    steady = slice(1, None) if len(times) > 1 else slice(None)
+    cpu = np.add(cpu_replay, cpu_take)[steady]
+    print(f"per choice after the first: mean {np.mean(times[steady]):.3f} s, max {np.max(times[steady]):.3f} s wall")
+    print(f"CPU per choice after the first: mean {np.mean(cpu):.3f} s, max {np.max(cpu):.3f} s")
+    print(
+        f"pickled per choice after the first: {np.mean(sent[steady]) / 1e6:.2f} MB to the worker, "
+        f"{np.mean(received[steady]) / 1e6:.2f} MB back"
+    )
+    print(f"resident between choices: {resident_bytes(tuner) / 1e6:.2f} MB (tracemalloc, the tuner unpickled)")
+    print(
+        "goal (issue 36): at most 5 MB resident and 0.3 s of CPU per choice; before the compact ledgers and "
+        "the fluid replay loop (40b3a4f, --days 9, 2 cores, docs/service-levels.md): 40.7 MB resident, "
+        "0.59-0.60 s of CPU per choice, 4.87 MB pickled back"
+    )
     print(f"last choice: {describe(tuner.chosen)} ({tuner.reason})")
+
+
+def resident_bytes(tuner: LevelTuner) -> int:
+    """What a copy of ``tuner`` (its record, the candidates' ledgers and its few scalars) allocates."""
+    pickled = pickle.dumps(tuner)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        copy = pickle.loads(pickled)  # noqa: S301 (what this process pickled a moment ago)
+        allocated = tracemalloc.get_traced_memory()[0] - before
+        del copy
+        return allocated
+    finally:
+        tracemalloc.stop()
 
 
 if __name__ == "__main__":

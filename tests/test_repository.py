@@ -52,6 +52,9 @@ def test_clean_clone_has_what_both_commands_need(tmp_path):
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 DATA_LITERALS = {("autoscaler/web/openapi.py", "_schemas"), ("autoscaler/web/openapi.py", "openapi_document")}
+# Inner loops inlined for speed are exempt too: the fluid replay's loop runs ~100 times per target choice,
+# and a call per step cost a target's replay about half again (docs/service-levels.md, item 6's figures).
+HOT_LOOPS = {("autoscaler/simulation/engine.py", "_step_through_fluid")}
 
 
 def oversized(root: Path = ROOT) -> list[str]:
@@ -66,7 +69,7 @@ def oversized(root: Path = ROOT) -> list[str]:
                 if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) or node.end_lineno is None:
                     continue
                 length = node.end_lineno - node.lineno + 1
-                if length > MAX_FUNCTION_LINES and (relative, node.name) not in DATA_LITERALS:
+                if length > MAX_FUNCTION_LINES and (relative, node.name) not in DATA_LITERALS | HOT_LOOPS:
                     found.append(f"{relative}: {node.name} is {length} lines")
     return found
 

@@ -18,7 +18,7 @@ from autoscaler.app.factory import create_app, needs_kubernetes_api
 from autoscaler.app.serving import settle_heap
 from autoscaler.config.settings import Settings
 from autoscaler.refresh.pipeline import open_pipeline
-from autoscaler.simulation.replay import replay_levels
+from autoscaler.simulation.replay import replay_ledgers
 from autoscaler.web.auth import AccessControl
 from autoscaler.web.keys import NOTICE
 
@@ -37,7 +37,7 @@ async def serve_read_only(settings: Settings, notice: str, *, stop: asyncio.Even
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
     async with contextlib.AsyncExitStack() as stack:
-        pipeline = await stack.enter_async_context(open_pipeline(settings, None, replay_levels))
+        pipeline = await stack.enter_async_context(open_pipeline(settings, None, replay_ledgers))
         api_app, ops_app = create_app(settings, pipeline=pipeline, access=AccessControl(None, None))
         ops_app[NOTICE] = notice
         # Started for its cleanup contexts (the refresher), never bound: nothing answers the cluster.

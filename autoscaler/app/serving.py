@@ -26,7 +26,7 @@ from autoscaler.config.settings import Settings
 from autoscaler.keda.server import GrpcListening, serving_grpc
 from autoscaler.refresh.kube_inputs import watch_settings
 from autoscaler.refresh.pipeline import open_pipeline
-from autoscaler.simulation.replay import replay_levels
+from autoscaler.simulation.replay import replay_ledgers
 from autoscaler.web import demo_pki, kubernetes_auth
 from autoscaler.web.auth import AccessControl
 from autoscaler.web.certificates import CertificateFileError
@@ -182,7 +182,7 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
         )
         if kube is not None and settings.preflight.on_start:
             await _preflight(kube, settings)
-        pipeline = await stack.enter_async_context(open_pipeline(settings, kube, replay_levels))
+        pipeline = await stack.enter_async_context(open_pipeline(settings, kube, replay_ledgers))
         access = await build_access(settings, kube)
         if settings.server.http_auth == "delegated" and kube is None:  # the demo: no cluster to ask
             log.warning("server.http_auth delegated is off in the demo: no cluster to ask")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -21,14 +21,18 @@ import numpy as np
 from adapters.traces.replay import ReplaySource
 from adapters.types import NODEPOOL_LABEL
 from autoscaler.scorecard.capacity import PodWait
+from autoscaler.scorecard.figures import MinuteLedger
 from autoscaler.serving.provider import Snapshot
-from autoscaler.targets.service_levels import ReplayFunction, ReplayRequest
+from autoscaler.targets.service_levels import ReplayRequest
 
 log = logging.getLogger(__name__)
 
 STEP_S = 60.0
 # Longer than a launch and the empty-node timeout together, so each replay starts from a settled pool.
 SETTLE = timedelta(hours=2)
+# The simulator's controller model, each headroom's whole minute ledger (autoscaler/simulation/replay.py's
+# replay_ledgers): injected, since the simulator sits above.
+LedgerReplay = Callable[[ReplayRequest], dict[str, MinuteLedger]]
 
 
 class DemoCluster:
@@ -41,7 +45,7 @@ class DemoCluster:
         metric: str,
         pool: str,
         lead_time: timedelta,
-        replay: ReplayFunction,
+        replay: LedgerReplay,
         gpus_per_node: int = 8,
     ) -> None:
         self.demand = demand

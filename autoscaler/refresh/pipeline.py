@@ -28,7 +28,7 @@ from autoscaler.config.settings import Settings, WindowSettings
 from autoscaler.policy import Cap
 from autoscaler.refresh import claimed_demand, demo
 from autoscaler.refresh.claimed_demand import ClaimedDemandSource
-from autoscaler.refresh.demo_cluster import DemoCluster
+from autoscaler.refresh.demo_cluster import DemoCluster, LedgerReplay
 from autoscaler.refresh.kube_inputs import KubernetesInputs, declared_windows, watch_settings
 from autoscaler.refresh.sources import KnownPools, PrometheusSignalSource, client_settings, signal_query
 from autoscaler.scorecard.capacity import PoolCapacity
@@ -48,7 +48,7 @@ from autoscaler.targets.plans import (
     SignalSource,
     WindowsFunction,
 )
-from autoscaler.targets.service_levels import ReplayFunction, TuningSettings
+from autoscaler.targets.service_levels import TuningSettings
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ DEMO_WINDOWS = (
 DEMO_LEAD_TIME = timedelta(minutes=10)
 
 
-def demo_pipeline(state_dir: Path | None = None, replay: ReplayFunction | None = None) -> Pipeline:
+def demo_pipeline(state_dir: Path | None = None, replay: LedgerReplay | None = None) -> Pipeline:
     """The demo's inputs; with ``replay`` (the simulator's controller model), its pool is a replayed
     cluster the live scorecard scores (``demo_cluster``), saved in ``state_dir``."""
 
@@ -165,7 +165,6 @@ def demo_pipeline(state_dir: Path | None = None, replay: ReplayFunction | None =
         sources=(signals,),
         refresh=RefreshSettings(interval=timedelta(seconds=60), lead_time=DEMO_LEAD_TIME),
         windows=windows,
-        replay=replay,
         scorecard=scorecard,
         live_ledger=scorecard.pool_ledger if scorecard is not None else None,
         demo_cluster=cluster,
@@ -174,7 +173,7 @@ def demo_pipeline(state_dir: Path | None = None, replay: ReplayFunction | None =
 
 @contextlib.asynccontextmanager
 async def open_pipeline(
-    settings: Settings, kube: ApiClient | None, replay: ReplayFunction | None = None
+    settings: Settings, kube: ApiClient | None, replay: LedgerReplay | None = None
 ) -> AsyncIterator[Pipeline]:
     """The pipeline the settings describe; ``replay`` (the simulator's controller model, a layer above)
     runs the demo's cluster."""

@@ -35,7 +35,7 @@ from autoscaler.serving.provenance import Provenance
 from autoscaler.serving.provider import ServedSeries, Snapshot, SnapshotProvider
 from autoscaler.targets.observed import target_choice
 from autoscaler.targets.plans import MetricPlan, RefreshInputs, RefreshSettings, RefreshStats, SignalSource, windows_for
-from autoscaler.targets.target_levels import TargetLevels
+from autoscaler.targets.tuners import TargetLevels
 
 log = logging.getLogger(__name__)
 

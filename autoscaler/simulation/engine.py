@@ -90,7 +90,10 @@ def run_policy(
     cluster.chunk_gpus = spare.chunk_gpus
     scheduled_times = _scheduled_times(workload, period, first_step, spare)
     rates = _Rates()
-    totals = _step_through(workload, period, cluster, pool, spare, scheduled_times, rates)
+    if not len(workload.pods) and isinstance(pool, NodePool) and spare.triggers is None:
+        totals = _step_through_fluid(workload, period, cluster, pool, spare, scheduled_times, rates)
+    else:
+        totals = _step_through(workload, period, cluster, pool, spare, scheduled_times, rates)
     capacity_times, capacity_values = rates.capacity()
     pod_waits, window_pod_waits = _scored_pod_waits(workload, period, cluster)
     pools, cost = _pool_figures(pool, period)
@@ -115,11 +118,20 @@ class _Rates:
     time to the next."""
 
     times: list[float] = field(default_factory=list)
-    values: list[tuple[float, float, float, int]] = field(default_factory=list)  # short, held, used, capacity
+    # Four values per record, one flat list (short, held, used, capacity): a list of tuples took
+    # twice as long to make an array of, a tenth of a target's replay.
+    values: list[float] = field(default_factory=list)
+    _made: np.ndarray | None = field(default=None, init=False, repr=False)
+
+    def _columns(self) -> np.ndarray:
+        """The records as an array, made once the run is over (ledger and capacity both read it)."""
+        if self._made is None or len(self._made) * 4 != len(self.values):
+            self._made = np.asarray(self.values, dtype=np.float64).reshape(-1, 4)
+        return self._made
 
     def ledger(self, period: Period) -> MinuteLedger:
         times = np.asarray(self.times)
-        columns = np.asarray(self.values, dtype=np.float64).reshape(-1, 4)
+        columns = self._columns()
         per_minute = [integrate_per_minute(times, columns[:, index], period.start, period.end) for index in range(3)]
         starts = period.start + np.arange(len(per_minute[0])) * 60.0
         return MinuteLedger(starts, *per_minute)
@@ -127,7 +139,7 @@ class _Rates:
     def capacity(self) -> tuple[np.ndarray, np.ndarray]:
         """Ready capacity as a step function: the times it changed (the first record's too)."""
         times = np.asarray(self.times)
-        capacity = np.asarray([values[3] for values in self.values], dtype=np.float64)
+        capacity = self._columns()[:, 3]
         changed = np.flatnonzero(np.diff(capacity, prepend=np.nan) != 0)
         return times[changed], capacity[changed]
 
@@ -226,7 +238,7 @@ def _step_through(
         if current != last_rates:
             last_rates = current
             rate_times.append(now)
-            rate_values.append(current)
+            rate_values.extend(current)
         if following > scored_from:
             span = following - max(now, scored_from)
             totals.demand += requested * span
@@ -235,6 +247,109 @@ def _step_through(
             totals.short += current[0] * span
         now = following
     return totals
+
+
+def _step_through_fluid(
+    workload: Workload,
+    period: Period,
+    cluster: ClusterState,
+    pool: NodePool,
+    spare: SpareCapacity,
+    scheduled_times: list[float],
+    rates: _Rates,
+) -> Totals:
+    """:func:`_step_through` for fluid demand alone (no pods) in one node pool under placeholders: the
+    same moments, state and figures (tests/simulation/test_engine.py compares both), in about half
+    the time. A target's replay (autoscaler/simulation/replay.py) runs ~100 of these per choice.
+
+    Without pods, ``ClusterState.allocate`` gives fluid demand the Ready GPUs and placeholders the
+    rest, inlined here; the pool's own methods run only when they would change something: a node
+    due Ready, the empty nodes' count or a timer due, a batch due or a deficit to batch. So
+    ``NodePool.provision`` must do nothing but forget the last deficit when neither is (launches,
+    lead times and whatever else a launch draws stay in it)."""
+    step_s = workload.step_s
+    base_values = workload.base.tolist()
+    last_base = len(base_values) - 1
+    spare_gpus = spare.gpus.tolist()
+    last_spare = len(spare_gpus) - 1
+    spare_start, spare_interval = spare.start, spare.interval
+    chunk = cluster.chunk_gpus
+    gpus_per_node = pool.config.gpus_per_node
+    consolidate_after = pool.config.consolidate_after_s
+    launching, timers, batch = pool._launching, pool._empty_since, pool._batch
+    fluid_running = cluster.fluid_running
+    demand = provisioned = used = short = 0.0
+    launches = 0
+    position, scheduled_count = 0, len(scheduled_times)
+    now = period.start
+    end, scored_from = period.end, period.scored_from
+    rate_times, rate_values = rates.times, rates.values
+    last_rates = (-1.0, -1.0, -1.0, -1)
+    inf = math.inf
+    # The pool's Ready GPUs and held GPUs change only in its methods: read again after each call.
+    capacity, held = pool.ready * gpus_per_node, float(pool.held_gpus)
+    batched = True  # whether the batch may remember a deficit (BatchWindow.observe forgets it without one)
+    while now < end:
+        if launching and launching[0] <= now:
+            pool.turn_ready(now)
+            capacity = pool.ready * gpus_per_node
+        index = int(now // step_s)
+        fluid_wanted = base_values[index if index < last_base else last_base]  # min(), as _step_through
+        index = int((now - spare_start) // spare_interval)
+        placeholders = spare_gpus[index if index < last_spare else last_spare]
+        # ClusterState.allocate without pods: fluid demand first, then placeholders.
+        if fluid_running > fluid_wanted:
+            fluid_running = fluid_wanted
+        free = capacity - fluid_running
+        if free < -1e-9:  # a node was reclaimed: the fluid demand it ran waits again
+            fluid_running -= min(fluid_running, -free)
+            free = capacity - fluid_running
+        fluid_waiting = fluid_wanted - fluid_running
+        if fluid_waiting > 1e-9 and free > 0:
+            grant = fluid_waiting if fluid_waiting < free else free  # min(), as allocate has it
+            fluid_running += grant
+            free -= grant
+        fitting = chunk * int(free / chunk + 1e-9)
+        placeholders_running = placeholders if placeholders < fitting else (fitting if fitting > 0 else 0)
+        free_gpus = capacity - fluid_running - placeholders_running
+        if len(timers) != int(free_gpus // gpus_per_node + 1e-9) or (timers and timers[0] <= now - consolidate_after):
+            pool.track_empty(now, free_gpus)
+            capacity, held = pool.ready * gpus_per_node, float(pool.held_gpus)
+        if now >= batch.close or fluid_wanted + placeholders > (pool.ready + len(launching)) * gpus_per_node:
+            launched_before = pool.launches
+            pool.provision(now, fluid_wanted + placeholders)
+            held, batched = float(pool.held_gpus), True
+            if now >= scored_from:
+                launches += pool.launches - launched_before
+        elif batched:  # no deficit: BatchWindow.observe forgets the last one
+            batch._last_deficit, batched = 0.0, False
+
+        while position < scheduled_count and scheduled_times[position] <= now:
+            position += 1
+        following = scheduled_times[position] if position < scheduled_count else inf
+        if launching and launching[0] < following:
+            following = launching[0]
+        if batch.close < following:
+            following = batch.close
+        if timers and timers[0] + consolidate_after < following:
+            following = timers[0] + consolidate_after
+        if end < following:
+            following = end
+        lacking = fluid_wanted - capacity
+        current = (lacking if lacking > 0.0 else 0.0, held, fluid_running, capacity)  # max(0.0, ...)
+        if current != last_rates:
+            last_rates = current
+            rate_times.append(now)
+            rate_values.extend(current)
+        if following > scored_from:
+            span = following - (now if now > scored_from else scored_from)
+            demand += fluid_wanted * span
+            provisioned += held * span
+            used += fluid_running * span
+            short += current[0] * span
+        now = following
+    cluster.fluid_running = fluid_running
+    return Totals(demand, provisioned, used, short, launches)
 
 
 def _scored_pod_waits(workload: Workload, period: Period, cluster: ClusterState) -> tuple[np.ndarray, np.ndarray]:

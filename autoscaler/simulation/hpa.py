@@ -242,25 +242,42 @@ class HPAController:
                 proposals.append(int(start * (1 - policy.value / 100)))
         return max(proposals) if rules.select_policy == "Min" else min(proposals)
 
-    def holds(self, current: int, proposal: int) -> bool:
-        """Whether a sync with this one proposal would change nothing but the recommendations' times:
-        ``current`` is the proposal, within the replica bounds, and both stabilisation windows hold
-        only that recommendation (so both extremes are it, and no scale event is stored)."""
+    def kept_for(self, current: int, proposal: int, times: Sequence[float], start: int, end: int) -> int:
+        """How many syncs from ``times[start]`` (before ``times[end]``) keep ``current`` when each has
+        this one proposal, changing only the recommendations kept (then :meth:`held_until`).
+
+        Stabilised, the count stays while the scale-up extreme is at most it and the scale-down one
+        at least it. A proposal of the count keeps it at every sync. A lower one keeps it while a
+        recommendation of at least the count is still in the scale-down window: the syncs before
+        the newest such one leaves it (the syncs add only the lower proposal). No scale event is
+        stored at any of them. A higher proposal, or a count out of bounds, is reconciled."""
         spec = self.spec
-        return (
-            current == proposal
+        if not (
+            proposal <= current
             and spec.min_replicas <= current <= spec.max_replicas
             and not (current == 0 and spec.min_replicas != 0)
-            and len(self._lowest) == 1
-            and len(self._highest) == 1
-            and self._lowest[0][1] == proposal
-            and self._highest[0][1] == proposal
-        )
+        ):
+            return 0
+        if proposal == current:
+            return end - start
+        newest = None  # the scale-down window's values fall from its front: those >= current lead
+        for stamp, value in self._highest:
+            if value < current:
+                break
+            newest = stamp
+        if newest is None:
+            return 0
+        window = spec.scale_down.stabilization_window_seconds
+        kept = start
+        while kept < end and not newest <= times[kept] - window:  # as _stabilize drops it
+            kept += 1
+        return kept - start
 
     def held_until(self, now: float, proposal: int) -> None:
-        """The state after syncs that each :meth:`holds`, the last at ``now``."""
-        self._lowest = deque([(now, proposal)])
-        self._highest = deque([(now, proposal)])
+        """The state after syncs that each kept the count with this proposal (:meth:`kept_for`), the
+        last at ``now``: the recommendations kept after the last one alone (each earlier one left
+        the same value, at an earlier time, which the last one's drops from the windows or replaces)."""
+        self._stabilize(now, proposal, proposal)
 
     def _store_event(self, now: float, before: int, after: int) -> None:
         longest = max(
@@ -296,13 +313,15 @@ def placeholder_replicas(
     times = sync_times.tolist()
     # One list per metric (a transposed tolist() made a list per sync: a tenth of a target's replay).
     metrics = usage.tolist()
-    # Where each run of unchanged usage ends: once a sync holds, the rest of its run holds too (the
-    # same usage with the same count proposes the same count), so it is filled at once. A constant
-    # served value, a static buffer, then costs a few syncs instead of one per 15 s.
+    # Where each run of unchanged usage ends: the same usage with the same count proposes the same
+    # count, so the syncs of a run that keep the count (HPAController.kept_for) are filled at once. A
+    # constant served value, a static buffer, then costs a few syncs instead of one per 15 s, and a
+    # scale-down held off by the stabilisation window one sync instead of up to 20.
     changes = np.flatnonzero(np.any(np.diff(usage, axis=1) != 0, axis=0)) + 1
     run_ends = np.append(changes, usage.shape[1]).tolist()
     run = 0
     position = 0
+    single = len(metrics) == 1
     while position < len(times):
         while run_ends[run] <= position:
             run += 1
@@ -310,10 +329,15 @@ def placeholder_replicas(
             None if metric[position] < 0 else average_value_replicas(metric[position], target_milli, current, tolerance)
             for metric in metrics
         ]
-        if len(proposals) == 1 and proposals[0] is not None and controller.holds(current, proposals[0]):
-            end = run_ends[run]
+        proposal = proposals[0] if single else None
+        # (a higher proposal is never kept: reconciled without asking)
+        kept = 0
+        if proposal is not None and proposal <= current:
+            kept = controller.kept_for(current, proposal, times, position, run_ends[run])
+        if proposal is not None and kept:
+            end = position + kept
             replicas[position:end] = current
-            controller.held_until(times[end - 1], current)
+            controller.held_until(times[end - 1], proposal)
             position = end
             continue
         current = controller.reconcile(times[position], current, proposals)

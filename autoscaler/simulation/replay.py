@@ -2,10 +2,9 @@
 demand that followed, through the same placeholder HPA and node pool as ``simulate``.
 
 A metric with a service-level target (autoscaler/targets/target_levels.py) chooses its level on these
-ledgers; this runs in a worker process, once per series every ``tune_every``. The pool is the one its
-NodeClaims taught, once they taught it (autoscaler/targets/launches.py): each launch's lead time drawn
-from the learned ones, each launch failing with the learned rate, as ``simulate`` runs a pool given
-``--lead-time-distribution empirical:...`` and ``--launch-failure-rate``.
+ledgers; this runs in a worker process, once per series every ``tune_every``, and sends them back
+compactly (:class:`autoscaler.targets.candidate_ledgers.CandidateLedger`, one array of minute
+starts for all).
 """
 
 from __future__ import annotations
@@ -21,19 +20,31 @@ from autoscaler.simulation.lead_times import LeadTimeDistribution, empirical_dis
 from autoscaler.simulation.pool_set import PoolSetConfig
 from autoscaler.simulation.pools import Scarcity, single_pool
 from autoscaler.simulation.provisioner import PoolConfig
+from autoscaler.targets.candidate_ledgers import CandidateLedger
 from autoscaler.targets.service_levels import ReplayRequest
 
 _ORIGIN = pd.Timestamp("2000-01-01T00:00:00Z")  # replays count seconds from the record's start
 
 
-def replay_levels(request: ReplayRequest) -> dict[str, MinuteLedger]:
-    """Each level's minute ledger (seconds from the record's start) when its headroom was served.
+def replay_levels(request: ReplayRequest) -> dict[str, CandidateLedger]:
+    """Each level's short and held GPU-seconds per minute (seconds from the record's start) when its
+    headroom was served, compactly (what a target's choice reads).
 
     Demand is fluid: the GPUs requested at each step, Pending pods included, as the record holds them.
     The placeholder HPA has the request's tolerances (the shipped manifests' by default). Draws
     (lead times, failed launches) come from a generator seeded alike for every level: the same
     request replays the same way.
     """
+    ledgers: dict[str, CandidateLedger] = {}
+    starts = None  # every run's minutes are the period's: one array for all
+    for level, ledger in replay_ledgers(request).items():
+        starts = ledger.starts if starts is None else starts
+        ledgers[level] = CandidateLedger.of_ledger(ledger, starts)
+    return ledgers
+
+
+def replay_ledgers(request: ReplayRequest) -> dict[str, MinuteLedger]:
+    """Each level's whole minute ledger, GPUs used included (the demo's pool is scored on it)."""
     steps = len(request.requested)
     if steps == 0:
         raise ValueError("the record is empty: nothing to replay")

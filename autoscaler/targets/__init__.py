@@ -3,13 +3,18 @@ metric plans a refresh runs, each metric with its optional service-level target,
 to those targets.
 
 - ``plans``: what the refresher reads: the signals, the metrics made from them, and the cluster's facts.
-- ``target_levels``: a headroom metric served to a service-level target: each refresh decides every
-  candidate level and serves the one walk-forward tuning chose.
+- ``tuners``: every (metric, series) served to a target, each with its tuner, recorded and tuned by
+  the refresher.
+- ``target_levels``: one headroom series served to a service-level target: its record, its
+  candidates' replayed ledgers, and the choice walk-forward tuning made.
 - ``observed``: what a target chose, when and why, as the served value carries it (the API, the page and
   ``/metrics`` judge it live in ``scorecard.target_status``).
 - ``candidates``: what a target chooses among, by name (levels, buffers with and without windows).
 - ``reasons``: how a choice is explained (the target's figure in words, the notes its reason carries).
 - ``target_store``: each target's record and choice on disk, so that they carry on across a restart.
+- ``records``: a target's record of refreshes (times and rows) in two preallocated rings.
+- ``candidate_ledgers``: a candidate's replayed minutes as a choice reads them (short and held
+  GPU-seconds), kept and sent compactly: the minutes with something short and where held changes.
 - ``launches``: what a pool's NodeClaims taught (lead times with retries, failed launches), as the
   replay of a target's candidates runs the pool.
 - ``service_levels``: service-level targets: the cheapest candidate that met the target over the days

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from autoscaler.serving.provenance import TargetChoice
 from autoscaler.targets.candidates import describe
-from autoscaler.targets.target_levels import TargetLevels
+from autoscaler.targets.tuners import TargetLevels
 
 
 def target_choice(levels: TargetLevels, metric: str, key: object) -> TargetChoice | None:

@@ -23,6 +23,7 @@ from functools import partial
 import numpy as np
 
 from autoscaler.scorecard.figures import MinuteLedger, ServiceTarget, ShortFigures, wait_figures
+from autoscaler.targets.candidate_ledgers import CandidateLedger, ShortAndHeld
 from autoscaler.targets.launches import LearnedLaunches
 
 DAY_S = 86400.0
@@ -132,24 +133,46 @@ class Choice:
 
 
 class LedgerPrefix:
-    """One candidate's ledger as prefix sums, so that any window's figures cost O(1)."""
+    """One candidate's ledger as prefix sums, so that any window's figures cost O(log n).
 
-    def __init__(self, ledger: MinuteLedger) -> None:
+    The GPU-seconds short are summed over the minutes with any (a compact ledger keeps only those):
+    adding a minute's zero leaves a sum as it was, so each window's sum is the dense prefix sums'
+    to the bit. Held GPU-seconds are summed over every minute."""
+
+    def __init__(self, ledger: ShortAndHeld) -> None:
         self.starts = ledger.starts
-        short = ledger.short_gpu_seconds > 1e-6  # as scorecard.short_figures counts a minute short
-        self.short = np.concatenate([[0.0], np.cumsum(ledger.short_gpu_seconds)])
-        self.minutes_short = np.concatenate([[0], np.cumsum(short)])
+        if isinstance(ledger, CandidateLedger):
+            short_at, short_values = ledger.short_at, ledger.short_values
+        else:
+            dense = ledger.short_gpu_seconds
+            short_at = np.flatnonzero(dense)
+            short_values = dense[short_at]
+        self._short_at = short_at
+        self._short_sums = np.concatenate([[0.0], np.cumsum(short_values)])
+        # The minutes counted short, as scorecard.short_figures counts them.
+        self._counted_at = short_at[short_values > 1e-6]
         self.held = np.concatenate([[0.0], np.cumsum(ledger.held_gpu_seconds)])
-        # For each minute, the first minute from it on with no GPU short (len when none is).
-        clear_at = np.where(short, len(short), np.arange(len(short)))
-        self.next_clear = np.minimum.accumulate(clear_at[::-1])[::-1] if len(short) else clear_at
+        self._next_clear: np.ndarray | None = None
+
+    @property
+    def next_clear(self) -> np.ndarray:
+        """For each minute, the first minute from it on with no GPU short (len when none is): made
+        when a window start delay target first asks (of ~100 candidates, a tenth of a choice)."""
+        if self._next_clear is None:
+            short = np.zeros(len(self.starts), dtype=bool)
+            short[self._counted_at] = True
+            clear_at = np.where(short, len(short), np.arange(len(short)))
+            self._next_clear = np.minimum.accumulate(clear_at[::-1])[::-1] if len(short) else clear_at
+        return self._next_clear
 
     def window(self, start_s: float, end_s: float) -> tuple[ShortFigures, float]:
         first = int(np.searchsorted(self.starts, start_s, side="left"))
         last = int(np.searchsorted(self.starts, end_s, side="left"))
+        short_from, short_to = np.searchsorted(self._short_at, (first, last), side="left").tolist()
+        counted_from, counted_to = np.searchsorted(self._counted_at, (first, last), side="left").tolist()
         figures = ShortFigures(
-            short_gpu_minutes=float(self.short[last] - self.short[first]) / 60.0,
-            minutes_short=int(self.minutes_short[last] - self.minutes_short[first]),
+            short_gpu_minutes=float(self._short_sums[short_to] - self._short_sums[short_from]) / 60.0,
+            minutes_short=counted_to - counted_from,
             minutes_scored=last - first,
         )
         return figures, float(self.held[last] - self.held[first])
@@ -275,7 +298,7 @@ class ShiftWatch:
         return ShiftWatch(self.judged_from_s, since, periods)
 
 
-def prefixes_of(candidates: Mapping[str, MinuteLedger]) -> dict[str, LedgerPrefix]:
+def prefixes_of(candidates: Mapping[str, ShortAndHeld]) -> dict[str, LedgerPrefix]:
     if not candidates:
         raise ValueError("walk-forward tuning needs at least one candidate")
     return {text: LedgerPrefix(ledger) for text, ledger in candidates.items()}
@@ -366,6 +389,6 @@ class ReplayRequest:
 
 # The simulator's controller model over each level's headroom (autoscaler/simulation/replay.py):
 # injected, since the core sits below the simulator.
-ReplayFunction = Callable[[ReplayRequest], dict[str, MinuteLedger]]
+ReplayFunction = Callable[[ReplayRequest], dict[str, CandidateLedger]]
 # A pool's live minute ledger (autoscaler/scorecard/live.py), None where this replica does not score it.
 LiveLedgerFunction = Callable[[str], MinuteLedger | None]

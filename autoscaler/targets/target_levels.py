@@ -20,15 +20,12 @@ state directory (:mod:`autoscaler.targets.target_store`) and carry on across a r
 from __future__ import annotations
 
 import logging
-from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import replace
-from datetime import timedelta
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from autoscaler import policy
 from autoscaler.scorecard.figures import MinuteLedger, ServiceTarget
+from autoscaler.targets.candidate_ledgers import CandidateLedger
 from autoscaler.targets.candidates import (
     BUFFER_PREFIX,
     CANDIDATE_LEVELS,
@@ -39,14 +36,13 @@ from autoscaler.targets.candidates import (
     describe,
     level_text,
 )
-from autoscaler.targets.launches import LearnedLaunchesFunction, ReplayedPool
-from autoscaler.targets.plans import MetricPlan
+from autoscaler.targets.launches import ReplayedPool
 from autoscaler.targets.reasons import covered, figure, margin_note, unreached_note
+from autoscaler.targets.records import Record
 from autoscaler.targets.service_levels import (
     Buffer,
     DeadBand,
     LedgerPrefix,
-    LiveLedgerFunction,
     ReplayFunction,
     ReplayRequest,
     TuningSettings,
@@ -56,10 +52,10 @@ from autoscaler.targets.service_levels import (
     prefixes_of,
     unreached,
 )
-from autoscaler.targets.target_store import TunerState, choice_only, fits
+from autoscaler.targets.target_store import TunerState
 
 log = logging.getLogger(__name__)
-__all__ = ["CANDIDATE_LEVELS", "FIRST_LEVEL", "LevelTuner", "TargetLevels", "describe"]
+__all__ = ["CANDIDATE_LEVELS", "FIRST_LEVEL", "LevelTuner", "RunInWorker", "describe"]
 
 # A choice needs at least this much record behind it.
 MIN_RECORD_S = 86400.0
@@ -75,7 +71,7 @@ RECORD_GAP_STEPS = 5
 
 
 # (series key, function, request, timeout in seconds) -> the function's result, run in a worker.
-RunInWorker = Callable[[object, ReplayFunction, ReplayRequest, float], Awaitable[dict[str, MinuteLedger]]]
+RunInWorker = Callable[[object, ReplayFunction, ReplayRequest, float], Awaitable[dict[str, CandidateLedger]]]
 
 
 class LevelTuner:
@@ -94,10 +90,8 @@ class LevelTuner:
         self.chosen_at: float | None = None
         self.reason = f"no choice yet: p{FIRST_LEVEL * 100:g} until a day of record exists"
         self.replay_attained: float | None = None  # the chosen one's, in the replay over the tune window
-        capacity = int((tuning.window_s + tuning.every_s) / step_s) + 1
-        self._times: deque[float] = deque(maxlen=capacity)
         # Per refresh: GPUs requested, GPUs of windows due within the lead time, each level's headroom.
-        self._rows: deque[np.ndarray] = deque(maxlen=capacity)
+        self._record = Record(int((tuning.window_s + tuning.every_s) / step_s) + 1)
         self._lead_time_s = 0.0
         self.pool_replayed = ReplayedPool()
         self._grid_basis: float | None = None  # the demand the buffer grid is sized on
@@ -106,7 +100,7 @@ class LevelTuner:
         # Start times of the declared window runs seen (a window start delay target judges them).
         self._window_starts: set[float] = set()
         # Each candidate's replayed ledger (times in seconds since the epoch) up to ``_replayed_to``.
-        self._ledgers: dict[str, MinuteLedger] = {}
+        self._ledgers: dict[str, CandidateLedger] = {}
         self._replayed_to: float | None = None
 
     @property
@@ -130,14 +124,14 @@ class LevelTuner:
         return TunerState(
             metric, key, self.target, self.gpus_per_node, self.step_s, self.chosen, self.asked, self.chosen_at,
             self.reason, self._lead_time_s, self._plain_buffers, tuple(sorted(self._window_starts)),
-            tuple(self._times) if record else (), tuple(self._rows) if record else (),
+            tuple(self._record.times().tolist()) if record else (), self._record.rows() if record else (),
         )  # fmt: skip
 
     def resume(self, state: TunerState) -> None:
         """Carry on from a saved state; its candidates' ledgers are rebuilt by replaying it all once."""
         self.chosen, self.asked, self.chosen_at, self.reason = state.chosen, state.asked, state.chosen_at, state.reason
-        self._times.extend(state.times)
-        self._rows.extend(state.rows)
+        for time_s, row in zip(state.times, state.rows, strict=True):
+            self._record.append(time_s, row)
         self._lead_time_s, self._plain_buffers = state.lead_time_s, state.plain_buffers
         self._window_starts = set(state.window_starts)
 
@@ -150,27 +144,26 @@ class LevelTuner:
         due_gpus: float = 0.0,
         window_starts: Sequence[float] = (),
     ) -> None:
-        if self._times and now_s <= self._times[-1]:
+        if len(self._record) and now_s <= self._record.last_time:
             return  # a repeated or earlier refresh adds nothing
-        self._times.append(now_s)
-        self._rows.append(np.array([requested, due_gpus, *headroom], dtype=np.float64))
+        self._record.append(now_s, np.array([requested, due_gpus, *headroom], dtype=np.float64))
         self._lead_time_s = lead_time_s
         self._window_starts.update(window_starts)
         if due_gpus > 0 and not self._plain_buffers:  # the first window due: replay all with them
             self._plain_buffers = True
             self._ledgers, self._replayed_to = {}, None
-        if len(self._times) == self._times.maxlen:  # the record's oldest moment moves on
-            self._window_starts = {start for start in self._window_starts if start >= self._times[0]}
+        if self._record.full:  # the record's oldest moment moves on
+            self._window_starts = {start for start in self._window_starts if start >= self._record.first_time}
 
     def due(self, now_s: float) -> bool:
-        if not self._times or now_s - self._times[0] < MIN_RECORD_S:
+        if not len(self._record) or now_s - self._record.first_time < MIN_RECORD_S:
             return False
         return self.chosen_at is None or now_s - self.chosen_at >= self.tuning.every_s
 
     def buffers(self) -> list[int]:
         """The buffer grid, sized on the largest demand recorded (with a margin). When demand
         outgrows it, the grid grows and the whole record is replayed again."""
-        largest = float(max(row[0] for row in self._rows)) if self._rows else 0.0
+        largest = self._record.highest(0)
         if self._grid_basis is None or largest > self._grid_basis:
             before = buffer_grid(self._grid_basis, self.gpus_per_node) if self._grid_basis is not None else None
             self._grid_basis = GRID_MARGIN * largest
@@ -186,10 +179,10 @@ class LevelTuner:
         if self._replayed_to is not None and self.pool_replayed.moved():
             self._ledgers, self._replayed_to = {}, None
         buffers = self.buffers()
-        times = np.asarray(self._times)
+        times = self._record.times()
         first = times[0] if self._replayed_to is None else max(times[0], self._replayed_to - REPLAY_SETTLE_S)
         grid = np.arange(first, times[-1] + self.step_s / 2, self.step_s)
-        rows = np.asarray(self._rows)[np.searchsorted(times, grid, side="right") - 1]
+        rows = self._record.rows()[np.searchsorted(times, grid, side="right") - 1]
         headroom = {level_text(level): rows[:, 2 + index] for index, level in enumerate(CANDIDATE_LEVELS)}
         headroom.update({buffer_text(gpus): gpus + rows[:, 1] for gpus in buffers})
         if self._plain_buffers:
@@ -206,26 +199,31 @@ class LevelTuner:
             launches=self.pool_replayed.launches,
         )
 
-    def _extend(self, request: ReplayRequest, replayed: dict[str, MinuteLedger]) -> None:
+    def _extend(self, request: ReplayRequest, replayed: Mapping[str, CandidateLedger]) -> None:
         """The new replay's minutes (past its settling part) after those kept; older than the window
-        and a period are dropped."""
+        and a period are dropped. Candidates replayed together keep one array of minute starts."""
         keep_from = self._replayed_to if self._replayed_to is not None else request.start_s
         oldest = request.start_s + len(request.requested) * request.step_s - self.tuning.window_s - self.tuning.every_s
-        times = np.asarray(self._times)
+        times = self._record.times()
+        # By (the replay's starts, the kept ones), the same for every candidate replayed together:
+        # which new minutes are kept and their starts, how many of the oldest are dropped, the starts
+        # of all those kept (and both arrays they were made from, so that their ids name them while
+        # this runs).
+        minutes: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, int, np.ndarray, tuple[np.ndarray, ...]]] = {}
+        nothing = CandidateLedger.of(np.zeros(0), np.zeros(0), np.zeros(0))
         for candidate, ledger in replayed.items():
-            shifted = MinuteLedger(
-                ledger.starts + request.start_s,
-                ledger.short_gpu_seconds,
-                ledger.held_gpu_seconds,
-                ledger.used_gpu_seconds,
-            ).between(keep_from, np.inf)
-            shifted = shifted.only(self._recorded(shifted.starts, times))
             kept = self._ledgers.get(candidate)
-            if kept is not None:
-                shifted = MinuteLedger(
-                    *(np.concatenate([old, new]) for old, new in zip(_arrays(kept), _arrays(shifted), strict=True))
-                )
-            self._ledgers[candidate] = shifted.between(oldest, np.inf)
+            made_from = (ledger.starts,) if kept is None else (ledger.starts, kept.starts)
+            key = (id(ledger.starts), id(kept.starts) if kept is not None else 0)
+            if key not in minutes:
+                starts = ledger.starts + request.start_s
+                new = (starts >= keep_from) & self._recorded(starts, times)
+                joined = np.concatenate([*made_from[1:], starts[new]])
+                dropped = int(np.searchsorted(joined, oldest, side="left"))
+                minutes[key] = (new, starts[new], dropped, joined[dropped:].copy(), made_from)
+            new, added_starts, dropped, joined, _ = minutes[key]
+            added = CandidateLedger.of(added_starts, ledger.short_gpu_seconds[new], ledger.held_gpu_seconds[new])
+            self._ledgers[candidate] = (kept if kept is not None else nothing).then(added, joined, dropped)
         self._replayed_to = request.start_s + len(request.requested) * request.step_s
         self.pool_replayed.replayed_with = request.launches
 
@@ -247,7 +245,11 @@ class LevelTuner:
         return np.asarray(starts - last <= RECORD_GAP_STEPS * self.step_s)
 
     def take(
-        self, now_s: float, replayed: dict[str, MinuteLedger], request: ReplayRequest, live: MinuteLedger | None = None
+        self,
+        now_s: float,
+        replayed: Mapping[str, CandidateLedger],
+        request: ReplayRequest,
+        live: MinuteLedger | None = None,
     ) -> None:
         """Calibrate on what the candidate served attained since the last choice (in the pool's live
         scorecard when it covers most of that period, else in the replay), then choose again."""
@@ -261,7 +263,7 @@ class LevelTuner:
                 attained = prefixes[self.chosen].attained(self.target, self.chosen_at, now_s, window_starts)
             if attained is not None:
                 self.asked = calibrated(self.asked, self.target, attained, self.tuning)
-        window_start = max(self._times[0], now_s - self.tuning.window_s)
+        window_start = max(self._record.first_time, now_s - self.tuning.window_s)
         so_far = covered(live_prefix, self.target, window_start, now_s, window_starts)
         levels = {level_text(level) for level in CANDIDATE_LEVELS}
         served_gpus = self.buffer_gpus
@@ -290,116 +292,3 @@ class LevelTuner:
             + self.pool_replayed.note(request.lead_time_s)
             + ("" if so_far is None else f"; live: {figure(self.target, so_far)} in the pool's scorecard")
         )
-
-
-def _arrays(ledger: MinuteLedger) -> tuple[np.ndarray, ...]:
-    return (ledger.starts, ledger.short_gpu_seconds, ledger.held_gpu_seconds, ledger.used_gpu_seconds)
-
-
-class TargetLevels:
-    """The tuners of every (metric, series) with a target; plans without one pass straight through."""
-
-    def __init__(
-        self, replay: ReplayFunction | None, step_s: float, live_ledger: LiveLedgerFunction | None = None
-    ) -> None:
-        self.replay = replay
-        self.step_s = step_s
-        self.live_ledger = live_ledger
-        self.learned_launches: LearnedLaunchesFunction | None = None  # the pool each replay runs (the refresher's)
-        self._tuners: dict[tuple[str, object], LevelTuner] = {}
-        self._saved: dict[tuple[str, object], TunerState] = {}  # restored, not yet claimed by a refresh
-        self.saved_at: float | None = None  # when the records were last saved (monotonic seconds)
-
-    def restore(self, states: Sequence[TunerState]) -> None:
-        self._saved.update(((state.metric, state.series), state) for state in states)
-
-    def states(self) -> list[TunerState]:
-        """Every tuner's state to save, and the restored ones no refresh has claimed yet."""
-        return [tuner.state(*key) for key, tuner in self._tuners.items()] + list(self._saved.values())
-
-    def choices(self) -> dict[tuple[str, object], TunerState]:
-        """What each tuner that has chosen serves, without its record: published for the next owner."""
-        chosen = {
-            key: tuner.state(*key, record=False) for key, tuner in self._tuners.items() if tuner.chosen_at is not None
-        }
-        unclaimed = {key: choice_only(state) for key, state in self._saved.items() if state.chosen_at is not None}
-        return unclaimed | chosen
-
-    def tuner(self, metric: str, key: object) -> LevelTuner | None:
-        """The tuner of a (metric, series), to read what it serves (``targets.observed``); None without one."""
-        return self._tuners.get((metric, key))
-
-    def levels(self, plan: MetricPlan) -> tuple[float, ...]:
-        """The quantiles a plan needs forecast."""
-        return CANDIDATE_LEVELS if plan.target is not None and self.replay is not None else (plan.quantile,)
-
-    def level(self, plan: MetricPlan, key: object) -> float:
-        """The quantile level of the value served (the plan's own while a buffer is served: the
-        forecast band drawn with it does not decide the value then)."""
-        tuner = self._tuners.get((plan.metric, key))
-        level = None if tuner is None else tuner.level
-        return plan.quantile if level is None else level
-
-    def decide(
-        self, plan: MetricPlan, key: object, situation: policy.Situation, now_s: float, pool: str = ""
-    ) -> policy.Decision | None:
-        """The plan's decision; with a target, the tuned candidate's (every level's is recorded)."""
-        if plan.target is None or self.replay is None:
-            return policy.decide(plan.rule, situation)
-        tuner = self._tuners.get((plan.metric, key))
-        if tuner is None:
-            tuner = LevelTuner(plan.target, plan.tuning, plan.target_gpus_per_node, self.step_s, pool)
-            self._tuners[(plan.metric, key)] = tuner
-            saved = self._saved.pop((plan.metric, key), None)
-            if saved is not None and fits(saved, plan.target, plan.target_gpus_per_node, self.step_s):
-                tuner.resume(saved)
-            elif saved is not None:
-                log.info(
-                    "%s%s: the saved record was for another target or node size: it starts again", plan.metric, key
-                )
-        decisions = [policy.decide(replace(plan.rule, quantile=level), situation) for level in CANDIDATE_LEVELS]
-        if tuner.level is not None:
-            served = decisions[CANDIDATE_LEVELS.index(tuner.level)]
-        else:
-            served = policy.decide(plan.rule, situation, tuner.buffer_gpus, tuner.buffer_windows)
-        if served is None:
-            return None
-        values = [decision.value if decision is not None else np.nan for decision in decisions]
-        if all(np.isfinite(values)) and np.isfinite(situation.requested_now):
-            self._record(tuner, situation, values, now_s)
-        chosen = describe(tuner.chosen)
-        explanation = f"{served.explanation}; target: {plan.target.describe()}: {chosen} ({tuner.reason})"
-        return replace(served, explanation=explanation)
-
-    def _record(self, tuner: LevelTuner, situation: policy.Situation, values: list[float], now_s: float) -> None:
-        lead_time = situation.lead_time.value
-        due = sum(window.gpus for window in policy.windows_due(situation.windows, situation.now, lead_time))
-        # Window runs that start by the next refresh or just did (each is judged once, by its start).
-        seen_from, seen_to = situation.now - timedelta(seconds=2 * self.step_s), situation.now + lead_time
-        starts = [window.start.timestamp() for window in situation.windows if seen_from < window.start <= seen_to]
-        tuner.record(now_s, situation.requested_now, values, lead_time.total_seconds(), due, starts)
-
-    def forget(self, key: object) -> None:
-        for tuner_key in [tuner_key for tuner_key in self._tuners if tuner_key[1] == key]:
-            del self._tuners[tuner_key]
-        for tuner_key in [tuner_key for tuner_key in self._saved if tuner_key[1] == key]:
-            del self._saved[tuner_key]
-
-    async def tune_due(self, now_s: float, run: RunInWorker, timeout_s: float) -> None:
-        """Replay and choose again for every tuner that is due; a failed replay keeps the candidate."""
-        if self.replay is None:
-            return
-        for (metric, key), tuner in list(self._tuners.items()):
-            if not tuner.due(now_s):
-                continue
-            tuner.pool_replayed.launches = self.learned_launches(tuner.pool) if self.learned_launches else None
-            request = tuner.replay_request()
-            try:
-                ledgers = await run(key, self.replay, request, timeout_s)
-            except Exception as error:  # a failing replay must not stop the refresh
-                kept = describe(tuner.chosen)
-                log.warning("%s: replaying the target's candidates failed (%s); keeping %s", metric, error, kept)
-                tuner.chosen_at = now_s  # tried again at the next period, not every refresh
-                continue
-            tuner.take(now_s, ledgers, request, self.live_ledger(tuner.pool) if self.live_ledger else None)
-            log.info("%s%s: target %s: %s", metric, key, tuner.target.describe(), tuner.reason)

@@ -50,9 +50,10 @@ class TunerState:
     lead_time_s: float
     plain_buffers: bool
     window_starts: tuple[float, ...]
-    # The record as taken on the event loop (references, not copies: stacked when saved, off the loop).
+    # The record as taken on the event loop (a copy of the tuner's ring, one array: the rows as arrays
+    # of their own took milliseconds per tuner there); read back, a tuple of rows.
     times: tuple[float, ...]  # seconds since the epoch, increasing
-    rows: tuple[np.ndarray, ...]  # one row per time: requested, windows due, each level's headroom
+    rows: np.ndarray | tuple[np.ndarray, ...]  # one row per time: requested, windows due, each level's headroom
 
 
 def fits(state: TunerState, target: ServiceTarget, gpus_per_node: int, step_s: float) -> bool:
@@ -146,7 +147,7 @@ def entry(state: TunerState) -> dict[str, Any]:
         "lead_time_s": state.lead_time_s,
         "plain_buffers": state.plain_buffers,
         "window_starts": list(state.window_starts),
-        "columns": len(state.rows[0]) if state.rows else 0,
+        "columns": len(state.rows[0]) if len(state.rows) else 0,
         "times": _packed(np.asarray(state.times, dtype=np.float64)),
         "rows": _packed(np.asarray(state.rows, dtype=np.float64)),
     }

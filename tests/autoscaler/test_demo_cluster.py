@@ -11,7 +11,7 @@ from adapters.traces.replay import ReplaySource
 from autoscaler.refresh.demo_cluster import DemoCluster
 from autoscaler.scorecard.live import LiveScorecard
 from autoscaler.serving.provider import ServedSeries, Snapshot
-from autoscaler.simulation.replay import replay_levels
+from autoscaler.simulation.replay import replay_ledgers
 
 START = datetime(2026, 12, 1, tzinfo=UTC)
 RISE = START + timedelta(hours=3)
@@ -31,7 +31,7 @@ def snapshot(at: datetime, headroom: float, pool: str = "a100") -> Snapshot:
 
 async def run(headroom: float, minutes: int) -> tuple[LiveScorecard, list[tuple[float, float, float]]]:
     """The pool served ``headroom`` from two hours before the rise, scored each minute."""
-    cluster = DemoCluster(demand_source(), "gpu_headroom", "a100", timedelta(minutes=10), replay_levels)
+    cluster = DemoCluster(demand_source(), "gpu_headroom", "a100", timedelta(minutes=10), replay_ledgers)
     scorecard = LiveScorecard(headroom_metrics=["gpu_headroom"], short_gpus=cluster.short_gpus, capacity=cluster)
     samples = []
     for minute in range(minutes):
@@ -69,7 +69,7 @@ async def test_headroom_served_ahead_of_the_surge_holds_idle_gpus_and_no_minute_
 
 
 async def test_nothing_is_sampled_before_a_value_is_served_for_the_pool():
-    cluster = DemoCluster(demand_source(), "gpu_headroom", "a100", timedelta(minutes=10), replay_levels)
+    cluster = DemoCluster(demand_source(), "gpu_headroom", "a100", timedelta(minutes=10), replay_ledgers)
     cluster.observe(snapshot(RISE, 8.0, pool="another"))
     assert cluster.short_gpus() == {}
     assert await cluster.read(RISE) == ({}, {})

@@ -16,7 +16,8 @@ from autoscaler.simulation.replay import replay_levels, replayed_pool
 from autoscaler.targets.launches import LEAD_TIME_POINTS, LearnedLaunches, alike, learned_launches
 from autoscaler.targets.plans import MetricPlan
 from autoscaler.targets.service_levels import ReplayRequest, TuningSettings
-from autoscaler.targets.target_levels import CANDIDATE_LEVELS, LevelTuner, TargetLevels
+from autoscaler.targets.target_levels import CANDIDATE_LEVELS, LevelTuner
+from autoscaler.targets.tuners import TargetLevels
 from tests.autoscaler.test_target_levels import _forecast
 
 STEP_S = 60.0

@@ -18,10 +18,12 @@ from autoscaler.config.settings import Settings
 from autoscaler.scorecard.figures import MinuteLedger, make_target, parse_fraction_target, short_figures
 from autoscaler.serving.provenance import TargetChoice
 from autoscaler.simulation.replay import replay_levels
+from autoscaler.targets.candidate_ledgers import CandidateLedger
 from autoscaler.targets.observed import target_choice
 from autoscaler.targets.plans import MetricPlan
 from autoscaler.targets.service_levels import ReplayRequest, TuningSettings, buffer_grid
-from autoscaler.targets.target_levels import CANDIDATE_LEVELS, FIRST_LEVEL, LevelTuner, TargetLevels, describe
+from autoscaler.targets.target_levels import CANDIDATE_LEVELS, FIRST_LEVEL, LevelTuner, describe
+from autoscaler.targets.tuners import TargetLevels
 from forecast.types import Forecast
 from tests.cli_helpers import assert_usage_error
 
@@ -284,7 +286,7 @@ def test_a_buffer_the_placeholder_hpa_would_not_move_to_is_not_chosen() -> None:
         # Only 26, 28 and 32 meet the target: the others are short every minute.
         for text, ledger in ledgers.items():
             if text not in ("buffer:26", "buffer:28", "buffer:32"):
-                ledgers[text] = replace(ledger, short_gpu_seconds=np.full(len(ledger), 60.0))
+                ledgers[text] = CandidateLedger.of(ledger.starts, np.full(len(ledger), 60.0), ledger.held_gpu_seconds)
         held = {text: float(ledgers[text].held_gpu_seconds.sum()) for text in ("buffer:26", "buffer:28")}
         assert held["buffer:26"] < held["buffer:28"]
         tuner.chosen = "buffer:28"
@@ -425,7 +427,7 @@ async def test_a_buffer_is_served_with_the_windows_due_when_it_is_cheapest() -> 
     assert levels.level(plan, "series") == plan.quantile  # no quantile decides a buffer's value
     # The record holds the windows due with each refresh, as the buffers' replay adds them, and the
     # runs about to start (a window start delay target judges them).
-    assert tuner._rows[-1][1] == 16.0
+    assert tuner._record.rows()[-1][1] == 16.0
     assert tuner._window_starts == {windows[0].start.timestamp()}
     request = tuner.replay_request()
     assert request.headroom["buffer:9"][-1] == 25.0

@@ -15,8 +15,9 @@ from autoscaler.scorecard.figures import parse_fraction_target
 from autoscaler.simulation.replay import replay_levels
 from autoscaler.targets import target_store
 from autoscaler.targets.service_levels import ReplayRequest, TuningSettings
-from autoscaler.targets.target_levels import CANDIDATE_LEVELS, FIRST_LEVEL, LevelTuner, TargetLevels
+from autoscaler.targets.target_levels import CANDIDATE_LEVELS, FIRST_LEVEL, LevelTuner
 from autoscaler.targets.target_store import TunerState
+from autoscaler.targets.tuners import TargetLevels
 from tests.autoscaler.test_target_levels import DAY_MINUTES, STEP_S, _a_tuned_headroom, _surges_of
 
 COLUMNS = 2 + len(CANDIDATE_LEVELS)
@@ -61,8 +62,8 @@ async def test_a_target_carries_on_across_a_restart_with_its_record_and_choice(t
     # record, to the bit, as the tuner that never restarted.
     request = again.replay_request()
     assert request.start_s == situation.now.timestamp()
-    assert np.array_equal(np.asarray(again._times), np.asarray(tuner._times))
-    assert np.array_equal(np.asarray(again._rows), np.asarray(tuner._rows))
+    assert np.array_equal(again._record.times(), tuner._record.times())
+    assert np.array_equal(again._record.rows(), tuner._record.rows())
     saved = json.loads(path.read_text())
     assert saved["version"] == 1 and len(saved["tuners"]) == 1
     assert saved["tuners"][0]["series"] == "series" and saved["tuners"][0]["columns"] == COLUMNS

@@ -134,3 +134,39 @@ def test_the_simulators_cron_scaler_holds_the_windows_the_service_counts_as_due(
     # The two on whole minutes: the window at minute 90 is due from minute 85 until 89, not at 90.
     edges = windows[-2:]
     assert [due_gpus(step, edges) for step in (84, 85, 89, 90, 94)] == [0.0, 20.0, 20.0, 21.0, 21.0]
+
+
+@pytest.mark.parametrize("lead", ["fixed:5m", "uniform:min=2m,max=7m"])
+@pytest.mark.parametrize("seed", range(6))
+def test_fluid_demand_alone_steps_through_as_the_general_loop_does(
+    lead: str, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fluid demand without pods in one pool under placeholders takes engine's fast loop: every figure
+    the run gives (totals, ledger, capacity) is the general loop's, exactly."""
+    from autoscaler.simulation import engine
+    from autoscaler.simulation.actuation import Actuation
+    from autoscaler.simulation.hpa import HPASpec, Tolerance
+    from autoscaler.simulation.provisioner import PoolConfig
+
+    rng = np.random.default_rng(seed)
+    steps = 600
+    jumps = rng.choice([0.0, 0.0, 0.0, 1.5, -1.5, 8.0, -8.0, 24.0, -24.0, 60.0], size=steps)
+    base = np.clip(100 + np.cumsum(jumps), 0, 800)
+    workload = make_workload("fluid", ORIGIN, 60.0, base, Pods.empty(), ())
+    # A headroom that moves every step (a level) and a constant one (a buffer).
+    served = np.clip(rng.normal(10, 8, size=steps), 0, None) if seed % 2 else np.full(steps, 4.0 * seed)
+    pool = PoolConfig(8, parse_lead_time_distribution(lead), 600.0 if seed < 3 else 120.0)
+    period = engine.Period(0.0, HOUR * (seed % 2), steps * 60.0)
+    actuation = Actuation(hpa=HPASpec(tolerance=Tolerance(0.0, 0.05)))
+
+    def figures(outcome: engine.Outcome) -> list[object]:
+        ledger = outcome.ledger
+        arrays = (ledger.starts, ledger.short_gpu_seconds, ledger.held_gpu_seconds, ledger.used_gpu_seconds)
+        steps = (outcome.capacity_times, outcome.capacity_values)
+        return [outcome.totals, *(array.tolist() for array in (*arrays, *steps))]
+
+    fast = engine.run_policy(workload, served, period, pool, actuation)
+    monkeypatch.setattr(engine, "_step_through_fluid", engine._step_through)
+    general = engine.run_policy(workload, served, period, pool, actuation)
+    assert fast.totals.launches > 0 and fast.totals.short > 0
+    assert figures(fast) == figures(general)
