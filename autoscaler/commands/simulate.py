@@ -125,7 +125,7 @@ LEAD_TIME_MARGIN = "90s"
 @click.option(
     "--tune-restart-burn",
     type=decimal(0, 1000),
-    default=0.0,
+    default=3.0,
     show_default=True,
     help="auto-slo after a level shift: --tune-restart-periods periods in a row it attained worse than BURN x the "
     "target restart its judged window at the first of them (0: off)",

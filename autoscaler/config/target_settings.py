@@ -31,6 +31,12 @@ class TargetSettings(BaseModel):
     tune_window: Duration = timedelta(days=7)
     # Online calibration: the level asked of the past moves by this x (target - attained) each period.
     calibration_gain: Number = Field(default=0.0, ge=0, le=2)
+    # A level shift: this many periods in a row in which what was served attained worse than
+    # restart_burn x the target (live in the pool's scorecard where it covers the period, else in the
+    # replay) restart the judged past at the first of them (docs/service-levels.md, "A level shift").
+    # null: off.
+    restart_burn: Number | None = Field(default=3.0, gt=1, le=1000)
+    restart_periods: Count = Field(default=2, ge=1, le=30)
     # A level is served over the cheapest buffer that met only when it held this many percent fewer
     # GPU-seconds over the window (autoscaler/targets/service_levels.py, TuningSettings.forecast_margin).
     forecast_margin_percent: Number = Field(default=2.0, ge=0, le=50)
@@ -69,6 +75,8 @@ class TargetSettings(BaseModel):
             every_s=self.tune_every.total_seconds(),
             window_s=self.tune_window.total_seconds(),
             gain=self.calibration_gain,
+            restart_burn=self.restart_burn,
+            restart_periods=self.restart_periods,
             forecast_margin=self.forecast_margin_percent / 100.0,
             hpa_tolerance_up=self.hpa_tolerance_up,
             hpa_tolerance_down=self.hpa_tolerance_down,

@@ -8,7 +8,7 @@ from collections.abc import Collection
 import numpy as np
 
 from autoscaler.scorecard.figures import ServiceTarget
-from autoscaler.targets.service_levels import LedgerPrefix
+from autoscaler.targets.service_levels import LedgerPrefix, ShiftWatch, TuningSettings
 
 
 def figure(target: ServiceTarget, value: float) -> str:
@@ -49,3 +49,13 @@ def covered(
     if figures.minutes_scored < 0.5 * (end_s - start_s) / 60.0:
         return None
     return prefix.attained(target, start_s, end_s, window_starts)
+
+
+def shift_note(shift: ShiftWatch, window_start_s: float, target: ServiceTarget, settings: TuningSettings) -> str:
+    """Why the judged past is shorter than the tune window, when a level shift cut it."""
+    if shift.judged_from_s != window_start_s or settings.restart_burn is None:
+        return ""
+    return (
+        f" (judged only since the level shift: the candidate served attained worse than "
+        f"{settings.restart_burn:g} x {figure(target, target.value)} {shift.burning_periods} periods in a row)"
+    )

@@ -73,8 +73,11 @@ class TuningSettings:
     # A level shift (auto-slo and targets only): after ``restart_periods`` periods in a row in which
     # the candidate served attained worse than ``restart_burn`` times the target (burned the budget
     # that many times too fast), candidates are judged from the first of them on (:class:`ShiftWatch`).
-    # None: off.
-    restart_burn: float | None = None
+    # None: off. On by default: on a 1.3x shift it brought DLRM at 1 % from 2.10 % to 1.84 % of minutes
+    # short in the week after, and on the four traces unshifted it changed no choice but DLRM's at 1 %
+    # (1.045 % against 1.080 %, 0.011 % more GPU-hours); a restart after one period, or past 2 x, cost
+    # Helios 0.5-2.3 % more GPU-hours (docs/service-levels.md, "A level shift").
+    restart_burn: float | None = 3.0
     restart_periods: int = 2
 
 
@@ -296,6 +299,9 @@ class ShiftWatch:
         if periods >= settings.restart_periods:
             return ShiftWatch(max(self.judged_from_s, since), since, periods)
         return ShiftWatch(self.judged_from_s, since, periods)
+
+
+NO_SHIFT = ShiftWatch()  # frozen: one shared default is safe
 
 
 def prefixes_of(candidates: Mapping[str, ShortAndHeld]) -> dict[str, LedgerPrefix]:

@@ -37,7 +37,7 @@ from autoscaler.targets.candidates import (
     level_text,
 )
 from autoscaler.targets.launches import ReplayedPool
-from autoscaler.targets.reasons import covered, figure, margin_note, unreached_note
+from autoscaler.targets.reasons import covered, figure, margin_note, shift_note, unreached_note
 from autoscaler.targets.records import Record
 from autoscaler.targets.service_levels import (
     Buffer,
@@ -45,6 +45,7 @@ from autoscaler.targets.service_levels import (
     LedgerPrefix,
     ReplayFunction,
     ReplayRequest,
+    ShiftWatch,
     TuningSettings,
     buffer_grid,
     calibrated,
@@ -90,6 +91,7 @@ class LevelTuner:
         self.chosen_at: float | None = None
         self.reason = f"no choice yet: p{FIRST_LEVEL * 100:g} until a day of record exists"
         self.replay_attained: float | None = None  # the chosen one's, in the replay over the tune window
+        self.shift = ShiftWatch()  # where the judged past starts after a level shift
         # Per refresh: GPUs requested, GPUs of windows due within the lead time, each level's headroom.
         self._record = Record(int((tuning.window_s + tuning.every_s) / step_s) + 1)
         self._lead_time_s = 0.0
@@ -125,6 +127,7 @@ class LevelTuner:
             metric, key, self.target, self.gpus_per_node, self.step_s, self.chosen, self.asked, self.chosen_at,
             self.reason, self._lead_time_s, self._plain_buffers, tuple(sorted(self._window_starts)),
             tuple(self._record.times().tolist()) if record else (), self._record.rows() if record else (),
+            self.shift,
         )  # fmt: skip
 
     def resume(self, state: TunerState) -> None:
@@ -134,6 +137,7 @@ class LevelTuner:
             self._record.append(time_s, row)
         self._lead_time_s, self._plain_buffers = state.lead_time_s, state.plain_buffers
         self._window_starts = set(state.window_starts)
+        self.shift = state.shift
 
     def record(
         self,
@@ -263,7 +267,8 @@ class LevelTuner:
                 attained = prefixes[self.chosen].attained(self.target, self.chosen_at, now_s, window_starts)
             if attained is not None:
                 self.asked = calibrated(self.asked, self.target, attained, self.tuning)
-        window_start = max(self._record.first_time, now_s - self.tuning.window_s)
+            self.shift = self.shift.after(self.chosen_at, attained, self.target, self.tuning)
+        window_start = max(self._record.first_time, now_s - self.tuning.window_s, self.shift.judged_from_s)
         so_far = covered(live_prefix, self.target, window_start, now_s, window_starts)
         levels = {level_text(level) for level in CANDIDATE_LEVELS}
         served_gpus = self.buffer_gpus
@@ -290,5 +295,6 @@ class LevelTuner:
             + (margin_note(self.tuning.forecast_margin) if met else "")
             + unreached_note(unreachable, served_gpus)
             + self.pool_replayed.note(request.lead_time_s)
+            + shift_note(self.shift, window_start, self.target, self.tuning)
             + ("" if so_far is None else f"; live: {figure(self.target, so_far)} in the pool's scorecard")
         )

@@ -26,6 +26,7 @@ import numpy as np
 from autoscaler.scorecard.figures import ServiceTarget, make_target
 from autoscaler.state_files import UnusableFile, read_versioned_list, write_atomically
 from autoscaler.targets.candidates import is_candidate
+from autoscaler.targets.service_levels import NO_SHIFT, ShiftWatch
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,8 @@ class TunerState:
     # of their own took milliseconds per tuner there); read back, a tuple of rows.
     times: tuple[float, ...]  # seconds since the epoch, increasing
     rows: np.ndarray | tuple[np.ndarray, ...]  # one row per time: requested, windows due, each level's headroom
+    # Where the judged past starts after a level shift (absent from a file saved before it: none).
+    shift: ShiftWatch = NO_SHIFT
 
 
 def fits(state: TunerState, target: ServiceTarget, gpus_per_node: int, step_s: float) -> bool:
@@ -150,7 +153,35 @@ def entry(state: TunerState) -> dict[str, Any]:
         "columns": len(state.rows[0]) if len(state.rows) else 0,
         "times": _packed(np.asarray(state.times, dtype=np.float64)),
         "rows": _packed(np.asarray(state.rows, dtype=np.float64)),
+        "shift": _shift_entry(state.shift),
     }
+
+
+def _shift_entry(shift: ShiftWatch) -> dict[str, Any]:
+    judged_from = shift.judged_from_s if math.isfinite(shift.judged_from_s) else None
+    return {
+        "judged_from": judged_from,
+        "burning_since": shift.burning_since_s,
+        "burning_periods": shift.burning_periods,
+    }
+
+
+def _shift(document: Any) -> ShiftWatch:
+    """A saved level-shift watch; none saved (an older file) is no shift."""
+    if document is None:
+        return NO_SHIFT
+    if not isinstance(document, dict):
+        raise ValueError("shift is not a JSON object")
+    judged_from = document.get("judged_from")
+    since = document.get("burning_since")
+    periods = document.get("burning_periods")
+    if isinstance(periods, bool) or not isinstance(periods, int) or periods < 0:
+        raise ValueError("shift.burning_periods is not a whole number of periods")
+    return ShiftWatch(
+        -math.inf if judged_from is None else _number(document, "judged_from"),
+        None if since is None else _number(document, "burning_since"),
+        periods,
+    )
 
 
 def _target(document: dict[str, Any]) -> ServiceTarget:
@@ -205,6 +236,7 @@ def state_of(document: Any, columns: int) -> TunerState:
         window_starts=tuple(float(start) for start in starts),
         times=tuple(times.tolist()),
         rows=tuple(rows.reshape(len(times), columns)),
+        shift=_shift(document.get("shift")),
     )
 
 

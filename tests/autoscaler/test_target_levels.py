@@ -361,7 +361,9 @@ async def test_the_refresher_serves_a_target_at_the_level_its_replay_chose(tmp_p
     choice = served.provenance.target
     assert choice is not None and choice.reason == tuner.reason and choice.chosen == describe(tuner.chosen)
     assert choice.chosen_at == datetime.fromtimestamp(tuner.chosen_at, UTC)
-    replayed = short_figures(tuner._ledgers[tuner.chosen].between(tuner._times[0], tuner.chosen_at))
+    kept = tuner._ledgers[tuner.chosen]
+    dense = MinuteLedger(kept.starts, kept.short_gpu_seconds, kept.held_gpu_seconds, np.zeros(len(kept)))
+    replayed = short_figures(dense.between(tuner._record.first_time, tuner.chosen_at))
     assert choice.replay_attained == pytest.approx(replayed.minutes_short_fraction)
     assert after_restart.provenance.target.replay_attained is None  # the ledgers are not saved
 
@@ -522,6 +524,44 @@ def test_the_live_scorecard_calibrates_a_target_and_shows_its_attainment() -> No
     assert replayed.asked > 0.01 and "live:" not in replayed.reason
     sparse = MinuteLedger(minutes[:600], short[:600], live.held_gpu_seconds[:600], live.used_gpu_seconds[:600])
     assert tuner_after_a_day(sparse).asked == replayed.asked
+
+
+def test_two_days_the_live_scorecard_burned_the_target_restart_what_a_target_judges() -> None:
+    """The replay says every day met 1 %, but the pool's live ledger counts 5 % of minutes short on the
+    two days after the first choice (a level shift the record does not show): the third choice judges
+    only the days since the shift and says so; with the restart off it judges all three."""
+    demand = _surge_day(4)
+    rows = _headroom_by_level(demand)
+    start = 1_700_000_000.0
+    choices = [start + day * 86400 for day in (1, 2, 3)]
+    minutes = np.arange(choices[0], choices[2], 60.0)
+    short = np.where(np.arange(len(minutes)) % 20 == 0, 60.0, 0.0)  # one minute in 20 short: 5 %
+    live = MinuteLedger(minutes, short, np.full(len(minutes), 60.0 * 48), np.full(len(minutes), 60.0 * 40))
+
+    def tuner_after_three_days(tuning: TuningSettings) -> LevelTuner:
+        tuner = LevelTuner(parse_fraction_target("1%"), tuning, 8, STEP_S, pool="a100")
+        recorded = 0
+        for choice in choices:
+            while start + recorded * STEP_S <= choice:
+                tuner.record(start + recorded * STEP_S, demand[recorded], rows[recorded], 300.0)
+                recorded += 1
+            request = tuner.replay_request()
+            tuner.take(choice, replay_levels(request), request, live.between(-np.inf, choice))
+        return tuner
+
+    restarted = tuner_after_three_days(TuningSettings())
+    assert (restarted.shift.judged_from_s, restarted.shift.burning_periods) == (choices[0], 2)
+    assert "buffers over the last 2.0 days" in restarted.reason
+    assert (
+        " (judged only since the level shift: the candidate served attained worse than 3 x 1 % of minutes "
+        "short 2 periods in a row)"
+    ) in restarted.reason
+    kept = tuner_after_three_days(TuningSettings(restart_burn=None))
+    assert "buffers over the last 3.0 days" in kept.reason and "level shift" not in kept.reason
+    # The shift is saved with the record and carried on across a restart.
+    resumed = LevelTuner(parse_fraction_target("1%"), TuningSettings(), 8, STEP_S, pool="a100")
+    resumed.resume(restarted.state("gpu_headroom", "a100"))
+    assert resumed.shift == restarted.shift
 
 
 async def test_the_refresher_passes_each_pool_its_live_ledger() -> None:

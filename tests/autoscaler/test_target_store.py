@@ -14,7 +14,7 @@ import pytest
 from autoscaler.scorecard.figures import parse_fraction_target
 from autoscaler.simulation.replay import replay_levels
 from autoscaler.targets import target_store
-from autoscaler.targets.service_levels import ReplayRequest, TuningSettings
+from autoscaler.targets.service_levels import ReplayRequest, ShiftWatch, TuningSettings
 from autoscaler.targets.target_levels import CANDIDATE_LEVELS, FIRST_LEVEL, LevelTuner
 from autoscaler.targets.target_store import TunerState
 from autoscaler.targets.tuners import TargetLevels
@@ -166,3 +166,21 @@ def test_a_choice_alone_is_saved_and_read_back(tmp_path: Path, caplog: pytest.Lo
     caplog.set_level(logging.ERROR, logger=target_store.log.name)
     assert target_store.load(path, COLUMNS) == [choice]
     assert [record for record in caplog.records if record.name == target_store.log.name] == []
+
+
+def test_a_level_shift_is_saved_and_a_file_from_before_it_reads_as_none(tmp_path: Path) -> None:
+    shifted = TunerState(
+        "gpu_headroom", "a100", parse_fraction_target("1%"), 0, 0.0, "buffer:24", 0.01, 1.7e9, "chosen", 0.0,
+        False, (), (), (), ShiftWatch(1.69e9, 1.69e9, 2),
+    )  # fmt: skip
+    path = tmp_path / target_store.FILE_NAME
+    target_store.save(path, [shifted])
+    assert target_store.load(path, COLUMNS) == [shifted]
+    document = json.loads(path.read_text())
+    assert document["tuners"][0]["shift"] == {"judged_from": 1.69e9, "burning_since": 1.69e9, "burning_periods": 2}
+    del document["tuners"][0]["shift"]  # as saved before level shifts were watched
+    path.write_text(json.dumps(document))
+    assert target_store.load(path, COLUMNS) == [replace(shifted, shift=ShiftWatch())]
+    document["tuners"][0]["shift"] = {"judged_from": None, "burning_since": None, "burning_periods": -1}
+    path.write_text(json.dumps(document))
+    assert target_store.load(path, COLUMNS) == []  # named in the log, as every damaged entry is

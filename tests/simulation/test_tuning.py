@@ -227,19 +227,20 @@ def test_a_period_that_burned_the_target_restarts_the_judged_window_at_it() -> N
 
     # Over 7 days each day of the shift counts a seventh: small is served until three of them (120 of
     # 10,080 minutes, 1.19 %) have missed the week.
-    assert served(TuningSettings()) == ["small", "small", "small", "large"]
+    off = TuningSettings(restart_burn=None)
+    assert served(off) == ["small", "small", "small", "large"]
     # Days 7 and 8 attained 2.8 %: two periods in a row past a burn of 2 are a shift, the days before
     # them no longer count, and from day 9 on candidates are judged on the days since the shift.
     assert served(TuningSettings(restart_burn=2.0)) == ["small", "small", "large", "large"]
     # Asked to restart after one such period, it does so a day earlier.
     assert served(TuningSettings(restart_burn=2.0, restart_periods=1)) == ["small", "large", "large", "large"]
     # A burn it did not reach restarts nothing.
-    assert served(TuningSettings(restart_burn=3.0)) == served(TuningSettings())
+    assert served(TuningSettings(restart_burn=3.0)) == served(off)
     # The operator's heuristics (calibrate=False) are tuned as an operator tunes them: no restart.
     uncalibrated = walk_forward(
         candidates, target, 7 * DAY_S, 11 * DAY_S, TuningSettings(restart_burn=2.0), calibrate=False, history_from_s=0.0
     )
-    assert [choice.candidate for choice in uncalibrated] == served(TuningSettings())
+    assert [choice.candidate for choice in uncalibrated] == served(off)
 
 
 def test_a_shift_is_a_run_of_burning_periods_and_one_good_period_ends_the_run() -> None:
@@ -256,7 +257,7 @@ def test_a_shift_is_a_run_of_burning_periods_and_one_good_period_ends_the_run() 
     assert (watch.judged_from_s, watch.burning_since_s, watch.burning_periods) == (4 * DAY_S, 4 * DAY_S, 2)
     # A period with nothing to judge changes nothing; off, nothing restarts.
     assert watch.after(6 * DAY_S, None, target, settings) == watch
-    assert ShiftWatch().after(DAY_S, 1.0, target, TuningSettings()) == ShiftWatch()
+    assert ShiftWatch().after(DAY_S, 1.0, target, TuningSettings(restart_burn=None)) == ShiftWatch()
 
 
 def test_a_window_start_delay_target_judges_each_run_until_capacity_covered_it() -> None:
