@@ -92,7 +92,7 @@ def settings(url: str, state_dir: Path, *, watch_pods: bool) -> Settings:
 
 def pools(**periods: dict[str, Any]) -> list[dict[str, Any]]:
     """The API's pools, each with the same figures over 1 h, 24 h and 7 d."""
-    return [{"pool": pool, "periods": every_period(figures)} for pool, figures in periods.items()]
+    return [{"pool": pool, "periods": every_period(figures), "targets": {}} for pool, figures in periods.items()]
 
 
 async def served_demand(pipeline: Pipeline, moment: pd.Timestamp) -> dict[str, float]:
