@@ -312,7 +312,9 @@ def _step_through_fluid(
         fitting = chunk * int(free / chunk + 1e-9)
         placeholders_running = placeholders if placeholders < fitting else (fitting if fitting > 0 else 0)
         free_gpus = capacity - fluid_running - placeholders_running
-        if len(timers) != int(free_gpus // gpus_per_node + 1e-9) or (timers and timers[0] <= now - consolidate_after):
+        # timer + after, as NodePool.track_empty and the next moment below sum it: now - after can round
+        # below a fractional timer (a drawn lead time's), and the loop would wait for it for ever.
+        if len(timers) != int(free_gpus // gpus_per_node + 1e-9) or (timers and timers[0] + consolidate_after <= now):
             pool.track_empty(now, free_gpus)
             capacity, held = pool.ready * gpus_per_node, float(pool.held_gpus)
         if now >= batch.close or fluid_wanted + placeholders > (pool.ready + len(launching)) * gpus_per_node:
