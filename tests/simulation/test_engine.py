@@ -6,10 +6,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from autoscaler.simulation.actuation import Actuation
+from autoscaler.simulation.engine import Period, run_policy
 from autoscaler.simulation.forecasting import ForecastCadence
+from autoscaler.simulation.hpa import HPASpec
 from autoscaler.simulation.inputs import Pods, expand_schedules, make_workload, parse_schedule
 from autoscaler.simulation.lead_times import parse_lead_time_distribution
 from autoscaler.simulation.policies import parse_policies
+from autoscaler.simulation.provisioner import PoolConfig
 from autoscaler.simulation.runner import SimulationConfig, SimulationResult, _Jobs, simulate
 
 ORIGIN = pd.Timestamp("2024-03-01T00:00:00Z")
@@ -170,3 +174,19 @@ def test_fluid_demand_alone_steps_through_as_the_general_loop_does(
     general = engine.run_policy(workload, served, period, pool, actuation)
     assert fast.totals.launches > 0 and fast.totals.short > 0
     assert figures(fast) == figures(general)
+
+
+@pytest.mark.timeout(30)  # the bug this guards against never ends
+def test_a_node_empty_since_a_fractional_moment_goes_in_the_fluid_loop_too() -> None:
+    """Demand drops at 582.4595107980946 s (a fractional step, as a drawn lead time brings one), where
+    (t + 600) - 600 < t: the loop's next moment is t + 600, and a loop that asked t <= now - 600 there
+    never removed the node and waited at that moment for ever."""
+    step_s = 582.4595107980946
+    assert (step_s + 600.0) - 600.0 < step_s
+    demand = np.array([16.0, 8.0, 8.0, 8.0, 8.0])
+    workload = make_workload("drop", pd.Timestamp("2000-01-01T00:00:00Z"), step_s, demand, Pods.empty(), ())
+    period = Period(0.0, 0.0, len(demand) * step_s)
+    pool = PoolConfig(8, parse_lead_time_distribution("fixed:5m"), 600.0)
+    outcome = run_policy(workload, np.zeros(len(demand)), period, pool, Actuation(hpa=HPASpec()))
+    # Two nodes until 600 s after the drop, one from then on, in GPU-seconds.
+    assert outcome.totals.provisioned == pytest.approx(16 * (step_s + 600.0) + 8 * (4 * step_s - 600.0))
