@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from autoscaler.simulation.inputs import alibaba_pods as read_alibaba_pods
 from benchmarks.slo_attainment import COMMON, dlrm_pods, genai_busy_gpus
 from tests import traces
 from tests.data_helpers import helios_running_gpus, write_csv
@@ -68,13 +69,9 @@ def shifted_pods(pods: pd.DataFrame, shift_day: int) -> pd.DataFrame:
 
 
 def alibaba_pods() -> pd.DataFrame:
-    """The Alibaba v2023 pod list as simulate reads it (autoscaler/simulation/inputs.py): arrival =
-    creation, duration = deletion - scheduled, whole GPUs."""
-    frame = pd.read_csv(traces.path("alibaba_gpu_v2023/openb_pod_list_default.csv.gz"))
-    frame = frame[frame.num_gpu > 0]
-    scheduled = frame.scheduled_time.where(frame.scheduled_time > 0, frame.creation_time)
-    duration = frame.deletion_time - scheduled
-    return pd.DataFrame({"arrival": frame.creation_time, "duration": duration, "gpus": frame.num_gpu}).dropna()
+    """The Alibaba v2023 pod list's GPU pods as ``simulate --pods`` reads them."""
+    arrival, duration, gpus = read_alibaba_pods(traces.path("alibaba_gpu_v2023/openb_pod_list_default.csv.gz"))
+    return pd.DataFrame({"arrival": arrival, "duration": duration, "gpus": gpus})
 
 
 def trace_arguments(name: str, out: Path, shift_day: int) -> list[str]:

@@ -130,9 +130,9 @@ def after_refresh(
         asyncio.get_running_loop().run_in_executor(None, _save_samples_quietly, samples_path, samples)
     if publication is not None and settings.publication.publish:
         publication.publisher.publish_soon(snapshot, refresher.pacing, samples, choices=refresher.levels.choices())
-    if pipeline.demo_cluster is not None:  # the demo's pool is replayed up to the snapshot, then scored
-        pipeline.demo_cluster.observe(snapshot)
-    scoring.score_soon(pipeline.scorecard, snapshot)
+    # The demo's pool is replayed up to the snapshot, then scored.
+    demo_pool = pipeline.demo_cluster.observe if pipeline.demo_cluster is not None else None
+    scoring.score_soon(pipeline.scorecard, snapshot, demo_pool)
     save_targets_soon(refresher, settings.state_dir)
 
 

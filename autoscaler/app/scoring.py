@@ -23,23 +23,30 @@ log = logging.getLogger(__name__)
 _SCORING: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
 
 
-def score_soon(scorecard: LiveScorecard | None, snapshot: Snapshot) -> None:
+def score_soon(
+    scorecard: LiveScorecard | None, snapshot: Snapshot, before: Callable[[Snapshot], None] | None = None
+) -> None:
+    """Score the snapshot's moment in a task of its own; ``before`` (the demo's replayed pool) runs
+    first, off the event loop."""
     if scorecard is None:
         return
-    task = asyncio.get_running_loop().create_task(score(scorecard, snapshot), name="scorecard")
+    task = asyncio.get_running_loop().create_task(score(scorecard, snapshot, before), name="scorecard")
     _SCORING.add(task)
     task.add_done_callback(_SCORING.discard)
 
 
-async def score(scorecard: LiveScorecard, snapshot: Snapshot) -> None:
+async def score(scorecard: LiveScorecard, snapshot: Snapshot, before: Callable[[Snapshot], None] | None = None) -> None:
     """One sample of the live scorecard at the refresh's moment, then saved (off the event loop)."""
+    loop = asyncio.get_running_loop()
     try:
+        if before is not None:  # milliseconds of simulation: not on the loop the HPAs' API answers on
+            await loop.run_in_executor(None, before, snapshot)
         await scorecard.collect(snapshot.created_at, snapshot)
     except Exception:  # a bug in scoring must not touch serving
         log.exception("scorecard: collecting failed at %s", snapshot.created_at)
         return
     document = scorecard.document()
-    await asyncio.get_running_loop().run_in_executor(None, scorecard.save, document)
+    await loop.run_in_executor(None, scorecard.save, document)
 
 
 def attach(

@@ -2,8 +2,8 @@
 simulator's controller model (placeholder HPA and a Karpenter-like node pool at the demo's lead time),
 so the live scorecard scores the demo's pool as it scores a pool in a cluster (docs/demo.md).
 
-Each refresh replays the last ``SETTLE`` of demand and served headroom (the pool's state, its
-launching and empty nodes, settles within it) and samples the newest minute: the GPUs short (pods
+Each refresh replays, off the event loop, the last ``SETTLE`` of demand and served headroom (the
+pool's state, its launching and empty nodes, settles within it) and samples the newest minute: the GPUs short (pods
 waiting for a node), held (the pool's nodes, launching ones included) and used (non-placeholder
 pods). Before the demo's first refresh the pool is taken to have been served the first value.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -57,9 +58,15 @@ class DemoCluster:
         steps = int(SETTLE.total_seconds() // STEP_S) + 2
         self._served: deque[tuple[float, float]] = deque(maxlen=steps)  # (at, headroom served), ascending
         self._sample: tuple[float, float, float] | None = None  # short, held, used in the newest minute
+        self._replaying = threading.Lock()
 
     def observe(self, snapshot: Snapshot) -> None:
-        """Take the headroom the snapshot serves for the pool, and replay the pool up to its moment."""
+        """Take the headroom the snapshot serves for the pool, and replay the pool up to its moment (in an
+        executor thread, ``app.scoring``: one replay at a time)."""
+        with self._replaying:
+            self._observe(snapshot)
+
+    def _observe(self, snapshot: Snapshot) -> None:
         now_s = snapshot.created_at.timestamp()
         served = [
             series.value

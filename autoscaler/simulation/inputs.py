@@ -275,6 +275,13 @@ def _numeric(frame: pd.DataFrame, column: str, path: Path, *, allow_empty: bool 
     return values.to_numpy(dtype=np.float64)
 
 
+def alibaba_pods(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An Alibaba v2023 pod list's GPU pods as ``--pods`` reads them: arrival, duration and GPUs each
+    (benchmarks/slo_shift.py cuts and scales them)."""
+    arrival, duration, gpus, _, _ = _alibaba_pods(_read_table(path), path)
+    return arrival, duration, gpus
+
+
 def _alibaba_pods(frame: pd.DataFrame, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, float]:
     """Alibaba v2023 ``openb_pod_list_*``: arrival = creation, duration = deletion - scheduled,
     inside the observation window [min deletion, max deletion]. Pods never scheduled and pods
