@@ -5,13 +5,16 @@
 Helios Earth per-VC running GPUs (the series ``bench_failover`` backfills, 5-minute steps), each
 one selected (``fit_select_predict``, every candidate) and then refitted with the model it selected
 (``candidates=(model,)``, as a new shard owner does with the model its object names). Prints the
-model and both wall times per series; one process, one core.
+model, both wall times and the size of the fitted selection a worker holds per series (pickled,
+and allocated when unpickled, by ``tracemalloc``); one process, one core.
 """
 
 from __future__ import annotations
 
 import argparse
+import pickle
 import time
+import tracemalloc
 
 from forecast.engine import fit_select_predict
 from tests.service_replicas import real_series
@@ -31,7 +34,25 @@ def main() -> None:
         fit_select_predict(
             series, horizon_steps=2, quantiles=(0.9,), policy_quantile=0.9, lead_steps=1, candidates=(selected.model,)
         )
-        print(f"{selected.model}: select {select_s:.2f} s, refit {time.perf_counter() - started:.2f} s")
+        refit_s = time.perf_counter() - started
+        pickled = pickle.dumps(selected.selection)
+        print(
+            f"{selected.model}: select {select_s:.2f} s, refit {refit_s:.2f} s; fitted selection "
+            f"{len(pickled) / 1e6:.2f} MB pickled, {unpickled_bytes(pickled) / 1e6:.2f} MB unpickled"
+        )
+
+
+def unpickled_bytes(pickled: bytes) -> int:
+    """What unpickling ``pickled`` allocates: what a worker holds for the series."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        copy = pickle.loads(pickled)  # noqa: S301 (what this process pickled a moment ago)
+        allocated = tracemalloc.get_traced_memory()[0] - before
+        del copy
+        return allocated
+    finally:
+        tracemalloc.stop()
 
 
 if __name__ == "__main__":

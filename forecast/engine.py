@@ -77,8 +77,9 @@ class EngineResult:
     scores: dict[str, dict[str, float]]
     notes: tuple[str, ...]
     fit_seconds: float
-    # The fitted models behind ``forecast`` (always set here). About half a megabyte pickled with a
-    # gbm member: a caller that only needs the forecast may drop it (None) before shipping the result.
+    # The fitted models behind ``forecast`` (always set here). Up to about a third of a megabyte
+    # pickled with a gbm member (benchmarks/bench_refit.py): a caller that only needs the forecast may
+    # drop it (None) before shipping the result.
     selection: Selection | None
 
 

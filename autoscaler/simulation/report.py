@@ -72,11 +72,11 @@ def policy_figures(
     # Waits are read as the live scorecard reads capacity waits (scorecard.wait_figures).
     if pods:
         waits = wait_figures(run.outcome.pod_waits)
-        figures["pod_wait_p50_s"], figures["pod_wait_p95_s"] = _maybe_round(waits.p50_s), _maybe_round(waits.p95_s)
+        figures["capacity_wait_p50_s"], figures["capacity_wait_p95_s"] = _maybe_round(waits.p50_s), _maybe_round(waits.p95_s)
     if windows:
         waits = wait_figures(run.outcome.window_pod_waits)
-        figures["window_pod_wait_p50_s"] = _maybe_round(waits.p50_s)
-        figures["window_pod_wait_p95_s"] = _maybe_round(waits.p95_s)
+        figures["window_capacity_wait_p50_s"] = _maybe_round(waits.p50_s)
+        figures["window_capacity_wait_p95_s"] = _maybe_round(waits.p95_s)
     return figures | cost_figures(run.outcome, totals.provisioned, gpu_hour_price)
 
 
@@ -255,10 +255,10 @@ _HEADERS = {
     "idle_gpu_hours": "idle GPU-h",
     "short_gpu_minutes": "short GPU-min",
     "node_launches": "launches",
-    "pod_wait_p50_s": "wait p50 s",
-    "pod_wait_p95_s": "wait p95 s",
-    "window_pod_wait_p50_s": "window wait p50 s",
-    "window_pod_wait_p95_s": "window wait p95 s",
+    "capacity_wait_p50_s": "capacity wait p50 s",
+    "capacity_wait_p95_s": "capacity wait p95 s",
+    "window_capacity_wait_p50_s": "window capacity wait p50 s",
+    "window_capacity_wait_p95_s": "window capacity wait p95 s",
 }
 
 

@@ -31,8 +31,8 @@ from autoscaler.simulation.versus_reactive import describe
 # (policy figure, column heading): the seeds' terms first.
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("short_gpu_minutes", "short GPU-minutes"),
-    ("pod_wait_p50_s", "pod wait p50 s"),
-    ("pod_wait_p95_s", "pod wait p95 s"),
+    ("capacity_wait_p50_s", "capacity wait p50 s"),
+    ("capacity_wait_p95_s", "capacity wait p95 s"),
     ("minutes_short_fraction", "time demand waited"),
     ("idle_gpu_hours", "idle GPU-hours"),
     ("provisioned_gpu_hours", "provisioned GPU-hours"),
@@ -157,7 +157,7 @@ def render_html(context: ReportContext, runs: Sequence[PoolRun]) -> str:
 launched when pods ask for them); the others are heuristics an operator could run instead.
 Nodes take {lead:g} s to become Ready. Cost is provisioned GPU-hours at {context.gpu_hour_price:g} per
 GPU-hour. Demand is the pool's GPUs requested, replayed as one-GPU pods: each rise is pods arriving,
-each fall ends the newest; a pod waits (wait p50, p95) from its arrival until Ready capacity runs it.</p>
+each fall ends the newest; a pod waits (capacity wait p50, p95) from its arrival until Ready capacity runs it.</p>
 <h2>Summary</h2>
 {_summary(context, runs)}
 {sections}
@@ -176,14 +176,14 @@ def _summary(context: ReportContext, runs: Sequence[PoolRun]) -> str:
             f"<td>{escape(run.pool or '(no pool: Pending pods)')}</td>",
             *(
                 f'<td class="num">{_cell(key, service.get(key))} (reactive {_cell(key, reactive.get(key))})</td>'
-                for key in ("short_gpu_minutes", "pod_wait_p95_s", "idle_gpu_hours", "cost")
+                for key in ("short_gpu_minutes", "capacity_wait_p95_s", "idle_gpu_hours", "cost")
             ),
             f'<td class="num">{_change(versus.get("cost", {}).get("change"))}</td>',
         ]
         rows.append(f"<tr>{''.join(cells)}</tr>")
     head = "".join(
         f"<th>{escape(h)}</th>"
-        for h in ("node pool", "short GPU-minutes", "pod wait p95 s", "idle GPU-hours", "cost", "cost change")
+        for h in ("node pool", "short GPU-minutes", "capacity wait p95 s", "idle GPU-hours", "cost", "cost change")
     )
     return f'<table class="figures summary"><tr>{head}</tr>{"".join(rows)}</table>'
 

@@ -225,13 +225,13 @@ def test_report_writes_a_self_contained_html_report_per_pool(prometheus, tmp_pat
     assert finished.stdout.startswith(f"{output}: 3 node pools"), finished.stdout
     html = output.read_text(encoding="utf-8")
     assert html.count('<table class="figures') == 4  # the summary and one per pool
-    for heading in ("short GPU-minutes", "pod wait p50 s", "pod wait p95 s", "idle GPU-hours", "cost"):
+    for heading in ("short GPU-minutes", "capacity wait p50 s", "capacity wait p95 s", "idle GPU-hours", "cost"):
         assert f"<th>{heading}</th>" in html
     for pool in ("a100", "h100"):
         assert f"<h2>Node pool {pool}</h2>" in html
     for policy in ("reactive", "static_buffer:8", "reactive_max:60m", "holt_winters", "auto:0.9"):
         assert f"<td>{policy}</td>" in html
-    assert "against reactive" in html and "pending wait p95" in html
+    assert "against reactive" in html and "capacity wait p95" in html
     images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
     assert len(images) == 9  # three per pool: what auto:0.9 served, capacity per policy, the trade-off
     assert all(base64.b64decode(image).startswith(b"\x89PNG\r\n\x1a\n") for image in images)

@@ -153,11 +153,11 @@ def test_price_and_schedule_add_their_keys(demand_csv):
     )  # fmt: skip
     assert code == 0
     report = json.loads(out)
-    keys = BASE_KEYS | {"cost", "window_pod_wait_p50_s", "window_pod_wait_p95_s", "window_start_delay_p95_s"}
+    keys = BASE_KEYS | {"cost", "window_capacity_wait_p50_s", "window_capacity_wait_p95_s", "window_start_delay_p95_s"}
     for figures in report["policies"].values():
         assert set(figures) == keys
         assert figures["cost"] == pytest.approx(figures["provisioned_gpu_hours"] * 2.5, abs=0.01)
-    assert report["policies"]["reactive"]["window_pod_wait_p95_s"] == pytest.approx(301, abs=1)
+    assert report["policies"]["reactive"]["window_capacity_wait_p95_s"] == pytest.approx(301, abs=1)
     # The window's run started when its last pod ran: the lead time after its scheduled start.
     assert report["policies"]["reactive"]["window_start_delay_p95_s"] == pytest.approx(301, abs=1)
 
@@ -167,9 +167,9 @@ def test_pod_trace_adds_pod_waits(pods_csv):
     assert code == 0
     report = json.loads(out)
     for figures in report["policies"].values():
-        assert set(figures) == BASE_KEYS | {"pod_wait_p50_s", "pod_wait_p95_s"}
+        assert set(figures) == BASE_KEYS | {"capacity_wait_p50_s", "capacity_wait_p95_s"}
     assert report["policies"]["oracle"]["short_gpu_minutes"] == 0
-    assert report["policies"]["reactive"]["pod_wait_p95_s"] >= report["policies"]["oracle"]["pod_wait_p95_s"]
+    assert report["policies"]["reactive"]["capacity_wait_p95_s"] >= report["policies"]["oracle"]["capacity_wait_p95_s"]
 
 
 def test_table_and_pictures(demand_csv, tmp_path):
@@ -264,7 +264,7 @@ def test_pools_failures_and_spot_interruptions_on_the_command_line(tmp_path, dem
         assert figures["cost"] == pytest.approx(sum(pool["cost"] for pool in figures["pools"].values()), abs=0.01)
         assert figures["pools"]["spot"]["spot_interruptions"] > 0
         assert figures["pools"]["od"]["spot_interruptions"] == 0
-    assert set(report["versus_reactive"]["static_buffer:8"]) >= {"gpu_allocation", "pending_wait_p95_s", "cost"}
+    assert set(report["versus_reactive"]["static_buffer:8"]) >= {"gpu_allocation", "capacity_wait_p95_s", "cost"}
     # Without --pools the one pool is a spot pool, priced by --gpu-hour-price.
     code, out, _ = _invoke("--input", str(demand_csv), "--spot-interruptions", "0.5", "--gpu-hour-price", "2", *common)
     assert code == 0

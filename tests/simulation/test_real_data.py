@@ -44,14 +44,14 @@ def test_alibaba_pod_list_is_read_directly(tmp_path):
     )  # fmt: skip
     figures = report["policies"]
     for policy in figures.values():
-        assert {"pod_wait_p50_s", "pod_wait_p95_s", "window_pod_wait_p95_s"} <= set(policy)
+        assert {"capacity_wait_p50_s", "capacity_wait_p95_s", "window_capacity_wait_p95_s"} <= set(policy)
         assert policy["demand_gpu_hours"] > 0
     assert figures["oracle"]["short_gpu_minutes"] == 0
-    assert figures["oracle"]["pod_wait_p95_s"] == 0
+    assert figures["oracle"]["capacity_wait_p95_s"] == 0
     # A pod that finds no room waits for a node: at most the batch and the lead time, often less when
     # a node launched for earlier pods is already on its way.
-    assert 120 <= figures["reactive"]["pod_wait_p95_s"] <= 301
-    assert figures["reactive"]["window_pod_wait_p95_s"] == pytest.approx(301, abs=2)
+    assert 120 <= figures["reactive"]["capacity_wait_p95_s"] <= 301
+    assert figures["reactive"]["window_capacity_wait_p95_s"] == pytest.approx(301, abs=2)
     assert figures["reactive"]["short_gpu_minutes"] > figures["static_buffer:8"]["short_gpu_minutes"]
 
 
