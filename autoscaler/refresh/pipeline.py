@@ -71,11 +71,17 @@ class Pipeline(RefreshInputs):
     demo_cluster: DemoCluster | None = None
 
 
+# What a preset's values count, for the page and the API; a custom query's unit is not known ("").
+PRESET_UNITS = {"gpus_requested": "GPUs", "gpus_allocatable": "GPUs", "gpu_utilization": "%", "request_rate": "1/s"}
+
+
 def metric_infos(settings: Settings) -> tuple[MetricInfo, ...]:
+    presets = {signal.name: signal.preset for signal in settings.signals}
     return tuple(
         MetricInfo(
             name=name,
             description=spec.description or f"{spec.kind} of signal {spec.signal}",
+            unit="replicas" if spec.kind == "replicas" else PRESET_UNITS.get(presets.get(spec.signal) or "", ""),
             fallback=spec.fallback,
             fallback_value=spec.fallback_value,
             staleness_ttl=spec.staleness_ttl,

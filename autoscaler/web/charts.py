@@ -214,9 +214,11 @@ def _draw_served(axes: Axes, view: SeriesView) -> None:
     axes.axhline(provisioned, color=SERVED, linewidth=1.2, label=f"provisioned for {number(provisioned)}")
     # The headroom is what is held from now until a node launched now would be ready.
     end = view.lead_time_seconds / 3600 if view.lead_time_seconds else 0.25
+    # Hatched, not filled: a solid band would blend with the forecast's quantile band it overlaps.
     axes.fill_between(
-        [0.0, end], requested_now, provisioned, color=SERVED, alpha=0.35, label=f"headroom served {number(served)}"
-    )
+        [0.0, end], requested_now, provisioned, facecolor="none", edgecolor=SERVED, hatch="///", linewidth=0.0,
+        label=f"headroom served {number(served)}",
+    )  # fmt: skip
     axes.annotate(
         f"headroom {number(served)}",
         xy=(0.0, provisioned),
@@ -238,3 +240,16 @@ def inline_svg(document: str, *, title: str) -> str:
 
 def format_labels(labels: Mapping[str, str]) -> str:
     return ", ".join(f"{key}={value}" for key, value in sorted(labels.items())) or "(no labels)"
+
+
+def with_unit(value: float, unit: str) -> str:
+    """``value`` as a person reads it: GPUs and percent after the number; a small rate per second
+    on the scale where it is at least 0.1 (per minute, per hour), with the served number beside."""
+    if unit != "1/s" or not math.isfinite(value) or value == 0 or abs(value) >= 0.1:
+        return f"{number(value)} {_UNIT_WORDS.get(unit, unit)}".rstrip()
+    per_minute = value * 60
+    scaled, scale = (per_minute, "minute") if abs(per_minute) >= 0.1 else (per_minute * 60, "hour")
+    return f"{number(scaled)} per {scale} ({number(value)} per second)"
+
+
+_UNIT_WORDS = {"1/s": "per second", "%": "%"}

@@ -25,7 +25,7 @@ from adapters.kubernetes.pool_matching import UnplacedDemand
 from autoscaler.quantity import format_quantity
 from autoscaler.serving.provider import MetricInfo, Snapshot, not_served
 from autoscaler.web.buffer_views import buffers_section
-from autoscaler.web.charts import ZOOM_HOURS, ChartCache, band_level, format_labels, number, render_chart
+from autoscaler.web.charts import ZOOM_HOURS, ChartCache, band_level, format_labels, number, render_chart, with_unit
 from autoscaler.web.keys import BUFFERS, CLOCK, LAUNCHES, NOTICE, SCORECARD, SNAPSHOTS, UNPLACED
 from autoscaler.web.launch_views import launch_panel, launches_json
 from autoscaler.web.notes import notes_html
@@ -119,7 +119,8 @@ def index_body(snapshot: Snapshot, now: datetime, unplaced: Sequence[UnplacedDem
         views = views_of(snapshot, info, now, timedelta(0))
         values = (
             "<br>".join(
-                f'{escape(number(view.value))} <span class="muted">{escape(format_labels(view.labels))}</span>'
+                f"{escape(with_unit(view.value, info.unit))} "
+                f'<span class="muted">{escape(format_labels(view.labels))}</span>'
                 for view in views
             )
             or '<span class="muted">no values yet</span>'
@@ -169,7 +170,7 @@ SCORE_COLUMNS = (
     ("mae", "MAE", 2),
     ("coverage", "Coverage", 3),
     ("under_provision_rate", "Under-provision rate", 3),
-    ("fit_seconds", "Fit s", 3),
+    ("fit_seconds", "Selection fit s", 3),
 )
 
 
@@ -194,6 +195,9 @@ def _models_table(view: SeriesView) -> str:
     return (
         f'<div class="table-wrap"><table class="models"><thead><tr><th>Model</th>{head}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table></div>"
+        '<p class="muted">Scores from the last selection\'s backtest; "Selection fit s" is each model\'s fit '
+        'there. "Forecast took" above is the latest refresh\'s work: a selection, a refit, or a forecast '
+        "from the models held (milliseconds).</p>"
     )
 
 
@@ -218,21 +222,23 @@ def _in_words(view: SeriesView) -> str:
 
 def series_section(view: SeriesView, chart: str | None, panel: str = "", *, zoomed: bool = False) -> str:
     facts = [
-        _fact("Served value", number(view.value), "served"),
+        _fact("Served value", with_unit(view.value, view.info.unit), "served"),
         _fact("Model", view.model or "-", "model"),
         _fact("Lead time", _duration(view.lead_time_seconds) if view.lead_time_seconds is not None else "-"),
         _fact("Age", _duration(view.stale_seconds)),
     ]
     if view.fit_seconds is not None:
-        facts.append(_fact("Fit", f"{view.fit_seconds:.2f} s"))
+        # The worker's time for the forecast served (milliseconds once models are held), not a
+        # model's fit in the selection's backtest (the models table's "Selection fit s").
+        facts.append(_fact("Forecast took", f"{view.fit_seconds:.2f} s"))
     notes = notes_html(view.notes)
     level = band_level(view)
     caption = (
         ("The last hour of observed history, forecast mean" if zoomed else "Observed history, forecast mean")
         + (f" and p{level * 100:g} band" if level is not None else "")
         + (" up to the lead time" if zoomed else "")
-        + ", scheduled windows (shaded) and the served value: a red line, or for headroom the red band "
-        "above the GPUs requested now."
+        + ", scheduled windows (shaded) and the served value: a red line, or for headroom the red "
+        "hatched band above the GPUs requested now."
     )
     figure = (
         f'<figure class="chart">{chart}<figcaption>{escape(caption)}</figcaption></figure>'

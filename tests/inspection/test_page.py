@@ -63,8 +63,11 @@ def test_metric_page_shows_chart_numbers_reasons_and_models(ops_server: OpsServe
     assert svg.count("<path") > 20 and 'role="img"' in svg and "width=" not in svg[: svg.index(">")]
     served = f"{ops_server.forecast.demand.value:.2f}"
     assert (
-        f'<div class="fact served"><span class="name">Served value</span><span class="number">{served}</span>' in html
+        f'<div class="fact served"><span class="name">Served value</span><span class="number">{served} GPUs</span>'
+        in html
     )
+    # The refresh's own time and each model's fit in the selection are told apart by name.
+    assert '<span class="name">Forecast took</span>' in html and '<th class="num">Selection fit s</th>' in html
     selected_row = re.search(r'<tr class="selected"><td>([^<]+)<span class="badge">selected</span>', html)
     assert selected_row is not None and selected_row.group(1) == result.model
     assert html.count("<tr class=") == len(result.scores)  # one row per backtested model
@@ -240,7 +243,7 @@ def test_page_in_headless_chromium(ops_server: OpsServer, tmp_path: Path):
     svg = dom[dom.index("<svg") : dom.index("</svg>")]
     assert len(re.findall(r"<path\b", svg)) > 20
     served = f"{ops_server.forecast.demand.value:.2f}"
-    assert re.search(rf'class="fact served">.*?<span class="number">{re.escape(served)}</span>', dom)
+    assert re.search(rf'class="fact served">.*?<span class="number">{re.escape(served)} GPUs</span>', dom)
     assert f"{ops_server.forecast.result.model}" in dom
     assert re.search(r'<tr class="selected"><td>' + re.escape(ops_server.forecast.result.model), dom)
     assert png_size(screenshot) == (1280, 900)
@@ -276,11 +279,21 @@ def test_headroom_is_drawn_as_the_gap_above_the_gpus_requested_now(ops_server: O
     assert f"requested now {requested_now:.2f}" in svg
     assert f"provisioned for {requested_now + headroom.value:.2f}" in svg
     assert f"headroom served {headroom.value:.2f}" in svg
+    # The headroom band is hatched (an SVG pattern), so that it stays apart from the quantile band.
+    assert "<pattern" in svg and "red hatched band" in html
     assert f"minus the {requested_now:.2f} GPUs requested now (the headroom is the gap)" in html
     # A demand metric is a level on the same axis as demand: a line, no requested-now.
     demand_html = html_of(ops_server, "/ui/gpu_demand_forecast")
     demand_svg = demand_html[demand_html.index("<svg") : demand_html.index("</svg>")]
     assert "requested now" not in demand_svg and f"served {ops_server.forecast.demand.value:.2f}" in demand_svg
+
+
+def test_served_values_carry_their_unit_and_a_small_rate_is_shown_on_a_readable_scale():
+    assert ui.with_unit(12.0, "GPUs") == "12.00 GPUs"
+    assert ui.with_unit(0.000306, "1/s") == "1.10 per hour (0.000306 per second)"
+    assert ui.with_unit(0.05, "1/s") == "3.00 per minute (0.05 per second)"
+    assert ui.with_unit(3.2, "1/s") == "3.20 per second"
+    assert ui.with_unit(0.3, "") == "0.3"
 
 
 def test_notes_are_plain_words_with_repeats_grouped():

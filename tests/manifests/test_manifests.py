@@ -37,6 +37,7 @@ import pytest
 import yaml
 
 from autoscaler.config.settings_loader import load_settings
+from autoscaler.refresh.pipeline import metric_infos
 from tests import kube_schemas
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -362,6 +363,10 @@ def test_configmap_passes_check_config(kustomization, config_file):
     settings = load_settings(path, environ={})
     assert settings.auth.mode == "kubernetes"
     assert (settings.server.secure_port, settings.server.http_port) == (6443, 8080)
+    # Each metric the shipped configuration serves says what it counts (the page shows it beside the value).
+    units = {info.name: info.unit for info in metric_infos(settings)}
+    assert units and all(units.values()), units
+    assert units.get("gpu_headroom") == "GPUs"
 
 
 @pytest.mark.parametrize("kustomization", SERVICES)
