@@ -72,8 +72,7 @@ def policy_figures(
     # Waits are read as the live scorecard reads capacity waits (scorecard.wait_figures).
     if pods:
         waits = wait_figures(run.outcome.pod_waits)
-        figures["capacity_wait_p50_s"] = _maybe_round(waits.p50_s)
-        figures["capacity_wait_p95_s"] = _maybe_round(waits.p95_s)
+        figures["capacity_wait_p50_s"], figures["capacity_wait_p95_s"] = map(_maybe_round, (waits.p50_s, waits.p95_s))
     if windows:
         waits = wait_figures(run.outcome.window_pod_waits)
         figures["window_capacity_wait_p50_s"] = _maybe_round(waits.p50_s)

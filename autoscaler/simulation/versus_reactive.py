@@ -1,5 +1,5 @@
 """Each policy in the seeds' terms, side by side with reactive (what happens without this service):
-GPU allocation, idle GPU-hours, capacity wait p50/p95, window start delay p95 and cost.
+short GPU-minutes, GPU allocation, idle GPU-hours, capacity wait p50/p95, window start delay p95 and cost.
 
 The seeds state their results this way ("GPU utilization 35 % to 78 %, queue wait 2 h to 15 min,
 cost -29 %"); the simulator's report does the same for the trace it ran, from the policies'
@@ -12,6 +12,7 @@ from typing import Any
 
 # The figures compared, under the names each policy's figures have (one name per figure everywhere).
 SEEDS_FIGURES: tuple[str, ...] = (
+    "short_gpu_minutes",
     "gpu_allocation",
     "idle_gpu_hours",
     "capacity_wait_p50_s",
@@ -20,7 +21,7 @@ SEEDS_FIGURES: tuple[str, ...] = (
     "cost",
 )
 # Figures whose change is stated as a share of reactive's (the others are stated as they are).
-_RELATIVE = ("idle_gpu_hours", "cost")
+_RELATIVE = ("short_gpu_minutes", "idle_gpu_hours", "cost")
 
 
 def versus_reactive(policies: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -54,7 +55,7 @@ def describe(text: str, entry: dict[str, dict[str, Any]]) -> str:
         if key == "gpu_allocation":
             parts.append(f"GPU allocation {_percent(policy)} (reactive {_percent(reactive)})")
         elif key in _RELATIVE:
-            name = "idle GPU-hours" if key == "idle_gpu_hours" else "cost"
+            name = {"short_gpu_minutes": "short GPU-minutes", "idle_gpu_hours": "idle GPU-hours"}.get(key, key)
             change = pair.get("change")
             how = "" if change is None else f" ({change:+.1%} against reactive's {reactive:,.0f})"
             parts.append(f"{name} {policy:,.0f}{how}")

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from autoscaler.simulation.coverage import headroom_coverage
 from autoscaler.simulation.inputs import InputError, Pods, Workload, make_workload
 from autoscaler.simulation.policies import PolicySpec
 from autoscaler.simulation.report import build_report, plot
@@ -34,13 +35,14 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("capacity_wait_p50_s", "capacity wait p50 s"),
     ("capacity_wait_p95_s", "capacity wait p95 s"),
     ("minutes_short_fraction", "time demand waited"),
+    ("coverage", "coverage"),
     ("idle_gpu_hours", "idle GPU-hours"),
     ("provisioned_gpu_hours", "provisioned GPU-hours"),
     ("gpu_allocation", "GPU allocation"),
     ("cost", "cost"),
     ("node_launches", "node launches"),
 )
-_PERCENT = ("minutes_short_fraction", "gpu_allocation")
+_PERCENT = ("minutes_short_fraction", "coverage", "gpu_allocation")
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2rem auto; max-width: 75rem; padding: 0 1rem; color: #1d2330; }
 table { border-collapse: collapse; margin: 0.5rem 0 1rem; }
@@ -157,7 +159,10 @@ def render_html(context: ReportContext, runs: Sequence[PoolRun]) -> str:
 launched when pods ask for them); the others are heuristics an operator could run instead.
 Nodes take {lead:g} s to become Ready. Cost is provisioned GPU-hours at {context.gpu_hour_price:g} per
 GPU-hour. Demand is the pool's GPUs requested, replayed as one-GPU pods: each rise is pods arriving,
-each fall ends the newest; a pod waits (capacity wait p50, p95) from its arrival until Ready capacity runs it.</p>
+each fall ends the newest; a pod waits (capacity wait p50, p95) from its arrival until Ready capacity runs it.
+Coverage is the share of steps at which the GPUs requested plus the headroom served reached the most
+GPUs requested over the lead time that followed ({escape(context.service_policy)} asks for about
+{_asked(context.service_policy)} of them).</p>
 <h2>Summary</h2>
 {_summary(context, runs)}
 {sections}
@@ -191,7 +196,11 @@ def _summary(context: ReportContext, runs: Sequence[PoolRun]) -> str:
 def _pool_section(context: ReportContext, run: PoolRun) -> str:
     head = "".join(f"<th>{escape(title)}</th>" for _, title in COLUMNS)
     rows = []
+    result = run.result
     for text, figures in run.report["policies"].items():
+        lead_time_s = result.config.lead_time_s
+        coverage = headroom_coverage(result.workload, result.runs[text].metric, lead_time_s, result.period)
+        figures = {**figures, "coverage": coverage}
         marked = ' class="service"' if text == context.service_policy else ""
         cells = "".join(f'<td class="num">{_cell(key, figures.get(key))}</td>' for key, _ in COLUMNS)
         rows.append(f"<tr{marked}><td>{escape(text)}</td>{cells}</tr>")
@@ -259,6 +268,15 @@ def _cell(key: str, value: Any) -> str:
     if isinstance(value, float):
         return f"{value:,.1f}"
     return escape(str(value))
+
+
+def _asked(policy: str) -> str:
+    """The share of steps a quantile policy (``auto:0.9``) asks its headroom to cover."""
+    quantile = policy.partition(":")[2]
+    try:
+        return f"{float(quantile):.0%}"
+    except ValueError:
+        return "what its target asks"
 
 
 def _change(change: float | None) -> str:

@@ -225,8 +225,14 @@ def test_report_writes_a_self_contained_html_report_per_pool(prometheus, tmp_pat
     assert finished.stdout.startswith(f"{output}: 3 node pools"), finished.stdout
     html = output.read_text(encoding="utf-8")
     assert html.count('<table class="figures') == 4  # the summary and one per pool
-    for heading in ("short GPU-minutes", "capacity wait p50 s", "capacity wait p95 s", "idle GPU-hours", "cost"):
+    for heading in ("short GPU-minutes", "capacity wait p50 s", "capacity wait p95 s", "coverage", "idle GPU-hours"):
         assert f"<th>{heading}</th>" in html
+    # Each pool's auto:0.9 row: the coverage column (after the time demand waited) near what 0.9 asks.
+    for row in re.findall(r'<tr class="service"><td>auto:0.9</td>(.*?)</tr>', html):
+        cells = re.findall(r'<td class="num">([^<]*)</td>', row)
+        coverage = float(cells[4].rstrip("%")) / 100
+        assert 0.6 <= coverage <= 1.0, cells
+    assert "short GPU-minutes" in html.split("Against reactive")[1]  # the lines beside reactive name it
     for pool in ("a100", "h100"):
         assert f"<h2>Node pool {pool}</h2>" in html
     for policy in ("reactive", "static_buffer:8", "reactive_max:60m", "holt_winters", "auto:0.9"):

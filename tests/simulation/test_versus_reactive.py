@@ -30,6 +30,7 @@ def test_each_policy_is_stated_beside_reactive_in_the_seeds_terms() -> None:
     versus = versus_reactive(policies)
     assert versus == {
         "auto-slo:1%": {
+            "short_gpu_minutes": {"policy": 1.0, "reactive": 50.0, "change": -0.98},
             "gpu_allocation": {"policy": 0.8, "reactive": 0.9},
             "idle_gpu_hours": {"policy": 150.0, "reactive": 100.0, "change": 0.5},
             "capacity_wait_p50_s": {"policy": 0.0, "reactive": 120.0},
@@ -43,7 +44,8 @@ def test_each_policy_is_stated_beside_reactive_in_the_seeds_terms() -> None:
         },
     }
     assert describe("auto-slo:1%", versus["auto-slo:1%"]) == (
-        "auto-slo:1%: GPU allocation 80.0% (reactive 90.0%), idle GPU-hours 150 (+50.0% against reactive's 100), "
+        "auto-slo:1%: short GPU-minutes 1 (-98.0% against reactive's 50), "
+        "GPU allocation 80.0% (reactive 90.0%), idle GPU-hours 150 (+50.0% against reactive's 100), "
         "capacity wait p50 0 s (reactive 120 s), capacity wait p95 0 s (reactive 301 s), "
         "window start delay p95 - (reactive 300 s), cost 2,100 (+5.0% against reactive's 2,000)"
     )
