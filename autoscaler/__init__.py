@@ -21,8 +21,9 @@ The package in layers, outermost first (``lint-imports`` holds them; nothing imp
   snapshot the APIs read, each value's provenance, its copy on disk).
 - Shared leaves: ``policy`` (from forecasts to served values: pure functions, used by the refresher
   and the simulator alike), ``selectors`` and ``quantity`` (Kubernetes-syntax building blocks;
-  durations are ``forecast.durations``), ``state_files`` (versioned JSON in the state directory) and
-  ``decimals``.
+  durations are ``forecast.durations``), ``throttled_log`` (log lines at a bounded rate),
+  ``state_files`` (versioned JSON in the state directory, written durably, restored with the rules
+  every store shares) and ``decimals``.
 
 ``forecast`` (pure numerics) and ``adapters`` (I/O) sit below all of it.
 """

@@ -19,6 +19,7 @@ from autoscaler.app.serving import settle_heap
 from autoscaler.config.settings import Settings
 from autoscaler.refresh.pipeline import open_pipeline
 from autoscaler.simulation.replay import replay_ledgers
+from autoscaler.state_files import remove_stale_temporaries
 from autoscaler.web.auth import AccessControl
 from autoscaler.web.keys import NOTICE
 
@@ -36,6 +37,7 @@ async def serve_read_only(settings: Settings, notice: str, *, stop: asyncio.Even
     for signum in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signum, stop.set)
+    remove_stale_temporaries(settings.state_dir)  # as ``serving.serve``: it writes the same state files
     async with contextlib.AsyncExitStack() as stack:
         pipeline = await stack.enter_async_context(open_pipeline(settings, None, replay_ledgers))
         api_app, ops_app = create_app(settings, pipeline=pipeline, access=AccessControl(None, None))

@@ -27,6 +27,7 @@ from autoscaler.keda.server import GrpcListening, serving_grpc
 from autoscaler.refresh.kube_inputs import watch_settings
 from autoscaler.refresh.pipeline import open_pipeline
 from autoscaler.simulation.replay import replay_ledgers
+from autoscaler.state_files import remove_stale_temporaries
 from autoscaler.web import demo_pki, kubernetes_auth
 from autoscaler.web.auth import AccessControl
 from autoscaler.web.certificates import CertificateFileError
@@ -173,6 +174,7 @@ async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> Non
     """Run both ports until SIGTERM/SIGINT (or ``stop``), then drain in-flight requests."""
     if settings.demo.enabled:
         settings = prepare_demo(settings)
+    remove_stale_temporaries(settings.state_dir)  # a write a kill interrupted; before anything writes again
     async with contextlib.AsyncExitStack() as stack:
         identity = own_identity()  # one name per process: its Leases and its API client's User-Agent
         kube = (

@@ -18,7 +18,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from autoscaler.web.throttled_log import ThrottledLogByReason
+from autoscaler.throttled_log import ThrottledLogByReason
 
 log = logging.getLogger("grpc.core")
 

@@ -29,8 +29,8 @@ from typing import Any, NoReturn, cast
 import grpc
 from google.protobuf.message import DecodeError
 
+from autoscaler.throttled_log import ThrottledLog
 from autoscaler.web.self_metrics import SelfMetrics
-from autoscaler.web.throttled_log import ThrottledLog
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,8 @@ history, the requested-now, the forecast and the live scorecard's realized deman
 The record starts when the service does: Prometheus holds no past of it, so the history before holds
 no DRA GPUs. It is kept for the signal's lookback and saved in the state directory
 (``claimed_demand-<signal>.json``) so a restart does not lose it; a file that cannot be read is said
-and ignored (the record starts again).
+and ignored (the record starts again). A point later than now (``state_files.not_in_the_future``) is
+dropped and named: it would be added to the minute it names, and never age out before it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -29,7 +31,7 @@ import pandas as pd
 
 from adapters.prometheus.promql import SignalQuery, grid_end
 from adapters.types import NODEPOOL_LABEL, Signal
-from autoscaler.state_files import UnusableFile, read_versioned, write_atomically
+from autoscaler.state_files import Dropped, UnusableFile, not_in_the_future, read_versioned, write_atomically
 from autoscaler.targets.plans import SignalSource
 
 log = logging.getLogger(__name__)
@@ -113,11 +115,15 @@ class ClaimedDemandSource:
             document = read_versioned(self.state_path, FORMAT_VERSION)
             if document is None:
                 return
+            dropped = Dropped(self.state_path, log)
             for pool, columns in document["pools"].items():
                 times = [int(_count(at)) for at in columns["at"]]
                 if times != sorted(times) or len(times) != len(columns["gpus"]):
                     raise ValueError(f"pool {pool}: the times are not in order or the columns differ in length")
-                self.recorded[str(pool)] = dict(zip(times, (_count(gpus) for gpus in columns["gpus"]), strict=True))
+                points = dict(zip(times, (_count(gpus) for gpus in columns["gpus"]), strict=True))
+                if kept := _past(points, time.time(), f"pool {pool}", dropped):
+                    self.recorded[str(pool)] = kept
+            dropped.done()
         except (UnusableFile, ValueError, KeyError, TypeError, AttributeError) as error:
             log.error("signal %s: ignoring %s (the DRA-claimed GPUs are recorded again from now): %s",
                       self.name, self.state_path, error)  # fmt: skip
@@ -127,6 +133,19 @@ class ClaimedDemandSource:
 def file_name(signal: str) -> str:
     """The state file of a signal's record."""
     return f"claimed_demand-{signal}.json"
+
+
+def _past(points: dict[int, float], now_s: float, where: str, dropped: Dropped) -> dict[int, float]:
+    """The points no later than ``now_s`` (beyond the clock skew); each other one dropped, named."""
+    kept = {}
+    for at_s, gpus in points.items():
+        try:
+            not_in_the_future(at_s, now_s, "at")
+        except ValueError as error:
+            dropped.drop(f"{where} point {at_s}", error)
+        else:
+            kept[at_s] = gpus
+    return kept
 
 
 def _count(value: object) -> float:

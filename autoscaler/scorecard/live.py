@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -31,6 +32,7 @@ from autoscaler.scorecard.figures import MinuteLedger
 from autoscaler.scorecard.pods import MAX_TRACKED, Outcome, PodOutcomes
 from autoscaler.scorecard.pools import PoolScorecard
 from autoscaler.serving.provider import Snapshot
+from autoscaler.state_files import Dropped
 
 log = logging.getLogger(__name__)
 
@@ -231,20 +233,24 @@ class LiveScorecard:
         except OSError as error:  # a read-only or full disk must not stop serving
             log.warning("scorecard: could not save %s: %s", self.state_path, error)
 
-    def restore(self) -> None:
-        """The scorecards saved before a restart; a pool whose entry is corrupt starts empty, said so."""
-        document = scorecard_store.load(self.state_path) if self.state_path is not None else None
-        if document is None:
+    def restore(self, now_s: float | None = None) -> None:
+        """The scorecards saved before a restart; a pool whose entry is corrupt starts empty, and rows
+        later than ``now_s`` (default: the clock) are left out, each said so."""
+        if self.state_path is None or (document := scorecard_store.load(self.state_path)) is None:
             return
         pools = document.get("pools")
         if not isinstance(pools, dict):
             log.error("scorecard: %s: 'pools' is not a JSON object; the scorecard starts empty", self.state_path)
             return
+        now_s = time.time() if now_s is None else now_s
+        dropped = Dropped(self.state_path, log)
         for pool, entry in pools.items():
             try:
-                self.cards[str(pool)] = PoolScorecard.from_document(entry)
+                current = scorecard_store.without_future_times(entry, now_s, str(pool), dropped)
+                self.cards[str(pool)] = PoolScorecard.from_document(current)
             except ValueError as error:
-                log.error("scorecard: %s: pool %s: %s; its scorecard starts empty", self.state_path, pool, error)
+                dropped.drop(f"pool {pool}", f"{error} (its scorecard starts empty)")
+        dropped.done()
         waited = document.get("waited_in_prometheus", [])
         if isinstance(waited, list) and all(isinstance(uid, str) for uid in waited):
             self._waited.update((uid, None) for uid in waited[-MAX_TRACKED:])

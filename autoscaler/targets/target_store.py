@@ -6,7 +6,9 @@ Saved: each tuner's record (times, GPUs requested, windows due, every level's he
 serves, the level asked and when it chose. Not saved: the candidates' replayed ledgers, which the
 next choice rebuilds by replaying the whole record once. Arrays are base64 of little-endian float64,
 exact and about half the size of JSON numbers. A file or an entry that cannot be used is logged,
-naming it and the fault, and that record starts again; the others are kept.
+naming it and the fault, and that record starts again; the others are kept. An entry with a time
+later than now (``state_files.not_in_the_future``: its choice, its record, its level-shift watch) is
+one: kept, a choice made "in 2099" would be served and never made again before then.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import base64
 import binascii
 import logging
 import math
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -24,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from autoscaler.scorecard.figures import ServiceTarget, make_target
-from autoscaler.state_files import UnusableFile, read_versioned_list, write_atomically
+from autoscaler.state_files import Dropped, UnusableFile, not_in_the_future, read_versioned_list, write_atomically
 from autoscaler.targets.candidates import is_candidate
 from autoscaler.targets.service_levels import NO_SHIFT, ShiftWatch
 
@@ -196,8 +199,8 @@ def _number(document: dict[str, Any], field: str) -> float:
     return float(value)
 
 
-def state_of(document: Any, columns: int) -> TunerState:
-    """A saved entry, checked; ``ValueError`` names the field at fault."""
+def state_of(document: Any, columns: int, now_s: float = math.inf) -> TunerState:
+    """A saved entry, checked (its times no later than ``now_s``); ``ValueError`` names the field at fault."""
     if not isinstance(document, dict):
         raise ValueError("the entry is not a JSON object")
     metric, chosen, reason = document.get("metric"), document.get("chosen"), document.get("reason")
@@ -221,7 +224,7 @@ def state_of(document: Any, columns: int) -> TunerState:
     gpus_per_node = _number(document, "gpus_per_node")
     if gpus_per_node < (1 if len(times) else 0) or gpus_per_node != int(gpus_per_node):  # a choice alone: 0
         raise ValueError("gpus_per_node is not a positive whole number")
-    return TunerState(
+    state = TunerState(
         metric=metric,
         series=_series_key(document.get("series")),
         target=target,
@@ -238,6 +241,21 @@ def state_of(document: Any, columns: int) -> TunerState:
         rows=tuple(rows.reshape(len(times), columns)),
         shift=_shift(document.get("shift")),
     )
+    _not_in_the_future(state, now_s)
+    return state
+
+
+def _not_in_the_future(state: TunerState, now_s: float) -> None:
+    """ValueError naming the first of the entry's times later than ``now_s`` (beyond the clock skew)."""
+    times = {
+        "chosen_at": state.chosen_at,
+        "times": state.times[-1] if state.times else None,
+        "shift.judged_from": state.shift.judged_from_s,
+        "shift.burning_since": state.shift.burning_since_s,
+    }
+    for field, at_s in times.items():
+        if at_s is not None:
+            not_in_the_future(at_s, now_s, field)
 
 
 def save(path: Path, states: Iterable[TunerState]) -> None:
@@ -245,17 +263,20 @@ def save(path: Path, states: Iterable[TunerState]) -> None:
     write_atomically(path, {"version": FORMAT_VERSION, "tuners": [entry(state) for state in states]})
 
 
-def load(path: Path, columns: int) -> list[TunerState]:
+def load(path: Path, columns: int, now_s: float | None = None) -> list[TunerState]:
     """The saved tuners; an unusable file or entry is logged (naming it and why) and left out."""
+    now_s = time.time() if now_s is None else now_s
     try:
         entries = read_versioned_list(path, FORMAT_VERSION, "tuners")
     except UnusableFile as problem:
         log.error("targets: ignoring %s (every target's record starts again): %s", path, problem)
         return []
     states = []
+    dropped = Dropped(path, log, "its record starts again")
     for index, saved in enumerate(entries):
         try:
-            states.append(state_of(saved, columns))
+            states.append(state_of(saved, columns, now_s))
         except ValueError as error:
-            log.error("targets: %s: tuner %d: %s; its record starts again", path, index, error)
+            dropped.drop(f"tuner {index}", error)
+    dropped.done()
     return states

@@ -13,6 +13,6 @@
   cipher suites; ``demo_pki`` is the demo's local CA and kubeconfig, repaired when damaged;
   ``tls_accept`` runs the secure port's handshakes so refused client certificates are counted.
 - ``http_server``: aiohttp's server answering what its parser refuses with ``metav1.Status`` (414,
-  431, 501, 400) and no ``Server`` header; ``throttled_log`` bounds how often strangers are logged.
+  431, 501, 400) and no ``Server`` header; ``autoscaler.throttled_log`` bounds how often strangers are logged.
 - ``keys``: the typed app state the routes share.
 """

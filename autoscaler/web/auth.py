@@ -23,8 +23,8 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from multidict import MultiMapping
 
 from adapters.kubernetes.auth import UserInfo as User
+from autoscaler.throttled_log import ThrottledLog
 from autoscaler.web.certificates import common_name, issued_by, organizations
-from autoscaler.web.throttled_log import ThrottledLog
 
 log = logging.getLogger(__name__)
 

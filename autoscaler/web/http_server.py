@@ -27,8 +27,8 @@ from aiohttp.http_exceptions import BadHttpMessage, BadHttpMethod, HttpProcessin
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
+from autoscaler.throttled_log import ThrottledLog
 from autoscaler.web import responses
-from autoscaler.web.throttled_log import ThrottledLog
 
 log = logging.getLogger(__name__)
 _malformed = ThrottledLog(log)

@@ -31,7 +31,7 @@ from typing import Any
 from aiohttp import web
 from yarl import URL
 
-from autoscaler.web.throttled_log import ThrottledLog, ThrottledLogByReason
+from autoscaler.throttled_log import ThrottledLog, ThrottledLogByReason
 
 log = logging.getLogger(__name__)
 _refusals = ThrottledLog(log)  # a client certificate refused

@@ -174,7 +174,7 @@ def test_json_log_format_is_json_per_line():
 
 
 def test_throttled_log_says_how_many_lines_it_left_out(caplog):
-    from autoscaler.web.throttled_log import ThrottledLog
+    from autoscaler.throttled_log import ThrottledLog
 
     now = [0.0]
     throttled = ThrottledLog(logging.getLogger("test.throttled"), interval_s=10, clock=lambda: now[0])

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from adapters.kubernetes.nodeclaims import LeadTimeHistory, LeadTimeSample
 from autoscaler.app.restoring import restore_saved
@@ -26,12 +28,8 @@ def sample(name: str, minutes: float) -> LeadTimeSample:
     return LeadTimeSample("a100", name, f"uid-{name}", T0, T0 + timedelta(minutes=minutes), "Ready")
 
 
-def test_samples_survive_a_restart_without_publication(tmp_path):
-    before = LeadTimeHistory()
-    for index, minutes in enumerate([4, 5, 7]):
-        before.add(sample(f"n{index}", minutes))
-    lead_time_store.save(tmp_path / lead_time_store.FILE_NAME, before.samples())
-
+def restored(state_dir: Path) -> LeadTimeHistory:
+    """The samples the service's own restore at start reads from ``state_dir``."""
     after = LeadTimeHistory()
     pipeline = Pipeline(
         metrics=METRICS, plans=PLANS, sources=(),
@@ -40,8 +38,38 @@ def test_samples_survive_a_restart_without_publication(tmp_path):
     with ThreadPoolExecutor(max_workers=1) as pool:
         provider = SnapshotProvider(empty_snapshot(METRICS))
         refresher = Refresher(provider=provider, inputs=pipeline, pools=ForecastPools([pool]))
-        restore_saved(refresher, Readiness(), pipeline, tmp_path)
-    assert [s.seconds for s in after.samples("a100")] == [240.0, 300.0, 420.0]
+        restore_saved(refresher, Readiness(), pipeline, state_dir)
+    return after
+
+
+def test_samples_survive_a_restart_without_publication(tmp_path):
+    before = LeadTimeHistory()
+    for index, minutes in enumerate([4, 5, 7]):
+        before.add(sample(f"n{index}", minutes))
+    lead_time_store.save(tmp_path / lead_time_store.FILE_NAME, before.samples())
+    assert [s.seconds for s in restored(tmp_path).samples("a100")] == [240.0, 300.0, 420.0]
+
+
+def test_a_sample_ready_in_2099_is_dropped_at_start_naming_the_file_and_the_field(tmp_path, caplog):
+    """Kept, it would never age out of the history."""
+    future = LeadTimeSample("a100", "ahead", "uid-ahead", T0, datetime(2099, 1, 1, tzinfo=UTC), "Ready")
+    path = tmp_path / lead_time_store.FILE_NAME
+    lead_time_store.save(path, [sample("n0", 4), future])
+    with caplog.at_level(logging.WARNING, logger=lead_time_store.log.name):
+        assert [s.name for s in restored(tmp_path).samples("a100")] == ["n0"]
+    assert re.search(
+        rf"{re.escape(str(path))}: dropped lead-time sample 1: ready 2099-01-01T00:00:00\+00:00 is \d+ s in the "
+        r"future \(a clock ahead when it was saved\?\); at most 60 s of skew is accepted",
+        caplog.text,
+    ), caplog.text
+
+
+def test_60_s_of_clock_skew_is_accepted(tmp_path):
+    path = tmp_path / lead_time_store.FILE_NAME
+    lead_time_store.save(path, [sample("n0", 4)])
+    ready_s = (T0 + timedelta(minutes=4)).timestamp()
+    assert [s.name for s in lead_time_store.load(path, now_s=ready_s - 60)] == ["n0"]
+    assert lead_time_store.load(path, now_s=ready_s - 61) == []
 
 
 def test_a_damaged_file_or_sample_is_logged_and_skipped(tmp_path, caplog):
@@ -57,9 +85,9 @@ def test_a_damaged_file_or_sample_is_logged_and_skipped(tmp_path, caplog):
     )
     path.write_text(json.dumps(document))
     caplog.clear()
-    with caplog.at_level(logging.ERROR):
+    with caplog.at_level(logging.WARNING):
         assert [s.name for s in lead_time_store.load(path)] == ["n0"]
-    assert "lead-time sample 1" in caplog.text
+    assert f"{path}: dropped lead-time sample 1: created 'garbage' and ready '2026' are not two times" in caplog.text
     caplog.clear()
     path.write_text(json.dumps({**document, "samples": {"n0": document["samples"][0]}}))
     with caplog.at_level(logging.ERROR):

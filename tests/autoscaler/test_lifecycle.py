@@ -221,14 +221,15 @@ def test_one_unusable_saved_value_costs_that_entry_only(tmp_path, caplog):
     restored = persistence.load(path, METRICS)
     assert restored is not None
     assert [(dict(s.labels), s.value) for s in restored.series["gpu_headroom"]] == [({"nodepool": "a100"}, 2.0)]
-    dropped = [r.getMessage().split(": ", 1)[1] for r in caplog.records if "dropping saved value" in r.getMessage()]
+    prefix = f"{path}: dropped saved value "
+    dropped = [r.getMessage().split(": ", 2)[2] for r in caplog.records if r.getMessage().startswith(prefix)]
     assert dropped == [
         "gpu_headroom{'nodepool': 'nan'}: nan is not a finite number",
         "gpu_headroom{'nodepool': 'neg'}: -5 is negative",
         "gpu_headroom{'nodepool': 'huge'}: 1e+308 is above 1e+09, more than any cluster has",
         "ValueError: timestamp 2026-11-20T09:00:00 has no time zone",
         "TypeError: value 'lots' is not a JSON number",
-        "KeyError: 'value'",
+        "KeyError: 'labels'",
     ]
 
 
@@ -246,8 +247,8 @@ async def test_damaged_saved_values_are_not_served_after_a_restart(tmp_path):
     demo = DemoProcess(state)
     demo.start()
     try:
-        assert "dropping saved value 0 of" in demo.start_log and "1e+308 is above 1e+09" in demo.start_log
-        assert "dropping saved value 1 of" in demo.start_log and "-5 is negative" in demo.start_log
+        assert "served-values.json: dropped saved value 0: " in demo.start_log and "1e+308 is above" in demo.start_log
+        assert "served-values.json: dropped saved value 1: " in demo.start_log and "-5 is negative" in demo.start_log
         await demo.wait_ready(timeout_s=30)
         async with aiohttp.ClientSession() as session:
             for metric in ("gpu_demand_forecast", "gpu_headroom"):
@@ -285,8 +286,31 @@ def saved_document(*entries: dict, created_at: str = "2026-11-20T09:00:00+00:00"
             {"value": 3, "timestamp": "2026-11-20T09:00:00"},
             "ValueError: timestamp 2026-11-20T09:00:00 has no time zone",
         ),
+        # Wrong types, each named (issue 38: they were dropped, or kept, without a word).
+        ({"value": 3, "metric": 7}, "TypeError: metric 7 is not a string"),
+        ({"value": 3, "metric": "retired_metric"}, "retired_metric is no longer configured"),
+        ({"value": 3, "labels": {"pool": 5}}, "TypeError: labels {'pool': 5} are not an object of strings"),
+        ({"value": 3, "labels": ["pool"]}, "TypeError: labels ['pool'] are not an object of strings"),
+        ({"value": 3, "namespace": 5}, "TypeError: namespace 5 is not a string"),
+        ({"value": 3, "window_seconds": "60"}, "TypeError: window_seconds '60' is not a whole number"),
+        ({"value": 3, "window_seconds": True}, "TypeError: window_seconds True is not a whole number"),
+        ({"value": 3, "explanation": ["p90"]}, "TypeError: explanation ['p90'] is not a string"),
     ],
-    ids=["string", "bool", "subnormal", "future", "naive"],
+    ids=[
+        "string",
+        "bool",
+        "subnormal",
+        "future",
+        "naive",
+        "metric-number",
+        "metric-retired",
+        "label-number",
+        "labels-list",
+        "namespace-number",
+        "window-string",
+        "window-bool",
+        "explanation-list",
+    ],
 )
 def test_a_saved_value_from_the_future_or_not_a_number_is_dropped_naming_it(tmp_path, caplog, entry, reason):
     path = tmp_path / persistence.FILE_NAME
@@ -294,7 +318,14 @@ def test_a_saved_value_from_the_future_or_not_a_number_is_dropped_naming_it(tmp_
     now = datetime(2026, 11, 20, 9, 0, 30, tzinfo=UTC)
     restored = persistence.load(path, METRICS, now=now)
     assert restored is not None and [s.value for s in restored.series["gpu_headroom"]] == [2.0]
-    assert [record.getMessage() for record in caplog.records] == [f"dropping saved value 1 of {path}: {reason}"]
+    assert [record.getMessage() for record in caplog.records] == [f"{path}: dropped saved value 1: {reason}"]
+
+
+def test_saved_values_that_are_not_a_list_are_ignored_naming_the_file(tmp_path, caplog):
+    path = tmp_path / persistence.FILE_NAME
+    path.write_text(json.dumps({"version": 1, "created_at": "2026-11-20T09:00:00+00:00", "series": "abc"}))
+    assert persistence.load(path, METRICS, now=datetime(2026, 11, 20, 9, 0, tzinfo=UTC)) is None
+    assert [record.getMessage() for record in caplog.records] == [f"ignoring saved values {path}: series is not a list"]
 
 
 def test_saved_values_within_the_clock_skew_are_kept_and_a_file_from_the_future_is_ignored(tmp_path, caplog):

@@ -5,22 +5,34 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from autoscaler.app.restoring import restore_saved
+from autoscaler.refresh.pipeline import Pipeline
+from autoscaler.refresh.refresher import Refresher
+from autoscaler.refresh.workers import ForecastPools
 from autoscaler.scorecard.figures import parse_fraction_target
+from autoscaler.serving.provider import SnapshotProvider, empty_snapshot
 from autoscaler.simulation.replay import replay_levels
 from autoscaler.targets import target_store
+from autoscaler.targets.plans import RefreshSettings
 from autoscaler.targets.service_levels import ReplayRequest, ShiftWatch, TuningSettings
 from autoscaler.targets.target_levels import CANDIDATE_LEVELS, FIRST_LEVEL, LevelTuner
 from autoscaler.targets.target_store import TunerState
 from autoscaler.targets.tuners import TargetLevels
+from autoscaler.web.readiness import Readiness
+from tests.autoscaler.test_kubernetes_inputs import METRICS, PLANS
 from tests.autoscaler.test_target_levels import DAY_MINUTES, STEP_S, _a_tuned_headroom, _surges_of
 
 COLUMNS = 2 + len(CANDIDATE_LEVELS)
+NOW_S = 1_795_000_000.0
 
 
 async def _chosen(target: str = "0.3%") -> tuple[TargetLevels, LevelTuner, object, object]:
@@ -105,19 +117,19 @@ async def test_a_damaged_file_or_entry_is_named_and_costs_only_itself(
         {**good, "target": {"kind": "minutes_short_fraction", "value": 1.5}},
     ]
     path.write_text(json.dumps(document))
-    caplog.set_level(logging.ERROR, logger="autoscaler.targets.target_store")
+    caplog.set_level(logging.WARNING, logger="autoscaler.targets.target_store")
     states = target_store.load(path, COLUMNS)
     assert [state.metric for state in states] == ["gpu_headroom"]
     said = [record.getMessage() for record in caplog.records if record.name == target_store.log.name]
     assert said == [
-        f"targets: {path}: tuner 1: rows is not a whole number of float64 values; its record starts again",
-        f"targets: {path}: tuner 2: columns is not {COLUMNS} (saved by another version's candidate levels); "
+        f"{path}: dropped tuner 1: rows is not a whole number of float64 values; its record starts again",
+        f"{path}: dropped tuner 2: columns is not {COLUMNS} (saved by another version's candidate levels); "
         "its record starts again",
-        f"targets: {path}: tuner 3: target kind 'nines' is unknown; known: minutes_short_fraction, "
+        f"{path}: dropped tuner 3: target kind 'nines' is unknown; known: minutes_short_fraction, "
         "short_gpu_minutes_per_day, window_start_delay_p95_s; its record starts again",
-        f"targets: {path}: tuner 4: asked is not a finite number; its record starts again",
-        f"targets: {path}: tuner 5: the entry is not a JSON object; its record starts again",
-        f"targets: {path}: tuner 6: target minutes_short_fraction: 1.5 must be above 0 % and below 100 %; "
+        f"{path}: dropped tuner 4: asked is not a finite number; its record starts again",
+        f"{path}: dropped tuner 5: the entry is not a JSON object; its record starts again",
+        f"{path}: dropped tuner 6: target minutes_short_fraction: 1.5 must be above 0 % and below 100 %; "
         "its record starts again",
     ]
     caplog.clear()
@@ -184,3 +196,70 @@ def test_a_level_shift_is_saved_and_a_file_from_before_it_reads_as_none(tmp_path
     document["tuners"][0]["shift"] = {"judged_from": None, "burning_since": None, "burning_periods": -1}
     path.write_text(json.dumps(document))
     assert target_store.load(path, COLUMNS) == []  # named in the log, as every damaged entry is
+
+
+FUTURE_S = 4_070_908_800.0  # 2099-01-01
+
+
+def a_choice(chosen_at: float, series: str = "a100", shift: ShiftWatch | None = None) -> TunerState:
+    return TunerState(
+        "gpu_headroom", series, parse_fraction_target("1%"), 0, 0.0, "buffer:24", 0.01, chosen_at, "chosen", 0.0,
+        False, (), (), (), shift or ShiftWatch(),
+    )  # fmt: skip
+
+
+def test_a_choice_made_in_2099_is_dropped_at_start_naming_the_file_and_the_field(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Restored by the service's own restore: kept, it would be served as chosen in 2099 and never made
+    again before then."""
+    target_store.save(tmp_path / target_store.FILE_NAME, [a_choice(1.7e9), a_choice(FUTURE_S, "h100")])
+    pipeline = Pipeline(
+        metrics=METRICS, plans=PLANS, sources=(),
+        refresh=RefreshSettings(interval=timedelta(minutes=1), lead_time=timedelta(minutes=5)),
+    )  # fmt: skip
+    caplog.set_level(logging.WARNING, logger=target_store.log.name)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        refresher = Refresher(provider=SnapshotProvider(empty_snapshot(METRICS)), inputs=pipeline,
+                              pools=ForecastPools([pool]))  # fmt: skip
+        restore_saved(refresher, Readiness(), pipeline, tmp_path)
+    assert [state.series for state in refresher.levels.states()] == ["a100"]
+    said = [record.getMessage() for record in caplog.records if record.name == target_store.log.name]
+    assert len(said) == 1
+    assert re.fullmatch(
+        rf"{re.escape(str(tmp_path / target_store.FILE_NAME))}: dropped tuner 1: chosen_at 4070908800 "
+        r"\(2099-01-01T00:00:00Z\) is \d+ s in the future \(a clock ahead when it was saved\?\); at most 60 s of "
+        "skew is accepted; its record starts again",
+        said[0],
+    ), said
+
+
+@pytest.mark.parametrize(
+    ("state", "field"),
+    [
+        (a_choice(NOW_S + 61), "chosen_at"),
+        (a_choice(NOW_S, shift=ShiftWatch(NOW_S + 61, None, 0)), "shift.judged_from"),
+        (a_choice(NOW_S, shift=ShiftWatch(NOW_S, NOW_S + 61, 1)), "shift.burning_since"),
+    ],
+    ids=["chosen_at", "judged_from", "burning_since"],
+)
+def test_every_time_of_an_entry_is_checked_and_60_s_of_skew_is_accepted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, state: TunerState, field: str
+) -> None:
+    path = tmp_path / target_store.FILE_NAME
+    target_store.save(path, [a_choice(NOW_S + 60, "within the skew"), state])
+    assert [kept.series for kept in target_store.load(path, COLUMNS, now_s=NOW_S)] == ["within the skew"]
+    assert f"dropped tuner 1: {field} {NOW_S + 61:.0f} (" in caplog.text and "61 s in the future" in caplog.text
+
+
+async def test_a_record_whose_last_minute_is_in_the_future_is_dropped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    levels, _, _, _ = await _chosen()
+    (state,) = levels.states()
+    path = tmp_path / target_store.FILE_NAME
+    target_store.save(path, [replace(state, chosen_at=state.times[0])])  # the record alone is ahead
+    last_s = state.times[-1]
+    assert target_store.load(path, COLUMNS, now_s=last_s) != []
+    assert target_store.load(path, COLUMNS, now_s=last_s - 61) == []
+    assert "dropped tuner 0: times " in caplog.text and "61 s in the future" in caplog.text

@@ -17,7 +17,7 @@ from autoscaler.keda.core_log import CoreLog
 from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerStub
 from autoscaler.keda.interceptor import MAX_REQUEST_BYTES, UNAUTHENTICATED_MESSAGE
 from autoscaler.keda.scaler import MAX_DETAILS, TRIGGER_CACHE_BYTES, TRIGGER_OVERHEAD_BYTES
-from autoscaler.web.throttled_log import ThrottledLogByReason
+from autoscaler.throttled_log import ThrottledLogByReason
 from tests.eventually import eventually
 from tests.keda.conftest import TRIGGER, Scaler, ref
 from tests.pki import without_common_name

@@ -1,4 +1,5 @@
-"""Log lines about what strangers do (refused handshakes, malformed requests), at a bounded rate.
+"""Log lines about what strangers do (refused handshakes, malformed requests, damaged entries of a
+state file), at a bounded rate.
 
 A scanner or a misconfigured client can repeat the same mistake thousands of times a second; the
 counters in ``/metrics`` count every one, the log says what happened and how often.
@@ -12,27 +13,35 @@ from collections.abc import Callable
 
 
 class ThrottledLog:
-    """At most one line per ``interval_s``; the next line says how many were left out before it."""
+    """At most ``burst`` lines per ``interval_s``; the next line says how many were left out before it."""
 
     def __init__(
-        self, logger: logging.Logger, interval_s: float = 10.0, clock: Callable[[], float] = time.monotonic
+        self,
+        logger: logging.Logger,
+        interval_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        burst: int = 1,
     ) -> None:
         self._logger = logger
         self._interval_s = interval_s
         self._clock = clock
-        self._next_at = float("-inf")
-        self._left_out = 0
+        self._burst = burst
+        self._interval_ends = float("-inf")
+        self._lines = 0  # logged since the interval began
+        self.left_out = 0  # since the last line
 
     def warning(self, message: str, *args: object) -> None:
         now = self._clock()
-        if now < self._next_at:
-            self._left_out += 1
+        if now >= self._interval_ends:
+            self._interval_ends, self._lines = now + self._interval_s, 0
+        if self._lines >= self._burst:
+            self.left_out += 1
             return
-        if self._left_out:
+        if self.left_out:
             message += " (%d more like it since the last line)"
-            args = (*args, self._left_out)
+            args = (*args, self.left_out)
         self._logger.warning(message, *args)
-        self._next_at, self._left_out = now + self._interval_s, 0
+        self._lines, self.left_out = self._lines + 1, 0
 
 
 class ThrottledLogByReason:
