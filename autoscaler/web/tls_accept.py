@@ -38,12 +38,12 @@ log = logging.getLogger(__name__)
 _refusals = ThrottledLog(log)  # a client certificate refused
 _protocol_refusals = ThrottledLogByReason(log)  # no TLS version or cipher in common, not TLS at all
 _stalls = ThrottledLog(log)  # clients that stopped reading
-# Out of descriptors or memory: asyncio's own accept loop also waits a second before trying again.
 # The kernel's send queue of a socket (Linux; elsewhere only the TLS layer's buffer is counted).
 _OUTQ: int | None = getattr(termios, "TIOCOUTQ", None)
 # Linux's struct tcp_info: tcpi_bytes_acked is the u64 at offset 120 (since 4.1); elsewhere unknown.
 _TCP_INFO: int | None = getattr(socket, "TCP_INFO", None) if sys.platform == "linux" else None
 _BYTES_ACKED_END = 128
+# Out of descriptors or memory: asyncio's own accept loop also waits a second before trying again.
 _RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
