@@ -7,10 +7,10 @@ aggregator certificate would look like silence. Here each accepted socket is han
 ``loop.connect_accepted_socket``, which returns once the handshake is done or raises its error, so
 a refusal is counted and logged with the peer and the reason.
 
-A connection whose client stops reading is aborted once nothing it was sent has left for
-``idle_timeout`` (:class:`WriteStallGuard`): aiohttp's idle timeout does not run while a handler
-waits to write, so a client that sends requests and never reads their answers held its socket and
-task for as long as it liked (an hour is as cheap as a second for it).
+A connection whose client stops reading is aborted once it has answers waiting and has taken none
+of their bytes for ``idle_timeout`` (:class:`WriteStallGuard`): aiohttp's idle timeout does not run
+while a handler waits to write, so a client that sends requests and never reads their answers held
+its socket and task for as long as it liked (an hour is as cheap as a second for it).
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ import logging
 import socket
 import ssl
 import struct
+import sys
 import termios
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiohttp import web
 from yarl import URL
@@ -37,49 +38,54 @@ log = logging.getLogger(__name__)
 _refusals = ThrottledLog(log)  # a client certificate refused
 _protocol_refusals = ThrottledLogByReason(log)  # no TLS version or cipher in common, not TLS at all
 _stalls = ThrottledLog(log)  # clients that stopped reading
-# Out of descriptors or memory: asyncio's own accept loop also waits a second before trying again.
 # The kernel's send queue of a socket (Linux; elsewhere only the TLS layer's buffer is counted).
 _OUTQ: int | None = getattr(termios, "TIOCOUTQ", None)
+# Linux's struct tcp_info: tcpi_bytes_acked is the u64 at offset 120 (since 4.1); elsewhere unknown.
+_TCP_INFO: int | None = getattr(socket, "TCP_INFO", None) if sys.platform == "linux" else None
+_BYTES_ACKED_END = 128
+# Out of descriptors or memory: asyncio's own accept loop also waits a second before trying again.
 _RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 class WriteStallGuard:
-    """Aborts connections whose write buffer has not shrunk for ``timeout_s`` (their peer reads nothing).
+    """Aborts connections with answers waiting whose peer has taken none of their bytes for ``timeout_s``.
 
-    A buffer that shrinks, however slowly, is a slow reader and is left alone; an empty one is idle,
-    which aiohttp's keep-alive timeout handles. The abort resets the connection (SO_LINGER 0), so the
-    kernel does not keep the unread answers queued in FIN-WAIT-1 either.
+    Progress is what the peer took: the bytes its TCP acknowledged (Linux ``tcpi_bytes_acked``, the
+    bytes handed to the socket minus those still queued in it), a cumulative count that grows with
+    every answer read, however slowly, and however alike the answers are in size. A connection with
+    nothing waiting is idle, which aiohttp's keep-alive timeout handles. Where the kernel does not
+    report acknowledged bytes, a write buffer that shrank counts as progress. The abort resets the
+    connection (SO_LINGER 0), so the kernel does not keep the unread answers queued in FIN-WAIT-1 either.
     """
 
     def __init__(self, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.timeout_s = timeout_s
         self._clock = clock
-        # transport -> (write buffer size at the last check, when it last shrank or was empty)
-        self._watched: dict[asyncio.Transport, tuple[int, float]] = {}
+        self._watched: dict[asyncio.Transport, _Progress] = {}
         self.aborted = 0
 
     def watch(self, transport: asyncio.Transport) -> None:
-        self._watched[transport] = (0, self._clock())
+        self._watched[transport] = _Progress(0, _acknowledged(transport), self._clock())
 
     def sweep(self) -> None:
         now = self._clock()
-        for transport, (last_size, since) in list(self._watched.items()):
+        for transport, last in list(self._watched.items()):
             if transport.is_closing():
                 del self._watched[transport]
                 continue
             try:
-                size = _unsent(transport)
+                unsent, acknowledged = _unsent(transport), _acknowledged(transport)
             except Exception:  # a transport in a state nobody expected: not watched any more
                 del self._watched[transport]
                 log.exception("write-stall guard: a connection's write buffer could not be read; not watched")
                 continue
-            if size == 0 or size < last_size:
-                self._watched[transport] = (size, now)
-            elif now - since < self.timeout_s:
-                self._watched[transport] = (size, since)
+            if unsent == 0 or last.advanced(unsent, acknowledged):
+                self._watched[transport] = _Progress(unsent, acknowledged, now)
+            elif now - last.since < self.timeout_s:
+                self._watched[transport] = _Progress(unsent, acknowledged, last.since)
             else:
                 del self._watched[transport]
-                self._abort(transport, size)
+                self._abort(transport, unsent)
 
     def _abort(self, transport: asyncio.Transport, size: int) -> None:
         self.aborted += 1
@@ -100,11 +106,38 @@ class WriteStallGuard:
                 log.exception("write-stall guard: a sweep failed; the next one goes on")
 
 
+class _Progress(NamedTuple):
+    """A watched connection at a sweep: bytes waiting, bytes its peer acknowledged (``None``: not
+    known here), and when its peer last took any (or had nothing waiting)."""
+
+    unsent: int
+    acknowledged: int | None
+    since: float
+
+    def advanced(self, unsent: int, acknowledged: int | None) -> bool:
+        if acknowledged is not None and self.acknowledged is not None:
+            return acknowledged > self.acknowledged
+        return unsent < self.unsent
+
+
+def _acknowledged(transport: asyncio.Transport) -> int | None:
+    """Bytes of the connection the peer's TCP acknowledged so far (Linux ``TCP_INFO``), or ``None``."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or _TCP_INFO is None:
+        return None
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _BYTES_ACKED_END)
+    except (OSError, ValueError):
+        return None
+    if len(info) < _BYTES_ACKED_END:  # a kernel older than 4.1
+        return None
+    acknowledged: int = struct.unpack_from("=Q", info, _BYTES_ACKED_END - 8)[0]
+    return acknowledged
+
+
 def _unsent(transport: asyncio.Transport) -> int:
     """Bytes of answers not yet taken by the peer: the TLS layer's buffer plus the kernel's send queue
-    (Linux ``SIOCOUTQ``). The TLS layer's own count shrinks whenever it hands bytes to the socket
-    layer below it, so alone it showed progress for a client that pipelines requests and reads
-    nothing; the sum only shrinks when the peer acknowledges what it read."""
+    (Linux ``SIOCOUTQ``), so a connection whose answers all sit in the kernel is not taken for idle."""
     queued = 0
     sock = transport.get_extra_info("socket")
     if sock is not None and _OUTQ is not None:
