@@ -52,6 +52,12 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> timedel
     help="history that only trains the forecasters [default: a quarter of the history, 1d to 7d]",
 )
 @click.option("--workers", default=1, show_default=True, type=integer(1, 64), help="processes")
+@click.option(
+    "--save-series",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="write each pool's GPUs requested here (CSV), for the simulate command the report prints per pool",
+)
 def report_command(
     prometheus_url: str,
     since: timedelta,
@@ -62,6 +68,7 @@ def report_command(
     policies: str,
     warmup: timedelta | None,
     workers: int,
+    save_series: Path | None,
 ) -> None:
     """Write an HTML report: what the service would have served over your Prometheus's history, per
     node pool, against reactive (what happened) and the heuristics.
@@ -75,6 +82,8 @@ def report_command(
 
     if not output.parent.is_dir():
         raise click.BadParameter(f"directory {output.parent} does not exist", param_hint="--output")
+    if save_series is not None and not save_series.is_dir():
+        raise click.BadParameter(f"directory {save_series} does not exist", param_hint="--save-series")
     try:
         specs = parse_policies(policies)
     except ValueError as error:
@@ -101,7 +110,15 @@ def report_command(
         )  # fmt: skip
     except ValueError as error:  # InputError among them: the series pulled cannot be simulated
         raise CommandFailed(f"cannot simulate the history of Prometheus at {prometheus_url}: {error}") from None
-    context = ReportContext(prometheus_url, start, end, SERVICE_POLICY, gpu_hour_price)
+    commands = {
+        pool: reproducing_command(series_file(pool, save_series), config, policies, gpus_per_node, gpu_hour_price)
+        for pool in series
+    }
+    if save_series is not None:
+        for pool, values in series.items():
+            with writing(series_file(pool, save_series)):
+                write_series(values, series_file(pool, save_series))
+    context = ReportContext(prometheus_url, start, end, SERVICE_POLICY, gpu_hour_price, commands)
     with writing(output):
         output.write_text(render_html(context, runs), encoding="utf-8")
     click.echo(f"{output}: {len(runs)} node pools, {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC")
@@ -133,6 +150,39 @@ async def _pull(url: str, since: timedelta, needed: timedelta) -> dict[str, pd.S
     if not series:
         raise CommandFailed(f"Prometheus at {url}: no GPUs requested in any node pool over the last {since}")
     return series
+
+
+def series_file(pool: str, directory: Path | None) -> Path:
+    """Where ``--save-series`` writes a pool's series (a label value is a safe file name; no pool is
+    the Pending pods' series)."""
+    return (directory or Path("SERIES-DIR")) / f"nodepool-{pool or '(none)'}.csv"
+
+
+def write_series(values: pd.Series, path: Path) -> None:
+    """``timestamp,value`` from the first point, gaps carrying the last value, as the report replays it."""
+    observed = values.dropna()
+    kept = values.loc[observed.index[0] :].ffill()
+    frame = kept.rename("value").rename_axis("timestamp").reset_index()
+    frame["timestamp"] = frame["timestamp"].map(lambda moment: moment.isoformat())
+    frame.to_csv(path, index=False)
+
+
+def reproducing_command(
+    path: Path, config: SimulationConfig, policies: str, gpus_per_node: int, gpu_hour_price: float
+) -> str:
+    """The ``simulate`` command that replays a pool's saved series as this report did."""
+    import shlex
+
+    step, lead, warmup = (
+        f"{int(seconds)}s" for seconds in (config.cadence.step_s, config.lead_time_s, config.warmup_s)
+    )
+    arguments = [
+        "gpu-autoscaler", "simulate", "--input", str(path), "--unit-pods", "--step", step, "--forecast-step", step,
+        "--lookback", f"{int(config.cadence.lookback_s)}s", "--lead-time", lead, "--warmup", warmup,
+        "--gpus-per-node", str(gpus_per_node), "--consolidate-after", f"{int(config.consolidate_after_s)}s",
+        "--gpu-hour-price", f"{gpu_hour_price:g}", "--policies", policies, "--format", "table",
+    ]  # fmt: skip
+    return shlex.join(arguments)
 
 
 def _config(history: timedelta, warmup: timedelta | None, lead_time: timedelta, gpus_per_node: int) -> SimulationConfig:

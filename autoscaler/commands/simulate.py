@@ -29,6 +29,11 @@ LEAD_TIME_MARGIN = "90s"
     type=click.Path(path_type=Path),
     help="pod trace instead of --input: Alibaba v2023 openb_pod_list_*.csv(.gz), or arrival,duration,gpus",
 )
+@click.option(
+    "--unit-pods",
+    is_flag=True,
+    help="replay --input as one-GPU pods (rises arrive, falls end the newest), as report does, not as fluid demand",
+)
 @click.option("--step", default="1m", show_default=True, help="simulation step (demand resolution)")
 @click.option("--gpus-per-node", default=8, show_default=True, type=integer())
 @click.option("--lead-time", default="5m", show_default=True, help="node lead time the policies plan for")

@@ -70,6 +70,7 @@ def run(
     buffer_limit_gpus: int | None,
     workers: int,
     seed: int,
+    unit_pods: bool = False,
     **grouped: Any,  # the tuned policies' options (``_tuning``) and the pool's capacity (``_capacity``)
 ) -> None:
     """The command with its options parsed: a usage error for bad input, else the report written."""
@@ -91,6 +92,8 @@ def run(
             **_capacity(grouped, gpus_per_node, distribution, gpu_hour_price),
         )  # fmt: skip
         workload = _workload(source, pods_path is not None, step_s, windows, gpus_per_node)
+        if unit_pods:
+            workload = _as_unit_pods(workload, pods_path is not None, windows)
         with progress_bar("simulating") as progress:
             result = simulate(
                 workload, specs, config, workers=workers, progress=progress,
@@ -98,7 +101,7 @@ def run(
             )  # fmt: skip
     except (InputError, ValueError) as error:
         raise click.UsageError(str(error)) from None
-    _output(result, str(source), pods_path is not None, gpu_hour_price, output_format, plot_path)
+    _output(result, str(source), pods_path is not None or unit_pods, gpu_hour_price, output_format, plot_path)
 
 
 def _windows(schedules: tuple[str, ...]) -> tuple[WindowSchedule, ...]:
@@ -137,6 +140,18 @@ def _workload(
 ) -> Workload:
     read = pod_workload if pods else demand_workload
     return read(source, pd.Timedelta(seconds=step_s), windows, gpus_per_node)
+
+
+def _as_unit_pods(workload: Workload, pods: bool, windows: tuple[WindowSchedule, ...]) -> Workload:
+    """``--unit-pods``: the demand CSV's GPUs as the report replays them (one-GPU pods)."""
+    from autoscaler.simulation.what_if import series_workload
+
+    if pods:
+        raise ValueError("--unit-pods replays --input (a demand CSV); a --pods trace has its pods already")
+    if windows:
+        raise ValueError("--unit-pods: declared windows (--schedule) are not replayed as report does; leave them out")
+    series = pd.Series(workload.base, index=workload.index())
+    return series_workload(workload.source, series, workload.step_s)
 
 
 def _capacity(

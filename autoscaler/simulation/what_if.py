@@ -14,7 +14,7 @@ import base64
 import io
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -70,6 +70,8 @@ class ReportContext:
     end: pd.Timestamp
     service_policy: str  # the policy that stands for what the service serves (auto:Q)
     gpu_hour_price: float
+    # Per pool, the ``simulate`` command that replays its series as the report did (report --save-series).
+    commands: Mapping[str, str] = field(default_factory=dict)
 
 
 def series_workload(name: str, series: pd.Series, step_s: float) -> Workload:
@@ -212,7 +214,7 @@ def _pool_section(context: ReportContext, run: PoolRun) -> str:
     served = _served_picture(run.result, context.service_policy, title)
     return f"""<h2>Node pool {escape(title)}</h2>
 <table class="figures"><tr><th>policy</th>{head}</tr>{"".join(rows)}</table>
-<p>Against reactive:</p><ul>{lines}</ul>
+<p>Against reactive:</p><ul>{lines}</ul>{_reproduce(context.commands.get(run.pool))}
 <img alt="what {escape(context.service_policy)} would have served, node pool {escape(title)}"
  src="data:image/png;base64,{served}">
 <img alt="demand and Ready capacity per policy, node pool {escape(title)}" src="data:image/png;base64,{capacity}">
@@ -268,6 +270,15 @@ def _cell(key: str, value: Any) -> str:
     if isinstance(value, float):
         return f"{value:,.1f}"
     return escape(str(value))
+
+
+def _reproduce(command: str | None) -> str:
+    if command is None:
+        return ""
+    return (
+        "<p>The same table from the command line, with the pool's series saved by <code>--save-series</code>: "
+        f"<code>{escape(command)}</code></p>"
+    )
 
 
 def _asked(policy: str) -> str:

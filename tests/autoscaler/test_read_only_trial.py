@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping
+from html import unescape
 from pathlib import Path
 
 import aiohttp
@@ -27,6 +30,7 @@ import pytest
 from click.testing import CliRunner
 
 from autoscaler.commands.cli import main
+from autoscaler.simulation import what_if
 from tests.cli_helpers import assert_runtime_failure, assert_usage_error
 from tests.eventually import eventually
 from tests.prometheus_fixture import (
@@ -217,7 +221,9 @@ def test_a_prometheus_that_cannot_serve_the_trial_is_one_line_and_exit_1(request
 def test_report_writes_a_self_contained_html_report_per_pool(prometheus, tmp_path):
     output = tmp_path / "report.html"
     command = [sys.executable, "-m", "autoscaler", "report", "--prometheus-url", prometheus.url]
-    command += ["--since", "3d", "--output", str(output)]
+    saved = tmp_path / "series"
+    saved.mkdir()
+    command += ["--since", "3d", "--output", str(output), "--save-series", str(saved)]
     finished = subprocess.run(
         command, capture_output=True, text=True, timeout=600, check=False, env=_no_kubeconfig(tmp_path)
     )
@@ -242,6 +248,31 @@ def test_report_writes_a_self_contained_html_report_per_pool(prometheus, tmp_pat
     assert len(images) == 9  # three per pool: what auto:0.9 served, capacity per policy, the trade-off
     assert all(base64.b64decode(image).startswith(b"\x89PNG\r\n\x1a\n") for image in images)
     assert "http://" not in html.replace(prometheus.url, "")  # nothing fetched from elsewhere
+    assert_simulate_reproduces_the_rows(html, "a100", tmp_path)
+
+
+def assert_simulate_reproduces_the_rows(html: str, pool: str, tmp_path: Path) -> None:
+    """The command the report prints for ``pool`` gives its rows (the heuristics': no fit to wait for)."""
+    section = html.split(f"<h2>Node pool {pool}</h2>")[1].split("<h2>")[0]
+    printed = re.search(r"<code>(gpu-autoscaler simulate [^<]+)</code>", section)
+    assert printed is not None, section[:2000]
+    arguments = shlex.split(unescape(printed.group(1)))[2:]
+    assert Path(arguments[arguments.index("--input") + 1]).is_file()
+    arguments[arguments.index("--policies") + 1] = "reactive,static_buffer:8"
+    arguments[arguments.index("--format") + 1] = "json"
+    simulated = subprocess.run(
+        [sys.executable, "-m", "autoscaler", "simulate", *arguments],
+        capture_output=True, text=True, timeout=300, check=False, env=_no_kubeconfig(tmp_path),
+    )  # fmt: skip
+    assert simulated.returncode == 0, simulated.stderr[-2000:]
+    figures = json.loads(simulated.stdout)["policies"]
+    for policy in ("reactive", "static_buffer:8"):
+        row = re.search(rf"<tr><td>{re.escape(policy)}</td>(.*?)</tr>", section)
+        assert row is not None
+        shown = re.findall(r'<td class="num">([^<]*)</td>', row.group(1))
+        expected = [what_if._cell(key, figures[policy].get(key)) for key, _ in what_if.COLUMNS if key != "coverage"]
+        del shown[[key for key, _ in what_if.COLUMNS].index("coverage")]
+        assert shown == expected, (policy, shown, expected)
 
 
 def test_the_trial_refuses_flags_that_serve_the_cluster_and_bad_input(tmp_path):
