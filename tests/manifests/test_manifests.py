@@ -14,7 +14,7 @@
   placeholders fit the NodePool, alerts fire when they should (``promtool test rules``).
 - checkov scans the rendered manifests and the Dockerfile (see ``checkov_bin``).
 
-Tools that are missing skip these tests with a message, except under CI=true, where they fail.
+Tools that are missing skip these tests with a message, except under CI (tests/ci.py), where they fail.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import pytest
 import yaml
 
 from autoscaler.config.settings_loader import load_settings
-from tests import kube_schemas
+from tests import ci, kube_schemas
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
@@ -68,21 +68,25 @@ CRD_SCHEMAS = {
     ("monitoring.coreos.com/v1", "PrometheusRule"): "monitoring.coreos.com/prometheusrule_v1.json",
 }
 CHECKOV_VERSION = "3.3.30"
-IN_CI = os.environ.get("CI", "").lower() == "true"
 
 pytestmark = pytest.mark.kubectl
 
 
 def missing_tool(message: str) -> None:
-    if IN_CI:
-        pytest.fail(f"{message} (CI=true: required)")
-    pytest.skip(message)
+    ci.missing_tool(message)
+
+
+# How to get each tool the manifests' tests run, for the skip reason.
+HOW_TO_INSTALL = {
+    "kubectl": "https://kubernetes.io/docs/tasks/tools/ (not packaged by Debian)",
+    "promtool": "make system-deps (Debian package prometheus)",
+}
 
 
 def tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
-        missing_tool(f"{name} is not installed")
+        missing_tool(f"{name} is not installed; to run these tests install it: {HOW_TO_INSTALL[name]}")
     assert path is not None
     return path
 
@@ -866,7 +870,7 @@ def checkov_bin() -> str:
         if candidate and Path(candidate).exists():
             return candidate
     install = f"python3 -m venv {home} && {home}/bin/pip install checkov=={CHECKOV_VERSION}"
-    if not IN_CI:
+    if not ci.under_ci():
         pytest.skip(f"checkov is not installed; to run this scan: {install}")
     venv.EnvBuilder(with_pip=True, clear=True).create(home)
     result = subprocess.run(
