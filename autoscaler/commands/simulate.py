@@ -29,6 +29,7 @@ Examples, from a clone (each prints a table; JSON without --format table):
     --input autoscaler/demo_data/helios_earth_running_gpus_5m.csv.gz \\
     --policies reactive,static_buffer:16,reactive_max:60m
   # the service's forecast against a buffer tuned to 1 % of minutes short
+  # (minutes: the forecasters are fitted again every 6 h of the 28 days)
   gpu-autoscaler simulate --step 5m --format table \\
     --input autoscaler/demo_data/helios_earth_running_gpus_5m.csv.gz \\
     --policies reactive,auto:0.9,auto-slo:1%,static_buffer@1%

@@ -847,9 +847,18 @@ def test_the_deploy_section_starts_with_the_preflight(document: str, heading: st
     section = text[text.index(f"{heading}Deploying to a cluster\n") :]
     first_block = re.search(r"```sh\n(.*?)```", section, re.S)
     assert first_block is not None
-    assert first_block.group(1).splitlines()[0] == "gpu-autoscaler preflight"
-    # Before any `kubectl apply`: the preflight says which overlay to apply.
-    assert section.index("gpu-autoscaler preflight") < section.index("kubectl apply")
+    # The command as a clone has it after `make run`: in .venv/bin, not on the PATH.
+    assert first_block.group(1).splitlines()[0] == ".venv/bin/gpu-autoscaler preflight"
+    # What to have first, then the preflight, which says which overlay to apply, before any `kubectl apply`.
+    order = [section.index(text) for text in ("Before you start", "gpu-autoscaler preflight", "kubectl apply")]
+    assert order == sorted(order)
+
+
+def test_the_deploying_page_lists_its_steps_in_its_table_of_contents():
+    headings = re.findall(r"^## (.+)$", (ROOT / "docs/deploying.md").read_text(), re.M)
+    steps = [heading for heading in headings if heading.startswith("Step ")]
+    assert [step.split(":")[0] for step in steps] == [f"Step {n}" for n in range(5)]
+    assert headings.index("Before you start") < headings.index(steps[0])
 
 
 # --- checkov -------------------------------------------------------------------------------------------
