@@ -34,8 +34,8 @@ Examples, from a clone (each prints a table; JSON without --format table):
     --input autoscaler/demo_data/helios_earth_running_gpus_5m.csv.gz \\
     --policies reactive,auto:0.9,auto-slo:1%,static_buffer@1%
   # Alibaba's pod list on a CapacityBuffer, node launches of median 5 min and
-  # p95 9 min (the file: `make traces`, in alibaba_gpu_v2023/ of the directory
-  # `.venv/bin/python -m tests.traces where` prints)
+  # p95 9 min (minutes; the file: `make traces`, in alibaba_gpu_v2023/ of the
+  # directory `.venv/bin/python -m tests.traces where` prints)
   gpu-autoscaler simulate --format table --actuation capacity-buffer \\
     --pods openb_pod_list_default.csv.gz \\
     --lead-time-distribution lognormal:median=5m,p95=9m \\

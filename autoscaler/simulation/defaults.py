@@ -30,8 +30,8 @@ Tuned to a service level T, chosen again each day on how each candidate did
 over the past 7 days (simulate: --tune-every, --tune-window):
   auto-slo:T          the cheapest that met T among forecast quantiles and
                       static buffers (what the service serves for a target)
-  static_buffer@T     the smallest static buffer that met T (so are
-                      scheduled_buffer@T and reactive_max@T)
+  static_buffer@T     the cheapest N that met T; scheduled_buffer@T and
+                      reactive_max@T (its W) likewise
 T: 1% = at most 1 % of minutes with any GPU short (pods waiting for GPUs);
 window-p95=2m = declared windows' pods started within 2 minutes at p95."""
 
