@@ -16,7 +16,7 @@ import click
 
 from autoscaler.commands.errors import CommandFailed, writing
 from autoscaler.commands.numbers import decimal, integer
-from autoscaler.defaults import DEFAULT_LEAD_TIME, minutes_text
+from autoscaler.defaults import DEFAULT_LEAD_TIME, DEMO_LEAD_TIME, minutes_text
 from autoscaler.simulation.defaults import POLICIES_HELP, shown_list
 
 if TYPE_CHECKING:  # heavy: imported when the command runs, not for --help
@@ -55,7 +55,8 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> timedel
     show_default=True,
     callback=_duration,
     help="node lead time the policies plan for: the service's forecast.default_lead_time, what it plans for "
-    "until NodeClaims teach it a pool's launch time (the demo uses 10m); give your nodes' launch time",
+    f"until NodeClaims teach it a pool's launch time (the demo uses {minutes_text(DEMO_LEAD_TIME)}); give your "
+    "nodes' launch time",
 )
 @click.option("--gpus-per-node", default=8, show_default=True, type=integer(1, 64))
 @click.option("--gpu-hour-price", default=4.0, show_default=True, type=decimal(0), help="cost of one GPU-hour")

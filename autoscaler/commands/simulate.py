@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from autoscaler.commands.numbers import decimal, integer
-from autoscaler.defaults import DEFAULT_LEAD_TIME, minutes_text
+from autoscaler.defaults import DEFAULT_LEAD_TIME, DEMO_LEAD_TIME, minutes_text
 from autoscaler.simulation.defaults import ACTUATIONS, DEFAULT_TOLERANCE, PLACEHOLDER_GPUS, POLICIES_HELP, shown_list
 
 DEFAULT_POLICIES = "reactive,static_buffer:16,reactive_max:60m,scheduled,holt_winters,auto:0.9,auto:0.99,oracle"
@@ -21,7 +21,7 @@ DEFAULT_POLICIES = "reactive,static_buffer:16,reactive_max:60m,scheduled,holt_wi
 # (tests/simulation/test_cmd_simulate.py holds the two equal).
 LEAD_TIME_MARGIN = "90s"
 SUMMARY = "Simulate GPU pre-provisioning (placeholders or a CapacityBuffer) under several policies and compare them."
-# Run from a clone (the demo's data is in it); tests/simulation/test_cmd_simulate.py runs the first one.
+# Run from a clone (the demo's data is in it); tests/autoscaler/test_cli_help.py runs the first one.
 EXAMPLES = """\b
 Examples, from a clone (each prints a table; JSON without --format table):
   # three heuristics on the demo's 28 days of Helios GPU requests (seconds)
@@ -58,7 +58,8 @@ More: docs/command-line.md, docs/service-levels.md."""
     "--lead-time",
     default=minutes_text(DEFAULT_LEAD_TIME),
     show_default=True,
-    help="node lead time the policies plan for (the service's forecast.default_lead_time; the demo uses 10m)",
+    help=f"node lead time the policies plan for (the service's forecast.default_lead_time; the demo uses "
+    f"{minutes_text(DEMO_LEAD_TIME)})",
 )
 @click.option(
     "--lead-time-distribution",
@@ -196,7 +197,7 @@ More: docs/command-line.md, docs/service-levels.md."""
 @click.option("--workers", default=1, show_default=True, type=integer(1, 64), help="processes")
 @click.option("--seed", default=0, show_default=True, type=integer())
 def simulate_command(**options: Any) -> None:
-    """Simulate GPU pre-provisioning (placeholders or a CapacityBuffer) under several policies and compare them."""
+    """SUMMARY, POLICIES_HELP and EXAMPLES, above."""
     from autoscaler.commands.simulate_run import run
 
     run(**options)
