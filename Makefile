@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: run test lint docs system-deps traces bench keda-stubs clean
+.PHONY: run test lint docs system-deps traces traces-present bench keda-stubs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,9 +21,15 @@ run: $(STAMP)
 system-deps:
 	@scripts/install-system-deps.sh
 
-## traces: download the public traces the tests read (pinned sha256) into $GPU_TRACES_DIR (tests/traces.py)
+## traces: download the public traces the tests read (pinned sha256) into $GPU_TRACES_DIR (tests/traces.py);
+## without network it stops with one line: what failed, and where to point GPU_TRACES_DIR instead
 traces: $(STAMP)
-	$(BIN)/python -m tests.traces fetch
+	@$(BIN)/python -m tests.traces fetch
+
+## traces-present: are the traces there (the tests' own lookup, tests/traces.py)? Standard library only,
+## so it runs with the system's python3 in a second, before anything is installed
+traces-present:
+	@$(PYTHON) -m tests.traces check
 
 ## lint: ruff, mypy and the package layering contracts
 lint: $(STAMP)
@@ -35,8 +41,9 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-## test: everything the suite needs, then lint, the documentation site and the whole test suite
-test: $(STAMP) system-deps lint docs
+## test: the traces first (a clone without them stops at once, with one line), then everything the suite
+## needs, lint, the documentation site and the whole test suite (about 10-13 minutes on 2 cores)
+test: traces-present $(STAMP) system-deps lint docs
 	$(BIN)/pytest
 
 ## bench: speed and memory figures (prints them; not part of the suite)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from sklearn.metrics import mean_pinball_loss
 
 
 def _pairs(actual: np.ndarray, forecast: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -34,12 +37,14 @@ def mase(actual: np.ndarray, forecast: np.ndarray, scale: np.ndarray | float) ->
 
 
 def pinball(actual: np.ndarray, quantile_forecast: np.ndarray, level: float) -> float:
-    """Mean quantile (pinball) loss at ``level``."""
+    """Mean quantile (pinball) loss at ``level`` (scikit-learn's); NaN without a pair, and infinite
+    when a value is (a diverged forecast then ranks last, where scikit-learn would refuse it)."""
     a, f = _pairs(actual, quantile_forecast)
     if not len(a):
         return float("nan")
-    error = a - f
-    return float(np.mean(np.maximum(level * error, (level - 1.0) * error)))
+    if not (np.isfinite(a).all() and np.isfinite(f).all()):
+        return math.inf
+    return float(mean_pinball_loss(a, f, alpha=level))
 
 
 def coverage(actual: np.ndarray, upper: np.ndarray) -> float:

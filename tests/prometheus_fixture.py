@@ -19,8 +19,8 @@ Prometheus) takes about 5 s.
 
 Fixtures: ``prometheus`` (session-wide, never killed), ``prometheus_restartable`` (a private instance
 per test, for kill/restart tests) and ``fault_proxy`` (a proxy in front of ``prometheus``).
-Without the ``prometheus``/``promtool`` binaries the tests are skipped, unless the ``CI`` environment
-variable is set, where that is an error. The traces come from ``tests/traces.py``; without them the
+Without the ``prometheus``/``promtool`` binaries the tests are skipped, except under CI, where that is
+an error (``tests/ci.py`` decides). The traces come from ``tests/traces.py``; without them the
 session stops before any test runs (``tests/conftest.py``).
 """
 
@@ -48,7 +48,7 @@ import pandas as pd
 import pytest
 from aiohttp import ClientSession, ClientTimeout, web
 
-from tests import traces
+from tests import ci, traces
 from tests.eventually import eventually_sync
 
 TRACE_DAYS = 14
@@ -262,9 +262,7 @@ def _om_values(values: np.ndarray) -> list[str]:
 
 
 def _skip_or_fail(reason: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason}; CI is set, so this is an error rather than a skip")
-    pytest.skip(reason)
+    ci.missing_tool(reason)
 
 
 def free_port() -> int:

@@ -6,16 +6,19 @@ import gzip
 import hashlib
 import io
 import os
+import shutil
+import socket
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from autoscaler.config.settings_loader import ENV_PREFIX, load_settings
-from tests import trace_slices, traces
+from tests import ci, trace_slices, traces
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -151,3 +154,73 @@ def test_without_the_traces_the_session_stops_at_once_with_the_message(tmp_path)
     assert output.count("the public traces the tests read are missing") == 1, output
     assert "GPU_TRACES_DIR" in output and "make traces" in output
     assert "skipped" not in output and "passed" not in output and "FileNotFoundError" not in output
+
+
+def _refused_port() -> int:
+    """A loopback port nothing listens on: a connection to it is refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_fetch_without_network_ends_in_one_line_saying_what_to_do(tmp_path):
+    """The download goes through a proxy that refuses the connection, as a machine without network."""
+    proxy = f"http://127.0.0.1:{_refused_port()}"
+    environment = {key: value for key, value in os.environ.items() if key.lower() != "no_proxy"}
+    environment |= {traces.VARIABLE: str(tmp_path / "empty"), "HTTPS_PROXY": proxy, "https_proxy": proxy}
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.traces", "fetch"],
+        cwd=ROOT, env=environment, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    first = traces.REGISTRY[0].name
+    assert line.startswith(f"error: cannot download {first} from raw.githubusercontent.com (")
+    assert "Connection refused" in line and "Traceback" not in line
+    assert "set GPU_TRACES_DIR to a directory that holds the traces (../shared/data" in line
+
+
+def _clone(tmp_path: Path) -> Path:
+    if shutil.which("git") is None or shutil.which("make") is None:
+        ci.missing_tool("git and make are needed to clone and run the Makefile (Debian: apt-get install git make)")
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=120)
+    for changed in ("Makefile", "tests/traces.py"):  # as in the working tree, committed or not
+        shutil.copy(ROOT / changed, clone / changed)
+    return clone
+
+
+def _without_trace_settings(tmp_path: Path) -> dict[str, str]:
+    environment = {key: value for key, value in os.environ.items() if key not in {traces.VARIABLE, "MAKEFLAGS"}}
+    return environment | {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+
+def test_make_test_in_a_clone_without_traces_stops_first_with_one_line(tmp_path):
+    clone = _clone(tmp_path)  # beside it no shared/data, and an empty user cache
+    started = time.monotonic()
+    result = subprocess.run(
+        ["make", "test"], cwd=clone, env=_without_trace_settings(tmp_path), capture_output=True, text=True,
+        timeout=60, check=False,
+    )  # fmt: skip
+    assert time.monotonic() - started < 30
+    assert result.returncode != 0
+    assert result.stdout == ""
+    ours = [line for line in result.stderr.splitlines() if not line.startswith("make: ***")]
+    assert len(ours) == 1, result.stderr
+    assert ours[0].startswith("error: the public traces the tests read are missing: ")
+    assert "Run `make traces`" in ours[0] and "set GPU_TRACES_DIR" in ours[0]
+    assert not (clone / ".venv").exists()  # nothing installed, linted or built
+
+
+def test_make_finds_the_traces_in_shared_data_beside_the_clone_under_ci(tmp_path):
+    clone = _clone(tmp_path)
+    for entry in traces.REGISTRY:  # presence is what the first check looks at; verify checks the hashes
+        (tmp_path / "shared" / "data" / entry.name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "shared" / "data" / entry.name).touch()
+    environment = _without_trace_settings(tmp_path) | {"CI": "true"}
+    result = subprocess.run(
+        ["make", "traces-present"], cwd=clone, env=environment, capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert (result.returncode, result.stderr) == (0, "")

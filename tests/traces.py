@@ -6,11 +6,16 @@ the layout of ``../shared/data`` (see its README), and ``csv_sha256`` pins the C
 CSV upstream it is the same hash; the GenAI files are ``.tar.gz`` archives of one CSV each.
 
 The cache directory is ``$GPU_TRACES_DIR``; unset, it is ``../shared/data`` beside the clone when that
-exists (CI and offline machines), else the user cache (``~/.cache/gpu-autoscaler/traces``). The name
-must not start with ``GPU_AUTOSCALER_``: the service reads those variables as settings.
+exists (CI and offline machines), else the user cache (``$XDG_CACHE_HOME/gpu-autoscaler/traces``,
+``~/.cache/gpu-autoscaler/traces`` by default). The name must not start with ``GPU_AUTOSCALER_``: the
+service reads those variables as settings.
 
     .venv/bin/python -m tests.traces fetch    # download what is missing (make traces)
     .venv/bin/python -m tests.traces verify   # check every cached file against its pinned hash
+    python3 -m tests.traces check             # are they all there? (make test's first step, before any install)
+
+This module imports only the standard library until it downloads (pooch then), so that ``check`` runs
+with the system's python3 in a fresh clone, with the one lookup rule the tests use.
 """
 
 from __future__ import annotations
@@ -123,9 +128,13 @@ def cache_dir() -> Path:
         return Path(configured).expanduser()
     if SHARED.is_dir():
         return SHARED
-    import pooch
+    return user_cache()
 
-    return Path(pooch.os_cache("gpu-autoscaler")) / "traces"
+
+def user_cache() -> Path:
+    """The XDG user cache directory's ``gpu-autoscaler/traces``."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "gpu-autoscaler" / "traces"
 
 
 def missing(names: Iterable[str] | None = None) -> list[str]:
@@ -207,6 +216,7 @@ def fetch(entries: Iterable[TraceFile] = REGISTRY) -> list[Path]:
     """Download the missing files from their upstreams (pooch checks each against its pinned sha256)."""
     import pooch
 
+    pooch.get_logger().setLevel("WARNING")  # its "Downloading data from ..." per file; we print "fetched"
     directory = cache_dir()
     written = []
     for entry in entries:
@@ -220,16 +230,54 @@ def fetch(entries: Iterable[TraceFile] = REGISTRY) -> list[Path]:
     return written
 
 
+class DownloadFailed(Exception):
+    """A registered file could not be downloaded or stored; the message is the one line to show."""
+
+
+def fetch_or_explain(entries: Iterable[TraceFile] = REGISTRY) -> list[Path]:
+    """``fetch``, with a failure (no network, a proxy refusing, a changed upstream) as one line: what
+    failed, and the two ways on without a download."""
+    written: list[Path] = []
+    for entry in entries:
+        try:
+            written += fetch([entry])
+        except (OSError, ValueError, tarfile.TarError) as error:  # requests' errors are OSErrors
+            host = urllib.parse.urlsplit(entry.url).hostname
+            raise DownloadFailed(
+                f"cannot download {entry.name} from {host} ({_root_cause(error)}). Without network access, set "
+                f"{VARIABLE} to a directory that holds the traces (../shared/data beside the clone has them on CI "
+                f"and shared machines, and is used when it exists), or copy them into {cache_dir()}"
+            ) from error
+    return written
+
+
+def _root_cause(error: BaseException) -> str:
+    """The innermost exception of a chain (a refused connection, a failed name lookup), bounded."""
+    while (inner := error.__cause__ or error.__context__) is not None:
+        error = inner
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text[:160]}{'...' if len(text) > 160 else ''}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.traces", description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=("fetch", "verify", "where"))
+    parser.add_argument("command", choices=("fetch", "verify", "where", "check"))
     command = parser.parse_args(argv).command
     if command == "where":
         print(cache_dir())
         return 0
+    if command == "check":  # presence only, in a second: the hashes are verify's
+        if absent := missing():
+            print(f"error: {missing_message(absent)}", file=sys.stderr)
+            return 1
+        return 0
     if command == "fetch":
-        for written in fetch():
-            print(f"fetched {written}")
+        try:
+            for written in fetch_or_explain():
+                print(f"fetched {written}")
+        except DownloadFailed as failure:
+            print(f"error: {failure}", file=sys.stderr)
+            return 1
     problems = verify()
     for problem in problems:
         print(problem, file=sys.stderr)

@@ -63,6 +63,10 @@ LAZY_COMMANDS: Mapping[str, tuple[str, str, str]] = {
 }
 
 
+# A short help this long is never cut: click then keeps the help's first sentence whole.
+FULL_SENTENCE = 1000
+
+
 class LazyGroup(click.Group):
     """A group whose ``LAZY_COMMANDS`` are imported when run; its help lists them without importing."""
 
@@ -77,15 +81,16 @@ class LazyGroup(click.Group):
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         names = [name for name in self.list_commands(ctx) if name in LAZY_COMMANDS or not self.commands[name].hidden]
-        limit = formatter.width - 6 - max(len(name) for name in names)
-        rows = [(name, self._short_help(name, limit)) for name in names]
+        # Each command's whole first sentence, wrapped over as many lines as it takes (click would cut
+        # it to one line and end it with "...").
+        rows = [(name, self._short_help(name, FULL_SENTENCE)) for name in names]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
     def _short_help(self, name: str, limit: int) -> str:
         if name in self.commands:
             return self.commands[name].get_short_help_str(limit)
-        # Shortened exactly as click shortens the command's own help, without importing it.
+        # As click shortens the command's own help, without importing it.
         return click.Command(name, help=LAZY_COMMANDS[name][2]).get_short_help_str(limit)
 
 

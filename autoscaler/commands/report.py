@@ -16,6 +16,8 @@ import click
 
 from autoscaler.commands.errors import CommandFailed, writing
 from autoscaler.commands.numbers import decimal, integer
+from autoscaler.defaults import DEFAULT_LEAD_TIME, DEMO_LEAD_TIME, minutes_text
+from autoscaler.simulation.defaults import POLICIES_HELP, shown_list
 
 if TYPE_CHECKING:  # heavy: imported when the command runs, not for --help
     import pandas as pd
@@ -26,6 +28,12 @@ SERVICE_POLICY = "auto:0.9"  # gpu_headroom at the 0.9 quantile, the service's d
 DEFAULT_POLICIES = f"reactive,static_buffer:8,reactive_max:60m,holt_winters,{SERVICE_POLICY}"
 SCORED_AT_LEAST = timedelta(days=1)
 WARMUP_BOUNDS = (timedelta(days=1), timedelta(days=7))
+HELP = f"""Write an HTML report: what the service would have served over your Prometheus's history, per
+node pool, against reactive (what happened) and the heuristics.
+
+Read-only: it reads the Prometheus and nothing else (docs/try-it.md).
+
+{POLICIES_HELP}"""
 
 
 def _duration(ctx: click.Context, param: click.Parameter, value: str) -> timedelta:
@@ -37,14 +45,27 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> timedel
         raise click.BadParameter(str(error)) from None
 
 
-@click.command("report")
+@click.command("report", help=HELP)
 @click.option("--prometheus-url", required=True, metavar="URL", help="Prometheus with kube-state-metrics history")
 @click.option("--since", default="30d", show_default=True, callback=_duration, help="history to replay")
 @click.option("--output", "output", required=True, type=click.Path(path_type=Path, dir_okay=False), help="HTML file")
-@click.option("--lead-time", default="5m", show_default=True, callback=_duration, help="node lead time")
+@click.option(
+    "--lead-time",
+    default=minutes_text(DEFAULT_LEAD_TIME),
+    show_default=True,
+    callback=_duration,
+    help="node lead time the policies plan for: the service's forecast.default_lead_time, what it plans for "
+    f"until NodeClaims teach it a pool's launch time (the demo uses {minutes_text(DEMO_LEAD_TIME)}); give your "
+    "nodes' launch time",
+)
 @click.option("--gpus-per-node", default=8, show_default=True, type=integer(1, 64))
 @click.option("--gpu-hour-price", default=4.0, show_default=True, type=decimal(0), help="cost of one GPU-hour")
-@click.option("--policies", default=DEFAULT_POLICIES, show_default=True, help="comma-separated NAME[:PARAMETER]")
+@click.option(
+    "--policies",
+    default=DEFAULT_POLICIES,
+    help=f"comma-separated, with reactive and {SERVICE_POLICY} (Policies, above) "
+    f"[default: {shown_list(DEFAULT_POLICIES)}]",
+)
 @click.option(
     "--warmup",
     default=None,
@@ -70,10 +91,7 @@ def report_command(
     workers: int,
     save_series: Path | None,
 ) -> None:
-    """Write an HTML report: what the service would have served over your Prometheus's history, per
-    node pool, against reactive (what happened) and the heuristics.
-
-    Read-only: it reads the Prometheus and nothing else (docs/try-it.md)."""
+    """HELP, above."""
     import pandas as pd
     import uvloop
 

@@ -13,15 +13,38 @@ from typing import Any
 import click
 
 from autoscaler.commands.numbers import decimal, integer
-from autoscaler.simulation.defaults import ACTUATIONS, DEFAULT_TOLERANCE, PLACEHOLDER_GPUS
+from autoscaler.defaults import DEFAULT_LEAD_TIME, DEMO_LEAD_TIME, minutes_text
+from autoscaler.simulation.defaults import ACTUATIONS, DEFAULT_TOLERANCE, PLACEHOLDER_GPUS, POLICIES_HELP, shown_list
 
 DEFAULT_POLICIES = "reactive,static_buffer:16,reactive_max:60m,scheduled,holt_winters,auto:0.9,auto:0.99,oracle"
 # The service's own forecast.lead_time_margin, so that a replay plans as a deployed service would
 # (tests/simulation/test_cmd_simulate.py holds the two equal).
 LEAD_TIME_MARGIN = "90s"
+SUMMARY = "Simulate GPU pre-provisioning (placeholders or a CapacityBuffer) under several policies and compare them."
+# Run from a clone (the demo's data is in it); tests/autoscaler/test_cli_help.py runs the first one.
+EXAMPLES = """\b
+Examples, from a clone (each prints a table; JSON without --format table):
+  # three heuristics on the demo's 28 days of Helios GPU requests (seconds)
+  gpu-autoscaler simulate --step 5m --format table \\
+    --input autoscaler/demo_data/helios_earth_running_gpus_5m.csv.gz \\
+    --policies reactive,static_buffer:16,reactive_max:60m
+  # the service's forecast against a buffer tuned to 1 % of minutes short
+  # (minutes: the forecasters are fitted again every 6 h of the 28 days)
+  gpu-autoscaler simulate --step 5m --format table \\
+    --input autoscaler/demo_data/helios_earth_running_gpus_5m.csv.gz \\
+    --policies reactive,auto:0.9,auto-slo:1%,static_buffer@1%
+  # Alibaba's pod list on a CapacityBuffer, node launches of median 5 min and
+  # p95 9 min (minutes; the file: `make traces`, in alibaba_gpu_v2023/ of the
+  # directory `.venv/bin/python -m tests.traces where` prints)
+  gpu-autoscaler simulate --format table --actuation capacity-buffer \\
+    --pods openb_pod_list_default.csv.gz \\
+    --lead-time-distribution lognormal:median=5m,p95=9m \\
+    --policies reactive,static_buffer@1%
+
+More: docs/command-line.md, docs/service-levels.md."""
 
 
-@click.command("simulate")
+@click.command("simulate", help=f"{SUMMARY}\n\n{POLICIES_HELP}", epilog=EXAMPLES)
 @click.option("--input", "input_path", type=click.Path(path_type=Path), help="demand CSV(.gz): timestamp,value (GPUs)")
 @click.option(
     "--pods",
@@ -36,7 +59,13 @@ LEAD_TIME_MARGIN = "90s"
 )
 @click.option("--step", default="1m", show_default=True, help="simulation step (demand resolution)")
 @click.option("--gpus-per-node", default=8, show_default=True, type=integer())
-@click.option("--lead-time", default="5m", show_default=True, help="node lead time the policies plan for")
+@click.option(
+    "--lead-time",
+    default=minutes_text(DEFAULT_LEAD_TIME),
+    show_default=True,
+    help=f"node lead time the policies plan for (the service's forecast.default_lead_time; the demo uses "
+    f"{minutes_text(DEMO_LEAD_TIME)})",
+)
 @click.option(
     "--lead-time-distribution",
     default=None,
@@ -52,7 +81,12 @@ LEAD_TIME_MARGIN = "90s"
     help="added by auto (the service's margin)",
 )
 @click.option("--warmup", default="7d", show_default=True, help="initial part that only trains forecasters")
-@click.option("--policies", default=DEFAULT_POLICIES, show_default=True, help="comma-separated NAME[:PARAMETER]")
+@click.option(
+    "--policies",
+    default=DEFAULT_POLICIES,
+    help=f"comma-separated policies to compare (what each name means: Policies, above) "
+    f"[default: {shown_list(DEFAULT_POLICIES)}]",
+)
 @click.option("--schedule", "schedules", multiple=True, help='declared window "CRON;GPUS;DURATION" (UTC), repeatable')
 @click.option("--consolidate-after", default="10m", show_default=True, help="empty nodes go after this")
 @click.option("--gpu-hour-price", type=decimal(), default=None, help="adds cost = provisioned GPU-hours x price")
@@ -168,7 +202,7 @@ LEAD_TIME_MARGIN = "90s"
 @click.option("--workers", default=1, show_default=True, type=integer(1, 64), help="processes")
 @click.option("--seed", default=0, show_default=True, type=integer())
 def simulate_command(**options: Any) -> None:
-    """Simulate GPU pre-provisioning (placeholders or a CapacityBuffer) under several policies and compare them."""
+    """SUMMARY, POLICIES_HELP and EXAMPLES, above."""
     from autoscaler.commands.simulate_run import run
 
     run(**options)

@@ -24,6 +24,7 @@ from autoscaler.config.preflight_settings import PreflightSettings
 from autoscaler.config.publication_settings import PublicationSettings
 from autoscaler.config.server_settings import STRICT, Duration, ServerSettings
 from autoscaler.config.target_settings import TargetSettings
+from autoscaler.defaults import DEFAULT_LEAD_TIME
 from autoscaler.policy import PlanKind
 from autoscaler.quantity import Count, Number
 from autoscaler.selectors import SelectorError, parse_selector, validate_key, validate_value
@@ -245,7 +246,7 @@ class ForecastSettings(_Strict):
     # None: one less than the CPUs the process may use (its cgroup limit), at least 1.
     workers: Count | None = Field(default=None, ge=1, le=64)
     # Used when Karpenter's NodeClaims have not taught the service a lead time yet.
-    default_lead_time: Duration = timedelta(minutes=5)
+    default_lead_time: Duration = DEFAULT_LEAD_TIME
     lead_time_quantile: Number = Field(default=0.9, gt=0, le=1)
     # Fewer samples than this never lower the lead time below the default (docs/launch-outcomes.md).
     lead_time_min_samples: Count = Field(default=3, ge=1)

@@ -25,6 +25,7 @@ from adapters.prometheus.client import PrometheusSource
 from adapters.types import NODEPOOL_LABEL, ScheduledWindow
 from autoscaler.config.gpu_unit_settings import pod_gpu_units, pod_pool_label
 from autoscaler.config.settings import Settings, WindowSettings
+from autoscaler.defaults import DEMO_LEAD_TIME
 from autoscaler.policy import Cap
 from autoscaler.refresh import claimed_demand, demo
 from autoscaler.refresh.claimed_demand import ClaimedDemandSource
@@ -144,7 +145,6 @@ DEMO_WINDOWS = (
         labels={NODEPOOL_LABEL: demo.POOL},
     ),
 )
-DEMO_LEAD_TIME = timedelta(minutes=10)
 
 
 def demo_pipeline(state_dir: Path | None = None, replay: LedgerReplay | None = None) -> Pipeline:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
 import re
 import shutil
 import struct
@@ -21,6 +20,7 @@ from autoscaler.serving.provider import MetricInfo, ServedSeries, Snapshot
 from autoscaler.web import page as ui
 from autoscaler.web.notes import plain_notes
 from autoscaler.web.scorecard_views import scorecard_panel, target_panel
+from tests import ci
 from tests.eventually import eventually_sync
 from tests.inspection.conftest import NOW, TARGET, WINDOW, OpsServer, RealForecast, build_app, serve_in_thread
 
@@ -197,9 +197,7 @@ def chromium_binary() -> str:
     found = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
     if found is None:
         message = "headless Chromium is not installed (Debian package 'chromium'; make system-deps installs it)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+        ci.missing_tool(message)
     return found
 
 

@@ -14,7 +14,7 @@
   placeholders fit the NodePool, alerts fire when they should (``promtool test rules``).
 - checkov scans the rendered manifests and the Dockerfile (see ``checkov_bin``).
 
-Tools that are missing skip these tests with a message, except under CI=true, where they fail.
+Tools that are missing skip these tests with a message, except under CI (tests/ci.py), where they fail.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import yaml
 
 from autoscaler.config.settings_loader import load_settings
 from autoscaler.refresh.pipeline import metric_infos
-from tests import kube_schemas
+from tests import ci, kube_schemas
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
@@ -69,21 +69,25 @@ CRD_SCHEMAS = {
     ("monitoring.coreos.com/v1", "PrometheusRule"): "monitoring.coreos.com/prometheusrule_v1.json",
 }
 CHECKOV_VERSION = "3.3.30"
-IN_CI = os.environ.get("CI", "").lower() == "true"
 
 pytestmark = pytest.mark.kubectl
 
 
 def missing_tool(message: str) -> None:
-    if IN_CI:
-        pytest.fail(f"{message} (CI=true: required)")
-    pytest.skip(message)
+    ci.missing_tool(message)
+
+
+# How to get each tool the manifests' tests run, for the skip reason.
+HOW_TO_INSTALL = {
+    "kubectl": "https://kubernetes.io/docs/tasks/tools/ (not packaged by Debian)",
+    "promtool": "make system-deps (Debian package prometheus)",
+}
 
 
 def tool(name: str) -> str:
     path = shutil.which(name)
     if path is None:
-        missing_tool(f"{name} is not installed")
+        missing_tool(f"{name} is not installed; to run these tests install it: {HOW_TO_INSTALL[name]}")
     assert path is not None
     return path
 
@@ -848,9 +852,18 @@ def test_the_deploy_section_starts_with_the_preflight(document: str, heading: st
     section = text[text.index(f"{heading}Deploying to a cluster\n") :]
     first_block = re.search(r"```sh\n(.*?)```", section, re.S)
     assert first_block is not None
-    assert first_block.group(1).splitlines()[0] == "gpu-autoscaler preflight"
-    # Before any `kubectl apply`: the preflight says which overlay to apply.
-    assert section.index("gpu-autoscaler preflight") < section.index("kubectl apply")
+    # The command as a clone has it after `make run`: in .venv/bin, not on the PATH.
+    assert first_block.group(1).splitlines()[0] == ".venv/bin/gpu-autoscaler preflight"
+    # What to have first, then the preflight, which says which overlay to apply, before any `kubectl apply`.
+    order = [section.index(text) for text in ("Before you start", "gpu-autoscaler preflight", "kubectl apply")]
+    assert order == sorted(order)
+
+
+def test_the_deploying_page_lists_its_steps_in_its_table_of_contents():
+    headings = re.findall(r"^## (.+)$", (ROOT / "docs/deploying.md").read_text(), re.M)
+    steps = [heading for heading in headings if heading.startswith("Step ")]
+    assert [step.split(":")[0] for step in steps] == [f"Step {n}" for n in range(5)]
+    assert headings.index("Before you start") < headings.index(steps[0])
 
 
 # --- checkov -------------------------------------------------------------------------------------------
@@ -871,7 +884,7 @@ def checkov_bin() -> str:
         if candidate and Path(candidate).exists():
             return candidate
     install = f"python3 -m venv {home} && {home}/bin/pip install checkov=={CHECKOV_VERSION}"
-    if not IN_CI:
+    if not ci.under_ci():
         pytest.skip(f"checkov is not installed; to run this scan: {install}")
     venv.EnvBuilder(with_pip=True, clear=True).create(home)
     result = subprocess.run(
