@@ -128,14 +128,7 @@ def report_command(
         )  # fmt: skip
     except ValueError as error:  # InputError among them: the series pulled cannot be simulated
         raise CommandFailed(f"cannot simulate the history of Prometheus at {prometheus_url}: {error}") from None
-    commands = {
-        pool: reproducing_command(series_file(pool, save_series), config, policies, gpus_per_node, gpu_hour_price)
-        for pool in series
-    }
-    if save_series is not None:
-        for pool, values in series.items():
-            with writing(series_file(pool, save_series)):
-                write_series(values, series_file(pool, save_series))
+    commands = _save_series(series, save_series, config, policies, gpus_per_node, gpu_hour_price)
     context = ReportContext(prometheus_url, start, end, SERVICE_POLICY, gpu_hour_price, commands)
     with writing(output):
         output.write_text(render_html(context, runs), encoding="utf-8")
@@ -168,6 +161,26 @@ async def _pull(url: str, since: timedelta, needed: timedelta) -> dict[str, pd.S
     if not series:
         raise CommandFailed(f"Prometheus at {url}: no GPUs requested in any node pool over the last {since}")
     return series
+
+
+def _save_series(
+    series: dict[str, pd.Series],
+    directory: Path | None,
+    config: SimulationConfig,
+    policies: str,
+    gpus_per_node: int,
+    gpu_hour_price: float,
+) -> dict[str, str]:
+    """Each pool's series written to ``directory`` (``--save-series``), and the ``simulate`` command that
+    replays it, by pool."""
+    if directory is not None:
+        for pool, values in series.items():
+            with writing(series_file(pool, directory)):
+                write_series(values, series_file(pool, directory))
+    return {
+        pool: reproducing_command(series_file(pool, directory), config, policies, gpus_per_node, gpu_hour_price)
+        for pool in series
+    }
 
 
 def series_file(pool: str, directory: Path | None) -> Path:
