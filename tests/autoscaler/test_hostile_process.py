@@ -255,7 +255,8 @@ async def test_grpc_metadata_and_names_over_their_limits_are_invalid_argument(de
         )
         assert await refused(stub.GetMetrics(long_name)) == (
             grpc.StatusCode.INVALID_ARGUMENT,
-            f"invalid metricName: the name '{'x' * 80}... (19920 more bytes)' is 20000 characters long; the limit is 253",
+            f"invalid metricName: the name '{'x' * 80}... (19920 more bytes)' is 20000 characters long; "
+            "the limit is 253",
         )
     await counted_in_metrics(demo, f"{grpc_requests('INVALID_ARGUMENT', 'GetMetricSpec')} 1.0")
 

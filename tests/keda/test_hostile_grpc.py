@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import time
 from collections.abc import AsyncIterator
 
 import grpc
@@ -142,6 +143,20 @@ async def test_lenient_numbers_are_refused(stub, target):
         grpc.StatusCode.INVALID_ARGUMENT,
         f"invalid targetValue: must be a number greater than 0, got {target!r}",
     )
+
+
+async def test_a_16000_digit_number_is_refused_at_once_quoted_to_1_kib(stub):
+    """Issue 38: the decimal reader's pattern backtracked quadratically (13 s of the event loop for this
+    value, whose last character is not a digit); its quote is the first 1 KiB."""
+    target = "9" * 16_000 + "x"
+    started = time.perf_counter()
+    error = await refusal(stub.GetMetricSpec(ref(targetValue=target)))
+    elapsed = time.perf_counter() - started
+    assert (error.code(), error.details()) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        f"invalid targetValue: must be a number greater than 0, got '{'9' * 1024}... (14977 more bytes)'",
+    )
+    assert elapsed < 2.0, elapsed
 
 
 async def test_plain_decimal_numbers_are_served(stub):
