@@ -10,9 +10,11 @@ from typing import Any
 
 import aiohttp
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from autoscaler.echoes import MAX_ECHO_BYTES, echo
-from autoscaler.web.auth import SubjectAccessReviewAuthorizer, User
+from autoscaler.web.auth import REVIEW_ENTRY_OVERHEAD_BYTES, ReviewCache, SubjectAccessReviewAuthorizer, User
 from tests.autoscaler.conftest import RunningServer
 
 PREFIX = "/apis/external.metrics.k8s.io/v1beta1"
@@ -161,3 +163,25 @@ async def test_the_ops_pages_quote_1_kib_of_a_long_metric_or_history(api_server)
     assert code == 400
     assert f"invalid history &#x27;{escape(cut(LONG_HISTORY))}&#x27;" in body.decode()
     assert len(body) < len(short) + MAX_ANSWER_BYTES
+
+
+@given(st.text(max_size=3_000), st.integers(min_value=1, max_value=2_048))
+def test_an_echo_is_a_prefix_of_the_input_within_the_limit(text, limit):
+    shown = echo(text, limit)
+    if len(text.encode("utf-8", "surrogatepass")) <= limit:
+        assert shown == text
+    else:
+        kept, _, said = shown.rpartition("... (")
+        assert text.startswith(kept) and len(kept.encode("utf-8")) <= limit
+        assert said == f"{len(text.encode('utf-8', 'surrogatepass')) - len(kept.encode('utf-8'))} more bytes)"
+
+
+def test_the_review_cache_weighs_its_keys_and_keeps_nothing_heavier_than_its_bound():
+    cache = ReviewCache(60.0, max_bytes=10 * 1024)
+    for index in range(100):
+        cache.put(("user", "get", f"/{index}" + "p" * 1_000), True, 1_002)
+    assert cache.bytes <= 10 * 1024 and len(cache) == 10 * 1024 // (1_002 + REVIEW_ENTRY_OVERHEAD_BYTES)
+    assert cache.get(("user", "get", "/99" + "p" * 1_000)) is True  # the newest are kept
+    assert cache.get(("user", "get", "/0" + "p" * 1_000)) is None
+    cache.put(("user", "get", "/huge"), False, 20 * 1024)
+    assert cache.get(("user", "get", "/huge")) is None
