@@ -3,8 +3,10 @@ outside strictly: plain decimals only, finite and normal (Python's ``float`` wou
 "infinity" and subnormals such as 1e-320, none of which a manifest or a saved value means; the
 readers themselves are in :mod:`autoscaler.decimals`, which the command line shares).
 
-:data:`Number` and :data:`Count` are the settings' number fields: a YAML number or plain decimal
-text, never a boolean, ``1_000``, ``infinity``, NaN or a subnormal; pydantic's error names the field.
+:data:`Number` and :data:`Count` are the settings' number fields, strict as the command line's flags:
+a YAML number (an integer for a :data:`Count`), never text (``"0.9"`` quoted), a boolean, ``1_000``,
+``infinity``, NaN or a subnormal, and never a float for a :data:`Count` (``300.0``, ``1e3``); pydantic's
+error names the field.
 """
 
 from __future__ import annotations
@@ -15,15 +17,23 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BeforeValidator
 
-from autoscaler.decimals import DECIMAL
 from autoscaler.decimals import is_normal_number as is_normal_number
 from autoscaler.decimals import parse_decimal as parse_decimal
 
 
-def _plain_number(value: object) -> object:
-    """A number as YAML or JSON writes one, or plain decimal text; pydantic converts what passes."""
-    if isinstance(value, bool) or (isinstance(value, str) and not DECIMAL.fullmatch(value)):
-        raise ValueError("expected a plain decimal number (not 1_000, infinity, a boolean or text)")
+def _number_not_text(value: object) -> object:
+    """A number as YAML or JSON writes one (an int or a float), never text or a boolean. Settings are
+    strict, as the command line is: a quoted ``"0.9"`` is text, which YAML writes for text."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("expected a number, not text or a boolean (write 0.9, not '0.9', 1_000 or infinity)")
+    return value
+
+
+def _whole_number(value: object) -> object:
+    """An integer as YAML or JSON writes one: not text, not a float (``300.0``, ``1e3``) and not a boolean,
+    as the command line refuses them for ``--workers``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("expected a whole number, not text, a boolean or a float (write 300, not '300', 300.0 or 1e3)")
     return value
 
 
@@ -33,8 +43,8 @@ def _normal(value: float) -> float:
     return value
 
 
-Number = Annotated[float, BeforeValidator(_plain_number), AfterValidator(_normal)]
-Count = Annotated[int, BeforeValidator(_plain_number)]
+Number = Annotated[float, BeforeValidator(_number_not_text), AfterValidator(_normal)]
+Count = Annotated[int, BeforeValidator(_whole_number)]
 
 
 def format_quantity(value: float) -> str:

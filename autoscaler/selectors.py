@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
+from autoscaler.echoes import echo
+
 # Kubernetes limits: a selector is bounded by the URL anyway, but refuse absurd inputs early.
 MAX_SELECTOR_LENGTH = 16_384
 
@@ -113,10 +115,10 @@ def _tokenize(text: str) -> list[tuple[str, str, int]]:
 def validate_key(key: str) -> None:
     prefix, slash, name = key.rpartition("/")
     if slash and (not prefix or len(prefix) > 253 or not _PREFIX_RE.match(prefix)):
-        raise SelectorError(f"invalid label key {key!r}: prefix must be a DNS subdomain")
+        raise SelectorError(f"invalid label key {echo(key)!r}: prefix must be a DNS subdomain")
     if len(name) > 63 or not _NAME_RE.match(name):
         raise SelectorError(
-            f"invalid label key {key!r}: name must be 63 characters or less, alphanumeric, '-', '_' or '.',"
+            f"invalid label key {echo(key)!r}: name must be 63 characters or less, alphanumeric, '-', '_' or '.',"
             " starting and ending with an alphanumeric character"
         )
 
@@ -126,7 +128,7 @@ def validate_value(value: str) -> None:
         return
     if len(value) > 63 or not _NAME_RE.match(value):
         raise SelectorError(
-            f"invalid label value {value!r}: must be 63 characters or less, alphanumeric, '-', '_' or '.',"
+            f"invalid label value {echo(value)!r}: must be 63 characters or less, alphanumeric, '-', '_' or '.',"
             " starting and ending with an alphanumeric character"
         )
 
@@ -150,7 +152,7 @@ class _Parser:
         token = self.take()
         if token is None or token[0] != "op" or token[1] != op:
             where = f"at position {token[2]}" if token else "at end of selector"
-            raise SelectorError(f"expected {op!r} {where} in {self.text!r}")
+            raise SelectorError(f"expected {op!r} {where} in {echo(self.text)!r}")
 
     def parse(self) -> Selector:
         requirements: list[Requirement] = []
@@ -162,15 +164,15 @@ class _Parser:
             if token is None:
                 break
             if token[1] != ",":
-                raise SelectorError(f"expected ',' at position {token[2]} in {self.text!r}")
+                raise SelectorError(f"expected ',' at position {token[2]} in {echo(self.text)!r}")
             if self.peek() is None:
-                raise SelectorError(f"trailing ',' in {self.text!r}")
+                raise SelectorError(f"trailing ',' in {echo(self.text)!r}")
         return Selector(tuple(requirements))
 
     def requirement(self) -> Requirement:
         token = self.take()
         if token is None:
-            raise SelectorError(f"expected a requirement at end of {self.text!r}")
+            raise SelectorError(f"expected a requirement at end of {echo(self.text)!r}")
         if token == ("op", "!", token[2]):
             key_token = self.take()
             if key_token is None or key_token[0] != "word":
@@ -178,7 +180,7 @@ class _Parser:
             validate_key(key_token[1])
             return Requirement(key_token[1], Operator.DOES_NOT_EXIST)
         if token[0] != "word":
-            raise SelectorError(f"expected a label key at position {token[2]}, found {token[1]!r}")
+            raise SelectorError(f"expected a label key at position {token[2]}, found {echo(token[1])!r}")
         key = token[1]
         validate_key(key)
         operator_token = self.peek()
@@ -196,18 +198,18 @@ class _Parser:
         if kind == "op" and text in (">", "<"):
             value = self.single_value(allow_empty=False)
             if parse_int64(value) is None:
-                raise SelectorError(f"for '{text}' the value must be an integer, got {value!r}")
+                raise SelectorError(f"for '{text}' the value must be an integer, got {echo(value)!r}")
             return Requirement(key, Operator.GREATER_THAN if text == ">" else Operator.LESS_THAN, (value,))
-        raise SelectorError(f"unknown operator {text!r} at position {position} in {self.text!r}")
+        raise SelectorError(f"unknown operator {echo(text)!r} at position {position} in {echo(self.text)!r}")
 
     def single_value(self, *, allow_empty: bool) -> str:
         token = self.peek()
         if token is None or token[1] == ",":
             if allow_empty:
                 return ""
-            raise SelectorError(f"expected a value at end of {self.text!r}")
+            raise SelectorError(f"expected a value at end of {echo(self.text)!r}")
         if token[0] != "word":
-            raise SelectorError(f"expected a value at position {token[2]}, found {token[1]!r}")
+            raise SelectorError(f"expected a value at position {token[2]}, found {echo(token[1])!r}")
         self.take()
         return token[1]
 
@@ -217,7 +219,7 @@ class _Parser:
         while True:
             token = self.take()
             if token is None:
-                raise SelectorError(f"unclosed '(' in {self.text!r}")
+                raise SelectorError(f"unclosed '(' in {echo(self.text)!r}")
             if token[1] == ")":
                 if not values:
                     raise SelectorError(f"for 'in', 'notin' operators, values set can't be empty (position {position})")
@@ -227,16 +229,16 @@ class _Parser:
                 values.append("")
                 continue
             if token[0] != "word":
-                raise SelectorError(f"expected a value at position {token[2]}, found {token[1]!r}")
+                raise SelectorError(f"expected a value at position {token[2]}, found {echo(token[1])!r}")
             validate_value(token[1])
             values.append(token[1])
             following = self.take()
             if following is None:
-                raise SelectorError(f"unclosed '(' in {self.text!r}")
+                raise SelectorError(f"unclosed '(' in {echo(self.text)!r}")
             if following[1] == ")":
                 break
             if following[1] != ",":
-                raise SelectorError(f"expected ',' or ')' at position {following[2]} in {self.text!r}")
+                raise SelectorError(f"expected ',' or ')' at position {following[2]} in {echo(self.text)!r}")
         return tuple(sorted(set(values)))
 
 

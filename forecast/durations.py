@@ -27,7 +27,7 @@ import pandas as pd
 
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|[smhdw])")
-_SECONDS = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:e[+-]?[0-9]+)?")
+_SECONDS = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:e[+-]?[0-9]+)?")
 _EXPECTED = "expected a number and a unit (ms, s, m, h, d, w), e.g. 5m, or a number of seconds"
 # Durations end up in pandas (resampling steps, history windows), whose Timedelta ends at about 292 years.
 _LONGEST = pd.Timedelta.max.floor("s")

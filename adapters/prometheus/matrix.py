@@ -18,7 +18,7 @@ import numpy as np
 
 from adapters.prometheus.promql import RawSeries
 
-_VALUE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|NaN|[+-]Inf")
+_VALUE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|NaN|[+-]Inf")
 _SHOWN = 200  # characters of a series' labels or a sample shown in a message
 
 

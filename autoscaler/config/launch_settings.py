@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, field_validator
 from adapters.kubernetes.gpu_requests import parse_quantity
 from adapters.kubernetes.launch_record import LaunchSettings
 from autoscaler.config.server_settings import STRICT, Duration
+from autoscaler.quantity import Count
 
 
 class LaunchRecordSettings(BaseModel):
@@ -22,7 +23,7 @@ class LaunchRecordSettings(BaseModel):
     need_gap: Duration = timedelta(minutes=15)
     # This many failed launches in a row, none Ready since, the latest within failing_for: the pool
     # keeps failing, and demand is planned in the next pool Karpenter would fall back to (0: never).
-    failing_after: int = Field(default=3, ge=0)
+    failing_after: Count = Field(default=3, ge=0)
     failing_for: Duration = timedelta(minutes=30)
     # Node capacities per pool ({"gpu-a100": [{"nvidia.com/gpu": "8", "cpu": "96"}]}), added to
     # those the pool's NodeClaims report in status.capacity.

@@ -21,8 +21,11 @@ import yaml
 from pydantic import ValidationError
 
 from autoscaler.config.settings import Settings
+from autoscaler.echoes import echo
 
 ENV_PREFIX = "GPU_AUTOSCALER_"
+# A value an error quotes is cut here: the field and the expectation say what is wrong.
+SHOWN_VALUE_BYTES = 80
 ENV_NESTING = "__"
 
 
@@ -100,9 +103,7 @@ def _describe(errors: ValidationError, source: str) -> str:
         if error["type"] == "extra_forbidden":
             message = "unknown field"
         value = error.get("input")
-        shown = repr(value) if not isinstance(value, dict) else "{...}"
-        if len(shown) > 80:
-            shown = shown[:77] + "..."
+        shown = echo(repr(value), SHOWN_VALUE_BYTES) if not isinstance(value, dict) else "{...}"
         lines.append(f"  {path}: {message} (got {shown})")
     return "\n".join(lines)
 

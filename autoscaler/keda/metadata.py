@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from autoscaler.echoes import echo
 from autoscaler.quantity import parse_decimal
 from autoscaler.selectors import Selector, SelectorError, parse_selector
 
@@ -28,11 +29,8 @@ MAX_KEYS = 64
 MAX_BYTES = 24 * 1024
 # A Kubernetes resource name's limit (DNS subdomain): the external metrics API's path segment.
 MAX_METRIC_NAME = 253
-
-
-def shown(text: str, limit: int = 80) -> str:
-    """``text`` for a message, cut to ``limit`` characters: never echo a caller's megabyte back."""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+# A name refused for its length is quoted this far: the length is the fault, not the characters.
+SHOWN_NAME_BYTES = 80
 
 
 class MetadataError(ValueError):
@@ -73,7 +71,7 @@ def metric_name_fault(name: str) -> str | None:
     """Why ``name`` cannot be a metric's name (too long), else ``None``."""
     if len(name) <= MAX_METRIC_NAME:
         return None
-    return f"the name {shown(name)!r} is {len(name)} characters long; the limit is {MAX_METRIC_NAME}"
+    return f"the name {echo(name, SHOWN_NAME_BYTES)!r} is {len(name)} characters long; the limit is {MAX_METRIC_NAME}"
 
 
 def trigger_fields(metadata: Mapping[str, str]) -> TriggerFields:
@@ -86,7 +84,7 @@ def trigger_fields(metadata: Mapping[str, str]) -> TriggerFields:
     for key in metadata:
         known = _KNOWN_BY_LOWER.get(key.lower())
         if known is not None and key != known:
-            raise MetadataError(key, f"invalid key {shown(key)}: the key is spelled {known}")
+            raise MetadataError(key, f"invalid key {echo(key)}: the key is spelled {known}")
     return TriggerFields(
         metric=metadata.get(METRIC),
         label_selector=metadata.get(LABEL_SELECTOR),
@@ -103,7 +101,7 @@ def _number(key: str, text: str | None, *, default: float | None, positive: bool
     value = parse_decimal(text.strip())
     if value is None or (positive and value <= 0):
         rule = "a number greater than 0" if positive else "a finite number"
-        raise MetadataError(key, f"invalid {key}: must be {rule}, got {shown(text)!r}")
+        raise MetadataError(key, f"invalid {key}: must be {rule}, got {echo(text)!r}")
     return value
 
 

@@ -11,9 +11,9 @@ Refusals, with the external metrics API's messages: bad metadata or namespace ``
 (naming the key), a metric not served or no matching series ``NOT_FOUND``, a stale metric whose
 fallback is ``error`` ``UNAVAILABLE``; with an authorizer (``server.grpc_authorization``), a caller
 (its client certificate: CN the user, O the groups) not allowed to get the metric in the trigger's
-namespace ``PERMISSION_DENIED``, asked once per call or stream. A message is cut to
-:data:`MAX_DETAILS` characters: it travels in a response header (``grpc-message``), which clients
-refuse past 8 KiB.
+namespace ``PERMISSION_DENIED``, asked once per call or stream. A message quotes at most 1 KiB of any
+input (``autoscaler.echoes``), and is cut to :data:`MAX_DETAILS` bytes whole: it travels in a response
+header (``grpc-message``, percent-encoded: up to three times as long), which clients refuse past 8 KiB.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import grpc
 from cachetools import LRUCache
 from cryptography import x509
 
+from autoscaler.echoes import echo
 from autoscaler.keda import externalscaler_pb2 as pb
 from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerServicer
 from autoscaler.keda.metadata import (
@@ -37,7 +38,6 @@ from autoscaler.keda.metadata import (
     TriggerFields,
     metric_name_fault,
     parse_fields,
-    shown,
     trigger_fields,
 )
 from autoscaler.serving.provider import MetricNotFound, MetricUnavailable, SnapshotProvider, not_served
@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext[Any, Any]
 # Streams re-read at least this often besides every snapshot swap: a value turns stale with time alone.
 RECHECK_INTERVAL_S = 5.0
-MAX_DETAILS = 1024
+MAX_DETAILS = 2048
 # The trigger cache's bound, in characters of the fields it is keyed by (plus an overhead per entry
 # for the parsed trigger): thousands of real triggers, at most a few MiB whatever callers send.
 TRIGGER_CACHE_BYTES = 1024 * 1024
@@ -67,7 +67,7 @@ class Refusal(Exception):
 
 
 async def _refuse(context: Context, refusal: Refusal) -> NoReturn:
-    await context.abort(refusal.code, shown(refusal.details, MAX_DETAILS))
+    await context.abort(refusal.code, echo(refusal.details, MAX_DETAILS))
     raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
 
@@ -205,7 +205,7 @@ class ExternalScaler(ExternalScalerServicer):
             if request.metricName and request.metricName.lower() != metric:
                 raise Refusal(
                     grpc.StatusCode.INVALID_ARGUMENT,
-                    f"invalid metricName: {request.metricName!r} is not the metric of this trigger ({metric!r}, "
+                    f"invalid metricName: {echo(request.metricName)!r} is not the metric of this trigger ({metric!r}, "
                     "from its metadata key metric)",
                 )
             value = self.value(ref, trigger)

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, Protocol
 
 from adapters.types import ScheduledWindow
+from autoscaler.echoes import echo
 from autoscaler.quantity import format_quantity
 from autoscaler.selectors import Operator, Selector
 from autoscaler.serving.provenance import Provenance
@@ -61,7 +62,7 @@ class MetricWarmingUp(MetricUnavailable):
 def not_served(metric: str, served: Iterable[str], noun: str = "external metric") -> str:
     """Why a metric name is unknown: this configuration does not serve it, and what it does serve."""
     names = ", ".join(sorted(served)) or "none"
-    return f"{noun} {metric!r} is not served by this configuration; served: {names}"
+    return f"{noun} {echo(metric)!r} is not served by this configuration; served: {names}"
 
 
 @dataclass(frozen=True)
@@ -243,9 +244,8 @@ class SnapshotProvider:
             raise MetricWarmingUp(name, due, self._clock())
         if not matching:
             # An empty list makes the HPA report an error anyway; a 404 says why.
-            raise MetricNotFound(
-                name, f"no series of external metric {name!r} in namespace {namespace!r} matches the selector"
-            )
+            where = f"external metric {echo(name)!r} in namespace {echo(namespace)!r}"
+            raise MetricNotFound(name, f"no series of {where} matches the selector")
         now = self._clock()
         return [apply_staleness(info, series, now) for series in matching]
 

@@ -13,9 +13,11 @@ made, access is refused (fail closed), never granted.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from cachetools import LRUCache, TTLCache
 from cryptography import x509
@@ -23,10 +25,63 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from multidict import MultiMapping
 
 from adapters.kubernetes.auth import UserInfo as User
+from autoscaler.echoes import echo
 from autoscaler.throttled_log import ThrottledLog
 from autoscaler.web.certificates import common_name, issued_by, organizations
 
 log = logging.getLogger(__name__)
+
+
+# The review caches are bounded by bytes, not entries: a path or a metric name is as long as the
+# request line allows (64 KiB), and 16,384 entries of those held about 1.1 GB (issue 38). 8 MiB holds
+# some 16,000 verdicts of ordinary paths, and at most 8 MiB of a caller's long ones.
+REVIEW_CACHE_BYTES = 8 * 1024 * 1024
+# What an entry costs besides its strings' characters: the key tuple, the cache's links, the verdict.
+REVIEW_ENTRY_OVERHEAD_BYTES = 512
+
+
+def user_size(user: User) -> int:
+    """Characters a user holds (name, uid, groups, extra), for the caches' byte bounds."""
+    extra = sum(len(key) + sum(map(len, values)) for key, values in user.extra.items())
+    return len(user.username) + len(user.uid) + sum(map(len, user.groups)) + extra
+
+
+def token_key(token: str) -> bytes:
+    """A bearer token as the token caches key it: its SHA-256, 32 bytes however long the token, and the
+    token itself never kept."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
+class _Verdict(NamedTuple):
+    allowed: bool
+    size: int  # the entry's weight in the cache's byte bound
+
+
+class ReviewCache:
+    """SubjectAccessReview verdicts kept ``ttl_s``, bounded by the bytes of their keys (:data:`REVIEW_CACHE_BYTES`)."""
+
+    def __init__(self, ttl_s: float, *, max_bytes: int = REVIEW_CACHE_BYTES) -> None:
+        self._verdicts: TTLCache[Hashable, _Verdict] = TTLCache(
+            maxsize=max_bytes, ttl=ttl_s, getsizeof=lambda verdict: verdict.size
+        )
+
+    def get(self, key: Hashable) -> bool | None:
+        verdict = self._verdicts.get(key)
+        return None if verdict is None else verdict.allowed
+
+    def put(self, key: Hashable, allowed: bool, characters: int) -> None:
+        """Keep a verdict whose key holds ``characters``; one heavier than the whole bound is not kept."""
+        size = REVIEW_ENTRY_OVERHEAD_BYTES + characters
+        if size <= self._verdicts.maxsize:
+            self._verdicts[key] = _Verdict(allowed, size)
+
+    @property
+    def bytes(self) -> int:
+        """The weight held now (expired entries are dropped when the cache is next written)."""
+        return int(self._verdicts.currsize)
+
+    def __len__(self) -> int:
+        return len(self._verdicts)
 
 
 class AccessDenied(Exception):
@@ -85,7 +140,7 @@ class Authenticator:
         self.requestheader = requestheader
         self.client_authorities = client_authorities
         self.token_reviewer = token_reviewer
-        self._token_cache: TTLCache[str, User | None] = TTLCache(maxsize=4096, ttl=token_cache_ttl_s)
+        self._token_cache: TTLCache[bytes, User | None] = TTLCache(maxsize=4096, ttl=token_cache_ttl_s)
         # What a certificate proves never changes, and parsing plus a signature check per request
         # costs more than the rest of the request; TLS has already checked validity dates.
         self._certificate_verdicts: LRUCache[bytes, CertificateVerdict] = LRUCache(maxsize=1024)
@@ -163,15 +218,16 @@ class Authenticator:
     async def _from_token(self, token: str) -> User:
         if self.token_reviewer is None:
             raise AccessDenied(401, "Unauthorized")
-        if token in self._token_cache:
-            cached = self._token_cache[token]
+        key = token_key(token)
+        if key in self._token_cache:
+            cached = self._token_cache[key]
         else:
             try:
                 cached = await self.token_reviewer.review_token(token)
             except ReviewUnavailable as error:
                 log.error("TokenReview failed, refusing the request: %s", error)
                 raise AccessDenied(401, "Unauthorized: the token could not be reviewed") from None
-            self._token_cache[token] = cached
+            self._token_cache[key] = cached
         if cached is None:
             raise AccessDenied(401, "Unauthorized")
         return cached
@@ -209,13 +265,14 @@ class SubjectAccessReviewAuthorizer:
         self, reviewer: AccessReviewer, *, cache_ttl_s: float = 10.0, denied_cache_ttl_s: float | None = None
     ) -> None:
         self.reviewer = reviewer
-        self._allowed: TTLCache[tuple[object, ...], bool] = TTLCache(maxsize=16384, ttl=cache_ttl_s)
-        denied_ttl_s = cache_ttl_s if denied_cache_ttl_s is None else denied_cache_ttl_s
-        self._denied: TTLCache[tuple[object, ...], bool] = TTLCache(maxsize=16384, ttl=denied_ttl_s)
+        self.allowed = ReviewCache(cache_ttl_s)
+        self.denied = ReviewCache(cache_ttl_s if denied_cache_ttl_s is None else denied_cache_ttl_s)
 
     async def authorize(self, user: User, *, namespace: str, metric: str) -> None:
         key = (user, namespace, metric)
-        allowed = True if key in self._allowed else False if key in self._denied else None
+        allowed = self.allowed.get(key)
+        if allowed is None:
+            allowed = self.denied.get(key)
         if allowed is None:
             try:
                 allowed = await self.reviewer.review_access(
@@ -224,12 +281,12 @@ class SubjectAccessReviewAuthorizer:
             except ReviewUnavailable as error:
                 log.error("SubjectAccessReview failed, refusing the request: %s", error)
                 raise AccessDenied(403, "Forbidden: access could not be reviewed") from None
-            (self._allowed if allowed else self._denied)[key] = allowed
+            (self.allowed if allowed else self.denied).put(key, allowed, user_size(user) + len(namespace) + len(metric))
         if not allowed:
             raise AccessDenied(
                 403,
-                f'{self.GROUP} "{metric}" is forbidden: User "{user.username}" cannot get resource "{metric}" '
-                f'in API group "{self.GROUP}" in the namespace "{namespace}"',
+                f'{self.GROUP} "{echo(metric)}" is forbidden: User "{echo(user.username)}" cannot get resource '
+                f'"{echo(metric)}" in API group "{self.GROUP}" in the namespace "{echo(namespace)}"',
             )
 
 
@@ -241,8 +298,8 @@ class DelegatedHTTPAuth:
     def __init__(self, tokens: TokenReviewer, paths: PathAccessReviewer, *, cache_ttl_s: float = 10.0) -> None:
         self._tokens = tokens
         self._paths = paths
-        self._users: TTLCache[str, User | None] = TTLCache(maxsize=4096, ttl=cache_ttl_s)
-        self._verdicts: TTLCache[tuple[User, str, str], bool] = TTLCache(maxsize=16384, ttl=cache_ttl_s)
+        self._users: TTLCache[bytes, User | None] = TTLCache(maxsize=4096, ttl=cache_ttl_s)
+        self.verdicts = ReviewCache(cache_ttl_s)
 
     async def check(self, authorization: str, *, method: str, path: str) -> User:
         """The user, if the ``Authorization`` header's token may ``method`` ``path``; else AccessDenied."""
@@ -250,25 +307,27 @@ class DelegatedHTTPAuth:
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
             raise AccessDenied(401, "Unauthorized")
-        if token not in self._users:
+        key = token_key(token)
+        if key not in self._users:
             try:
-                self._users[token] = await self._tokens.review_token(token)
+                self._users[key] = await self._tokens.review_token(token)
             except ReviewUnavailable as error:
                 log.error("TokenReview failed, refusing the plain port's request: %s", error)
                 raise AccessDenied(401, "Unauthorized: the token could not be reviewed") from None
-        user = self._users[token]
+        user = self._users[key]
         if user is None:
             raise AccessDenied(401, "Unauthorized")
         verb = "get" if method in ("GET", "HEAD") else method.lower()
-        key = (user, verb, path)
-        if key not in self._verdicts:
+        allowed = self.verdicts.get((user, verb, path))
+        if allowed is None:
             try:
-                self._verdicts[key] = await self._paths.review_path_access(user, verb=verb, path=path)
+                allowed = await self._paths.review_path_access(user, verb=verb, path=path)
             except ReviewUnavailable as error:
                 log.error("SubjectAccessReview failed, refusing the plain port's request: %s", error)
                 raise AccessDenied(403, "Forbidden: access could not be reviewed") from None
-        if not self._verdicts[key]:
-            raise AccessDenied(403, f'Forbidden: User "{user.username}" cannot {verb} path "{path}"')
+            self.verdicts.put((user, verb, path), allowed, user_size(user) + len(verb) + len(path))
+        if not allowed:
+            raise AccessDenied(403, f'Forbidden: User "{echo(user.username)}" cannot {verb} path "{echo(path)}"')
         return user
 
 

@@ -10,6 +10,7 @@ import re
 
 from aiohttp import web
 
+from autoscaler.echoes import echo
 from autoscaler.selectors import SelectorError, parse_selector
 from autoscaler.serving.provider import MetricNotFound, MetricUnavailable, MetricWarmingUp
 from autoscaler.web import responses
@@ -21,6 +22,8 @@ from autoscaler.web.responses import status_response, warming_up_response
 PREFIX = f"/apis/{responses.GROUP}/{responses.VERSION}"
 # Namespace names are DNS-1123 labels; kube-apiserver's message for one that is not.
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+# A namespace refused is quoted this far (kube-apiserver quotes it whole; 80 bytes show what it was).
+SHOWN_NAME_BYTES = 80
 _NAMESPACE_RULE = (
     "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start "
     "and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
@@ -32,9 +35,8 @@ def namespace_fault(namespace: str) -> str | None:
     """kube-apiserver's message for a namespace name that is not valid, else ``None`` (gRPC shares it)."""
     if len(namespace) <= 63 and _NAMESPACE.fullmatch(namespace):
         return None
-    shown = namespace if len(namespace) <= 80 else namespace[:77] + "..."
     rule = "must be no more than 63 characters" if len(namespace) > 63 else _NAMESPACE_RULE
-    return f'invalid namespace "{shown}": {rule}'
+    return f'invalid namespace "{echo(namespace, SHOWN_NAME_BYTES)}": {rule}'
 
 
 def invalid_namespace(request: web.Request) -> web.Response | None:

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import hdrs, web
 
+from autoscaler.echoes import echo
 from autoscaler.web.auth import AccessDenied
 from autoscaler.web.keys import ACCESS, HTTP_AUTH, SELF_METRICS, USER
 from autoscaler.web.probes import PROBE_PATHS
@@ -27,7 +28,7 @@ def route_label(request: web.Request) -> str:
 async def method_not_allowed(request: web.Request) -> web.Response:
     """405 for a method HTTP defines, 501 for one it does not (whichever of aiohttp's parsers let it in)."""
     if request.method in hdrs.METH_ALL:
-        response = status_response(405, f"the server does not allow this method on {request.path}")
+        response = status_response(405, f"the server does not allow this method on {echo(request.path)}")
     else:
         response = status_response(501, "the request method is not implemented by this server")
     response.headers[hdrs.ALLOW] = hdrs.METH_GET

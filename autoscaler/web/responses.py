@@ -8,6 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from autoscaler import __version__
+from autoscaler.echoes import echo
 from autoscaler.serving.provider import MetricInfo, ServedSeries
 
 GROUP = "external.metrics.k8s.io"
@@ -34,20 +35,26 @@ STATUS_REASONS = {
 }
 
 
+# A Status message quotes at most 1 KiB of each input (``autoscaler.echoes``); this bounds the whole, should
+# one ever quote several.
+MAX_MESSAGE_BYTES = 4096
+
+
 def status(code: int, message: str, *, name: str | None = None, kind: str | None = None) -> dict[str, Any]:
+    """A ``metav1.Status``; ``name`` is the resource asked for, as the caller spelled it (quoted through ``echo``)."""
     document: dict[str, Any] = {
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
         "status": "Failure",
-        "message": message,
+        "message": echo(message, MAX_MESSAGE_BYTES),
         "reason": STATUS_REASONS.get(code, "Unknown"),
         "code": code,
     }
     if name is not None or kind is not None:
         details: dict[str, Any] = {"group": GROUP}
         if name is not None:
-            details["name"] = name
+            details["name"] = echo(name)
         if kind is not None:
             details["kind"] = kind
         document["details"] = details
@@ -128,5 +135,6 @@ def warming_up_response(metric: str, message: str, retry_after_s: int) -> web.Re
 def invalid_parameter_response(parameter: str, message: str) -> web.Response:
     """A 400 ``metav1.Status`` naming the query parameter at fault as its cause, as kube-apiserver does."""
     document = status(400, message)
-    document["details"] = {"causes": [{"reason": "FieldValueInvalid", "message": message, "field": parameter}]}
+    cause = {"reason": "FieldValueInvalid", "message": document["message"], "field": parameter}
+    document["details"] = {"causes": [cause]}
     return web.json_response(document, status=400)

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 import pandas as pd
 
 from adapters.types import ScheduledWindow
+from autoscaler.echoes import echo
 from autoscaler.selectors import SelectorError, parse_selector
 from autoscaler.serving.provenance import Provenance, TargetChoice
 from autoscaler.serving.provider import (
@@ -117,7 +118,8 @@ def parse_history(text: str | None) -> timedelta:
     if text is None:
         return DEFAULT_HISTORY
     # One message for every refusal: the parsers' own would show Python's view of "inf" or "1e400".
-    invalid = InspectionError("history", f"invalid history {text!r}: expected a duration with a unit, e.g. 6h or 90m")
+    expected = "expected a duration with a unit, e.g. 6h or 90m"
+    invalid = InspectionError("history", f"invalid history {echo(text)!r}: {expected}")
     try:
         float(text)
     except ValueError:

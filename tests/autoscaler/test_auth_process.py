@@ -85,6 +85,8 @@ def settings(pki: PKI, fake: FakeKube, state: Path) -> dict[str, Any]:
             "requestheader_client_ca_file": str(pki.proxy_ca),
             "allowed_names": ["front-proxy-client"],
             "authorization": "kubernetes",
+            # Long enough that every verdict of a test is still cached at its end (case 5 counts them).
+            "authorization_cache_ttl": "10m",
         },
         "kubernetes": {"kubeconfig": str(fake.kubeconfig_path), "request_timeout": "5s"},
         # Nothing listens there: the served value is the restored one.
@@ -245,3 +247,55 @@ async def test_a_front_proxy_name_not_allowed_is_401_counted_each_time_and_logge
     await service.wait_for_log(logged)
     assert len([line for line in service.lines if re.search(logged, line)]) == 1, service.log
     assert 'gpu_autoscaler_auth_failures_total{code="401"} 5.0' in await scrape(service)
+
+
+def rss_bytes(pid: int) -> int:
+    """The process's resident set, from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+LONG = 60_000
+
+
+def quoted(text: str) -> str:
+    """What a refusal quotes of a long ASCII input: its first 1 KiB and how much was left out."""
+    return f"{text[:1024]}... ({len(text) - 1024} more bytes)"
+
+
+async def test_distinct_long_paths_and_metric_names_leave_memory_bounded(service, pki, fake_kube):
+    """Issue 38, case 5: the probe's 4,000 distinct 60 KB paths on the ops port with an allowed token,
+    and 1,000 distinct 60 KB metric names over HTTPS, each a SubjectAccessReview whose verdict is
+    cached. The caches are bounded by bytes: RSS grows by less than 100 MB (each verdict kept about
+    71 KB before, up to 16,384 of them), and every refusal quotes 1 KiB of the path or name."""
+    headers = {"Authorization": "Bearer prometheus-token"}
+    assert (await get(f"{service.http_url}/metrics", "prometheus-token"))[0] == 200
+    before = rss_bytes(service.process.pid)
+    context = ssl.create_default_context(cafile=pki.client_ca)
+    context.load_cert_chain(pki.alice.cert, pki.alice.key)
+    parallel = asyncio.Semaphore(8)
+
+    async def refused(session: aiohttp.ClientSession, url: str, **options: Any) -> dict[str, Any]:
+        async with parallel, session.get(url, **options) as response:
+            body = await response.read()
+            assert (response.status, len(body) < 4096) == (403, True), (response.status, len(body))
+            document: dict[str, Any] = json.loads(body)
+            return document
+
+    async with aiohttp.ClientSession(headers=headers) as session:
+        pages = [f"{service.http_url}/ui/{index:05d}{'p' * LONG}" for index in range(4_000)]
+        answers = await asyncio.gather(*(refused(session, url) for url in pages))
+    user = PROMETHEUS["username"]
+    path = f"/ui/00000{'p' * LONG}"
+    assert answers[0] == status(403, f'Forbidden: User "{user}" cannot get path "{quoted(path)}"')
+    async with aiohttp.ClientSession() as session:
+        names = [f"{index:05d}{'m' * LONG}" for index in range(1_000)]
+        base = f"https://127.0.0.1:{service.secure_port}{EXTERNAL_METRICS}/namespaces/inference/"
+        answers = await asyncio.gather(*(refused(session, base + name, ssl=context) for name in names))
+    assert answers[0]["details"]["name"] == quoted(names[0])
+    grown = rss_bytes(service.process.pid) - before
+    assert len(fake_kube.sar_requests) >= 5_000
+    print(f"RSS grew {grown / 2**20:.1f} MiB")
+    assert grown < 100 * 1024 * 1024, f"RSS grew {grown / 2**20:.0f} MiB"

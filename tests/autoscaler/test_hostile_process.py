@@ -255,7 +255,8 @@ async def test_grpc_metadata_and_names_over_their_limits_are_invalid_argument(de
         )
         assert await refused(stub.GetMetrics(long_name)) == (
             grpc.StatusCode.INVALID_ARGUMENT,
-            f"invalid metricName: the name '{'x' * 77}...' is 20000 characters long; the limit is 253",
+            f"invalid metricName: the name '{'x' * 80}... (19920 more bytes)' is 20000 characters long; "
+            "the limit is 253",
         )
     await counted_in_metrics(demo, f"{grpc_requests('INVALID_ARGUMENT', 'GetMetricSpec')} 1.0")
 
@@ -337,14 +338,15 @@ async def test_a_client_that_never_reads_is_reset_after_the_idle_timeout(demo):
     assert len(await logged_once(demo, aborted)) == 1
 
 
-PLAIN = "expected a plain decimal number (not 1_000, infinity, a boolean or text)"
+WHOLE = "expected a whole number, not text, a boolean or a float (write 300, not '300', 300.0 or 1e3)"
 
 
 def test_lenient_numbers_in_the_environment_stop_serve_naming_the_field(tmp_path):
     """The probe's case 8 for settings: exit 2 before anything listens."""
     command = [sys.executable, "-m", "autoscaler", "serve", "--state-dir", str(tmp_path), "--secure-port", "0"]
     for name, value, message in [
-        ("MAX_HEADERS", "1_000", f"{PLAIN} (got '1_000')"),
+        ("MAX_HEADERS", "1_000", f"{WHOLE} (got '1_000')"),
+        ("MAX_HEADERS", "300.0", f"{WHOLE} (got 300.0)"),
         ("SHUTDOWN_DELAY", "1e-320", "invalid duration 1e-320: subnormal (got 1e-320)"),
     ]:
         environment = {**os.environ, f"GPU_AUTOSCALER_SERVER__{name}": value}

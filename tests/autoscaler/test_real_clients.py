@@ -137,6 +137,28 @@ async def test_kubectl_bad_selector_is_bad_request(kubeconfig):
     assert "invalid labelSelector" in stderr
 
 
+@pytest.mark.kubectl
+async def test_kubectl_shows_1_kib_of_a_huge_name_or_selector(kubeconfig):
+    """Issue 38: what kubectl prints quotes the first 1 KiB of the input, however long it was."""
+    name = "m" * 60_000
+    code, _, stderr = await kubectl_raw(kubeconfig, f"{PREFIX}/namespaces/default/{name}")
+    assert code == 1
+    assert stderr == (
+        f"Error from server (NotFound): external metric '{'m' * 1024}... (58976 more bytes)' is not served by this "
+        "configuration; served: gpu_demand_forecast, gpu_headroom, request_rate_forecast\n"
+    )
+    selector = "pool%20in%20(" + "a" * 16_000  # a 16,000-character label value
+    code, _, stderr = await kubectl_raw(
+        kubeconfig, f"{PREFIX}/namespaces/default/gpu_headroom?labelSelector={selector}"
+    )
+    assert code == 1
+    assert stderr == (
+        f"Error from server (BadRequest): invalid labelSelector: invalid label value '{'a' * 1024}... (14976 more "
+        "bytes)': must be 63 characters or less, alphanumeric, '-', '_' or '.', starting and ending with an "
+        "alphanumeric character\n"
+    )
+
+
 async def api_client_for(kubeconfig: Path) -> client.ApiClient:
     configuration = client.Configuration()
     await config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)

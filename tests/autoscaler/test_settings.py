@@ -56,8 +56,8 @@ def test_environment_overrides_the_file(tmp_path):
     [
         (
             "server:\n  secure_port: abc\n",
-            "server.secure_port: Value error, expected a plain decimal number (not 1_000, infinity, a boolean or "
-            "text) (got 'abc')",
+            "server.secure_port: Value error, expected a whole number, not text, a boolean or a float (write 300, "
+            "not '300', 300.0 or 1e3) (got 'abc')",
         ),
         (
             "server:\n  secure_port: 70000\n",
@@ -162,66 +162,6 @@ def test_bad_config_names_the_field_value_and_expectation(tmp_path, text, expect
         load_settings(write(tmp_path, text), environ={})
     assert expected in str(caught.value)
     assert str(tmp_path / "settings.yaml") in str(caught.value)
-
-
-METRIC = "prometheus: {url: 'http://p:9090'}\nsignals:\n  - {name: s, preset: gpus_requested}\nmetrics:\n  m: "
-PLAIN = "Value error, expected a plain decimal number (not 1_000, infinity, a boolean or text)"
-NOT_NORMAL = "Value error, must be finite and not subnormal (no infinity, NaN or 0 < |x| < 2.2e-308)"
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("server:\n  secure_port: 6_443\n", f"server.secure_port: {PLAIN} (got '6_443')"),
-        ("server:\n  secure_port: '6_443'\n", f"server.secure_port: {PLAIN} (got '6_443')"),
-        ("server:\n  secure_port: 1:30\n", f"server.secure_port: {PLAIN} (got '1:30')"),
-        ("server:\n  secure_port: 0x1f\n", f"server.secure_port: {PLAIN} (got '0x1f')"),
-        ("server:\n  secure_port: true\n", f"server.secure_port: {PLAIN} (got True)"),
-        (METRIC + "{signal: s, kind: demand, fallback_value: 1.0e-320}\n", f"metrics.m.fallback_value: {NOT_NORMAL}"),
-        (METRIC + "{signal: s, kind: demand, fallback_value: '1e-320'}\n", f"metrics.m.fallback_value: {NOT_NORMAL}"),
-        (METRIC + "{signal: s, kind: demand, max_value: .inf}\n", f"metrics.m.max_value: {NOT_NORMAL} (got inf)"),
-        (METRIC + "{signal: s, kind: demand, max_value: infinity}\n", f"metrics.m.max_value: {PLAIN} (got 'infinity')"),
-        (METRIC + "{signal: s, kind: demand, min_value: .nan}\n", f"metrics.m.min_value: {NOT_NORMAL} (got nan)"),
-        (
-            METRIC + "{signal: s, kind: demand, quantile: '\u0660.\u0669'}\n",
-            f"metrics.m.quantile: {PLAIN} (got '\u0660.\u0669')",
-        ),
-        ("server:\n  shutdown_delay: 1_000\n", "server.shutdown_delay: Value error, invalid duration '1_000'"),
-        (
-            "server:\n  shutdown_delay: 1.0e-320\n",
-            "server.shutdown_delay: Value error, invalid duration 1e-320: subnormal",
-        ),
-        (
-            "server:\n  shutdown_delay: '\u0661\u0662m'\n",
-            "server.shutdown_delay: Value error, invalid duration '\u0661\u0662m'",
-        ),
-    ],
-)
-def test_lenient_numbers_are_refused_naming_the_field(tmp_path, text, expected):
-    with pytest.raises(SettingsError) as caught:
-        load_settings(write(tmp_path, text), environ={})
-    assert expected in str(caught.value)
-
-
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [
-        ("7_443", f"server.secure_port: {PLAIN} (got '7_443')"),
-        ("1e400", "server.max_headers: Input should be a finite number (got inf)"),
-        ("infinity", f"server.max_headers: {PLAIN} (got 'infinity')"),
-    ],
-)
-def test_lenient_numbers_in_the_environment_are_refused_naming_the_field(value, expected):
-    field = "SECURE_PORT" if "secure_port" in expected else "MAX_HEADERS"
-    with pytest.raises(SettingsError) as caught:
-        load_settings(None, environ={f"GPU_AUTOSCALER_SERVER__{field}": value})
-    assert expected in str(caught.value)
-
-
-def test_numbers_read_as_yaml_1_2_reads_them(tmp_path):
-    text = "server:\n  secure_port: 06443\n  max_headers: '300'\n  shutdown_delay: 1e1\n"
-    server = load_settings(write(tmp_path, text), environ={}).server
-    assert (server.secure_port, server.max_headers, server.shutdown_delay.total_seconds()) == (6443, 300, 10.0)
 
 
 def test_auth_none_is_allowed_on_loopback(tmp_path):
