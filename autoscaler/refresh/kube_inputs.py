@@ -36,6 +36,7 @@ from adapters.kubernetes.watch import OnChange, WatchCache, WatchEvent, WatchGro
 from adapters.types import NODEPOOL_LABEL, ScheduledWindow
 from autoscaler.config.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings, WindowSettings
 from autoscaler.policy import Cap, LeadTime
+from autoscaler.refresh.kueue_inputs import KueueInputs
 from autoscaler.selectors import Selector, parse_selector
 from autoscaler.targets.launches import LearnedLaunches, learned_launches
 
@@ -102,6 +103,8 @@ class KubernetesInputs:
         self._dra_problems: tuple[str, ...] = ()  # last said, so each is logged once
         # Told of every change of a Pending pod (the live scorecard's waits and window starts).
         self.pod_listeners: list[OnChange] = []
+        # Demand in Kueue's queues (docs/kueue.md), in the same units.
+        self.kueue = KueueInputs(self.window_settings.units, inputs.default_job_duration) if inputs.kueue else None
 
     def start(self, group: WatchGroup, api: ApiClient) -> None:
         if self.inputs.cronjobs:
@@ -118,6 +121,8 @@ class KubernetesInputs:
             self._claim_templates = group.start(dra_claims.resource_claim_template_resource(api))
             self._slices = group.start(dra_devices.resource_slice_resource(api))
             self._device_classes = group.start(dra_devices.device_class_resource(api))
+        if self.kueue is not None:
+            self.kueue.start(group, api)
 
     def claim_lookup(self) -> dra_claims.ClaimLookup | None:
         """The ResourceClaims and templates the watches hold (empty where resource.k8s.io/v1 is not
@@ -183,6 +188,13 @@ class KubernetesInputs:
                 self.claim_lookup(),
             )
         return found
+
+    def queued(self, now: datetime) -> list[ScheduledWindow]:
+        """GPUs of Kueue Workloads that have no pod yet, as windows open from ``now`` (``KueueInputs``)."""
+        if self.kueue is None:
+            return []
+        pods = self._pending.objects.values() if self._pending is not None else ()
+        return self.kueue.windows(now, self.kueue.queued(pods, self.nodepools(), self.claim_lookup()))
 
     def is_placeholder(self, pod: Mapping[str, Any]) -> bool:
         metadata = pod.get("metadata") or {}
@@ -346,6 +358,7 @@ class KubernetesInputs:
                 continue
             state = "absent" if cache.absent else ("synced" if cache.synced else "syncing")
             checks[f"watch {cache.kind}"] = state + (f" (last error: {cache.last_error})" if cache.last_error else "")
+        checks |= self.kueue.health() if self.kueue is not None else {}
         unplaced = self.unplaced()
         if unplaced:
             gpus = sum(item.gpus for item in unplaced)

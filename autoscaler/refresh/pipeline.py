@@ -43,10 +43,12 @@ from autoscaler.targets.plans import (
     MetricPlan,
     PendingGpusFunction,
     PendingPlacementFunction,
+    QueuedFunction,
     RefreshInputs,
     RefreshSettings,
     SignalSource,
     WindowsFunction,
+    nothing_queued,
 )
 from autoscaler.targets.service_levels import TuningSettings
 
@@ -193,11 +195,14 @@ async def open_pipeline(
         health: Callable[[], dict[str, str]] | None = None
         pending_gpus: PendingGpusFunction | None = None
         pending_placement: PendingPlacementFunction | None = None
+        queued: QueuedFunction = nothing_queued
         unplaced: Callable[[], Sequence[UnplacedDemand]] | None = None
         if settings.inputs is not None and inputs is not None and kube is not None:
             windows, lead_time, health = inputs.windows, inputs.lead_time, inputs.health
             if settings.inputs.pending_pods:
                 pending_gpus, pending_placement = inputs.pending_gpus, inputs.pending_placement
+            if settings.inputs.kueue:
+                queued = inputs.queued
             unplaced = inputs.unplaced
             plans = metric_plans(settings)
             namespaces = sorted({p.placeholder_namespace for p in plans if p.placeholder_namespace})
@@ -226,6 +231,7 @@ async def open_pipeline(
             health=health,
             pending_gpus=pending_gpus,
             pending_placement=pending_placement,
+            queued=queued,
             unplaced=unplaced,
             scorecard=scorecard,
             live_ledger=scorecard.pool_ledger if scorecard is not None else None,
