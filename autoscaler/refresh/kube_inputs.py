@@ -123,6 +123,7 @@ class KubernetesInputs:
             self._device_classes = group.start(dra_devices.device_class_resource(api))
         if self.kueue is not None:
             self.kueue.start(group, api)
+            self.pod_listeners.append(self.kueue.on_pod_change)
 
     def claim_lookup(self) -> dra_claims.ClaimLookup | None:
         """The ResourceClaims and templates the watches hold (empty where resource.k8s.io/v1 is not

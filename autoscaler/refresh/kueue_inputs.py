@@ -1,9 +1,9 @@
 """GPU demand waiting in Kueue's queues (docs/kueue.md), as the refresher serves it: one window per
 pod set counted (``adapters.kubernetes.kueue_demand``), open from now, in the pool it lands in.
 
-A Workload leaves the count once its pods exist: while one of them is in the Pending-pod watch (it
-counts there), and from then on while Kueue keeps the Workload admitted (its pods run, or went
-through Pending between two looks), or once Kueue says ``PodsReady``. Kueue's Workloads, LocalQueues,
+A Workload leaves the count once its pods exist: from the first event of the Pending-pod watch that
+shows one of them (it counts there) for as long as Kueue keeps the Workload admitted (its pods
+then run), or once Kueue says ``PodsReady`` (pods that ran before the service started). Kueue's Workloads, LocalQueues,
 ClusterQueues and ResourceFlavors are each watched in every namespace; where Kueue is not installed
 the watches are absent and nothing is counted.
 """
@@ -21,7 +21,7 @@ from adapters.kubernetes import kueue
 from adapters.kubernetes.dra_claims import ClaimLookup
 from adapters.kubernetes.kueue_demand import KueueState, QueuedGpus, queued_gpus, started_workloads
 from adapters.kubernetes.pool_matching import NodePool
-from adapters.kubernetes.watch import WatchCache, WatchGroup
+from adapters.kubernetes.watch import WatchCache, WatchEvent, WatchGroup
 from adapters.types import NODEPOOL_LABEL, QUEUED_SOURCE, ScheduledWindow
 
 
@@ -37,6 +37,11 @@ class KueueInputs:
     def start(self, group: WatchGroup, api: ApiClient) -> None:
         for plural in kueue.PLURALS:
             self.caches[plural] = group.start(kueue.kueue_resource(api, plural))
+
+    def on_pod_change(self, cache: WatchCache, event: WatchEvent | None) -> None:
+        """A Pending-pod watch listener: remember the Workloads whose pods it shows."""
+        pods = cache.objects.values() if event is None else [event.object]
+        self._started |= started_workloads(self._objects(kueue.WORKLOADS).values(), pods)
 
     def _objects(self, plural: str) -> Mapping[str, Mapping[str, Any]]:
         cache = self.caches.get(plural)

@@ -18,7 +18,7 @@ from tests.autoscaler.test_pool_resolution import A100, H100, NOW, PLANS, TOLERA
 from tests.eventually import eventually
 from tests.fakekube import FakeKube
 from tests.kube_objects import gpu_pod_spec, pending_pod
-from tests.kueue_objects import admitted, cluster_queue, finished, local_queue, resource_flavor, workload
+from tests.kueue_objects import admitted, cluster_queue, condition, finished, local_queue, resource_flavor, workload
 
 JOB_UID = "0b5d7c3e-8f7a-4d7e-9a51-5f0c3b2e1a77"
 A100_FLAVOR = resource_flavor("a100", {"karpenter.sh/nodepool": "a100"}, tolerations=TOLERATE_GPUS)
@@ -135,6 +135,28 @@ async def test_a_pending_workload_that_finishes_leaves_demand_and_headroom(fake_
     assert [c.value - b.value for c, b in zip(counted, before, strict=True)] == [pytest.approx(16)] * 2
     assert [a.value for a in after] == [pytest.approx(b.value) for b in before]
     assert "queued" not in after[0].explanation
+
+
+async def test_an_admitted_workload_kueue_calls_pods_ready_is_not_counted(fake_kube, inputs):
+    """Its pods run, though the service never saw them Pending (it started after they did)."""
+    running = admitted(workload("running", gpu_pod_spec(8), 2, job_uid=JOB_UID), "gpu", "a100")
+    running["status"]["conditions"].append(condition("PodsReady"))
+    fake_kube.add("workloads", running)
+    fake_kube.add("workloads", TRAIN)  # seen after it: once TRAIN counts, the other was seen too
+    await eventually(lambda: queued_gpus(inputs, "a100") > 0, message="a Workload counted")
+    assert [(w.name, w.gpus) for w in inputs.queued(NOW)] == [("train", 16)]
+
+
+async def test_pods_that_run_before_the_next_look_still_take_their_workload_out(fake_kube, inputs):
+    fake_kube.add("workloads", admitted(TRAIN, "gpu", "a100"))
+    await eventually(lambda: queued_gpus(inputs, "a100") == 16, message="the admitted Workload counted")
+    for name in ("train-0", "train-1"):
+        pod = fake_kube.add("pods", job_pod(name))
+        fake_kube.modify("pods", {**pod, "spec": {**pod["spec"], "nodeName": "n1"}, "status": {"phase": "Running"}})
+    # Watch events arrive in order: once this pod is seen, the Job's pods came and went.
+    fake_kube.add("pods", pending_pod("sentinel", gpu_pod_spec(1, tolerations=TOLERATE_GPUS)))
+    await eventually(lambda: inputs.pending_gpus(None) == 1, message="the sentinel pod seen")
+    assert inputs.queued(NOW) == []
 
 
 async def test_only_v1beta1_served_the_workloads_are_read_through_it(fake_kube: FakeKube, kube_api):
