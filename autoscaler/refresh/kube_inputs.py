@@ -268,8 +268,8 @@ class KubernetesInputs:
         return listed + (f"; and {len(chosen) - SHOWN_UNPLACED} more" if len(chosen) > SHOWN_UNPLACED else "")
 
     def unplaced(self) -> list[UnplacedDemand]:
-        """GPU demand that fits no NodePool: waiting pods and CronJob templates (only known once the
-        NodePools are)."""
+        """GPU demand that fits no NodePool: waiting pods, CronJob templates and queued Kueue Workloads
+        (only known once the NodePools are)."""
         pools = self.nodepools()
         if pools is None:
             return []
@@ -277,6 +277,11 @@ class KubernetesInputs:
         if self._cronjobs is not None:
             cronjob_objects = self._cronjobs.objects.values()
             found += cronjobs.unplaced_cronjobs(cronjob_objects, pools, self.window_settings, self.claim_lookup())
+        if self.kueue is not None:
+            pods = self._pending.objects.values() if self._pending is not None else ()
+            queued = self.kueue.queued(pods, pools, self.claim_lookup())
+            found += [UnplacedDemand("workload", q.namespace, q.name, q.gpus, q.choice.reason) for q in queued
+                      if q.choice.pool is None]  # fmt: skip
         return found
 
     def lead_time(self, labels: Mapping[str, str]) -> LeadTime:

@@ -159,6 +159,17 @@ async def test_pods_that_run_before_the_next_look_still_take_their_workload_out(
     assert inputs.queued(NOW) == []
 
 
+async def test_a_workload_whose_flavor_fits_no_pool_is_reported_unplaced(fake_kube, inputs):
+    fake_kube.add("resourceflavors", resource_flavor("v100", {"karpenter.sh/nodepool": "v100"}))
+    fake_kube.add("clusterqueues", cluster_queue("old", [("v100", 16)]))
+    fake_kube.add("localqueues", local_queue("legacy", "old"))
+    fake_kube.add("workloads", workload("stale", gpu_pod_spec(8), 1, queue="legacy"))
+    await eventually(lambda: len(inputs.unplaced()) == 1, message="one unplaced demand")
+    (item,) = inputs.unplaced()
+    assert str(item).startswith("workload ml/stale (8 GPUs): fits no NodePool (")
+    assert [w.labels for w in inputs.queued(NOW)] == [{}]  # served in the pool-less series
+
+
 async def test_only_v1beta1_served_the_workloads_are_read_through_it(fake_kube: FakeKube, kube_api):
     for plural in ("workloads", "localqueues", "clusterqueues", "resourceflavors"):
         fake_kube.served_versions[plural] = ("v1beta1",)  # a Kueue older than 0.15
