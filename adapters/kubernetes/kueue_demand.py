@@ -44,7 +44,7 @@ class QueuedGpus:
 
     namespace: str
     name: str  # the Workload's
-    state: str  # "admitted" or "pending" (next in line, within the quota)
+    state: str  # "admitted", "quota reserved" (admission checks pending) or "pending" (next in line)
     cluster_queue: str
     pod_set: str
     flavor: str
@@ -126,7 +126,8 @@ def _admitted(workload: Mapping[str, Any], state: KueueState, placing: _Placing)
         template = _template(workload, flavor.pod_spec(spec), pods, placing)
         if template is not None:
             placed.append((pod_set, flavor, template))
-    return _counted(workload, "admitted", str(admission.get("clusterQueue", "")), placed, placing)
+    state_now = "admitted" if kueue.has_condition(workload, "Admitted") else "quota reserved"
+    return _counted(workload, state_now, str(admission.get("clusterQueue", "")), placed, placing)
 
 
 def _next_in_line(

@@ -43,7 +43,6 @@ from autoscaler.targets.plans import (
     MetricPlan,
     PendingGpusFunction,
     PendingPlacementFunction,
-    QueuedFunction,
     RefreshInputs,
     RefreshSettings,
     SignalSource,
@@ -195,14 +194,11 @@ async def open_pipeline(
         health: Callable[[], dict[str, str]] | None = None
         pending_gpus: PendingGpusFunction | None = None
         pending_placement: PendingPlacementFunction | None = None
-        queued: QueuedFunction = nothing_queued
         unplaced: Callable[[], Sequence[UnplacedDemand]] | None = None
         if settings.inputs is not None and inputs is not None and kube is not None:
             windows, lead_time, health = inputs.windows, inputs.lead_time, inputs.health
             if settings.inputs.pending_pods:
                 pending_gpus, pending_placement = inputs.pending_gpus, inputs.pending_placement
-            if settings.inputs.kueue:
-                queued = inputs.queued
             unplaced = inputs.unplaced
             plans = metric_plans(settings)
             namespaces = sorted({p.placeholder_namespace for p in plans if p.placeholder_namespace})
@@ -231,7 +227,7 @@ async def open_pipeline(
             health=health,
             pending_gpus=pending_gpus,
             pending_placement=pending_placement,
-            queued=queued,
+            queued=inputs.queued if inputs is not None else nothing_queued,  # empty unless inputs.kueue
             unplaced=unplaced,
             scorecard=scorecard,
             live_ledger=scorecard.pool_ledger if scorecard is not None else None,

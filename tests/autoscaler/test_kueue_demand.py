@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from adapters.kubernetes.watch import WatchGroup
-from autoscaler.config.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings
+from autoscaler.config.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings, Settings
 from autoscaler.refresh.kube_inputs import KubernetesInputs, watch_settings
+from autoscaler.refresh.pipeline import open_pipeline
 from tests.autoscaler.test_pool_resolution import A100, H100, NOW, PLANS, TOLERATE_GPUS, WINDOWS, pool_refresher, served
 from tests.eventually import eventually
 from tests.fakekube import FakeKube
@@ -194,3 +195,24 @@ async def test_without_kueue_nothing_is_queued_and_the_watches_say_absent(fake_k
         assert inputs.queued(NOW) == []
         assert inputs.health()["watch workloads"].startswith("absent")
         assert inputs.health()["watch pending pods"] == "synced"
+
+
+@pytest.mark.parametrize("kueue_on", [True, False])
+async def test_the_pipeline_serves_what_kueue_queues_unless_it_is_off(
+    fake_kube: FakeKube, kube_api, tmp_path, kueue_on
+):
+    fake_kube.add("resourceflavors", A100_FLAVOR)
+    fake_kube.add("clusterqueues", cluster_queue("gpu", [("a100", 32)]))
+    fake_kube.add("localqueues", local_queue("team-a", "gpu"))
+    fake_kube.add("workloads", TRAIN)
+    settings = Settings.model_validate(
+        {"server": {"bind_address": "127.0.0.1"}, "auth": {"mode": "none"}, "state_dir": str(tmp_path),
+         "inputs": {"kueue": kueue_on}}
+    )  # fmt: skip
+    async with open_pipeline(settings, kube_api) as pipeline:
+        if kueue_on:
+            await eventually(lambda: [w.gpus for w in pipeline.queued(NOW)] == [16], message="the Workload served")
+        else:
+            assert pipeline.health is not None
+            await eventually(lambda: pipeline.health()["watch pending pods"] == "synced", message="watches synced")
+            assert pipeline.queued(NOW) == [] and "watch workloads" not in pipeline.health()
