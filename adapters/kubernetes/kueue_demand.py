@@ -189,6 +189,8 @@ def queued_gpus(
 def started_workloads(workloads: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> set[str]:
     """The uids of the Workloads some of whose pods are among ``pods`` (matched by owner: ``kueue.pod_links``)."""
     links = set().union(*(kueue.pod_links(pod) for pod in pods))
+    if not links:
+        return set()
     return {
         str((workload.get("metadata") or {}).get("uid")) for workload in workloads if kueue.owner_uids(workload) & links
     }

@@ -54,7 +54,12 @@ class KueueInputs:
         claims: ClaimLookup | None,
     ) -> list[QueuedGpus]:
         """The pod sets counted now, given the Pending pods the pod watch holds."""
-        state = KueueState(*(self._objects(plural) for plural in kueue.PLURALS))
+        state = KueueState(
+            workloads=self._objects(kueue.WORKLOADS),
+            local_queues=self._objects(kueue.LOCAL_QUEUES),
+            cluster_queues=self._objects(kueue.CLUSTER_QUEUES),
+            flavors=self._objects(kueue.RESOURCE_FLAVORS),
+        )
         reserved = {
             str((w.get("metadata") or {}).get("uid"))
             for w in state.workloads.values()
