@@ -8,7 +8,7 @@ each resource (``podSetAssignments[].flavors``). Kueue then puts the flavor's ``
 the pods' ``nodeSelector`` and adds its ``tolerations``; its ``nodeTaints`` are the taints of its
 nodes, which a pod set must tolerate to be given the flavor.
 
-Versions: ``v1beta2`` (Kueue 0.15 and later), else ``v1beta1``, the only one older releases serve
+Versions: ``v1beta2`` (stored by Kueue 0.19), else ``v1beta1``, which older releases serve
 (they agree on every field read here).
 """
 

@@ -173,7 +173,7 @@ async def test_a_workload_whose_flavor_fits_no_pool_is_reported_unplaced(fake_ku
 
 async def test_only_v1beta1_served_the_workloads_are_read_through_it(fake_kube: FakeKube, kube_api):
     for plural in ("workloads", "localqueues", "clusterqueues", "resourceflavors"):
-        fake_kube.served_versions[plural] = ("v1beta1",)  # a Kueue older than 0.15
+        fake_kube.served_versions[plural] = ("v1beta1",)  # an older Kueue
     for pool in (A100, H100):
         fake_kube.add("nodepools", pool)
     fake_kube.add("resourceflavors", A100_FLAVOR)
