@@ -13,6 +13,9 @@ import pandas as pd
 KARPENTER_NODEPOOL_LABEL = "karpenter.sh/nodepool"
 # The label that names a node pool on series and windows (joined from KARPENTER_NODEPOOL_LABEL).
 NODEPOOL_LABEL = "nodepool"
+# A ScheduledWindow's source for demand that waits in a queue now, without pods (a Kueue Workload):
+# open from now, served like a window that is due, never in the history.
+QUEUED_SOURCE = "workload"
 NO_OFFSET = pd.Timedelta(0)
 # What tells the time; tests give a fake one.
 Clock = Callable[[], datetime]
@@ -48,9 +51,10 @@ class Signal:
 
 @dataclass(frozen=True)
 class ScheduledWindow:
-    """Known future GPU demand: a training window from a CronJob or from the config file."""
+    """Known future GPU demand: a training window from a CronJob or from the config file, or GPUs
+    waiting in a queue now (``QUEUED_SOURCE``)."""
 
-    source: str  # "cronjob" or "config"
+    source: str  # "cronjob", "config" or QUEUED_SOURCE
     namespace: str
     name: str
     start: datetime  # tz-aware UTC: when the work is due to start (the cron fire time)

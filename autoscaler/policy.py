@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from adapters.types import ScheduledWindow
+from adapters.types import QUEUED_SOURCE, ScheduledWindow
 from forecast.types import Forecast
 
 # What a served metric is: a forecast peak of GPUs (plus windows), that minus GPUs requested now, a
@@ -131,17 +131,29 @@ def forecast_demand(
         f"p{round(quantile * 100)} forecast of model {forecast.model} peaks at {figure(statistical)} "
         f"at {peak_at:%H:%M} UTC within the {minutes} min lead time"
     ]
-    if open_windows:
-        names = ", ".join(
-            f"{w.namespace}/{w.name} ({w.gpus:g} GPUs{'; ' + w.placement if w.placement else ''})" for w in open_windows
-        )
-        parts.append(f"plus scheduled windows {names}")
+    dated = [window for window in open_windows if window.source != QUEUED_SOURCE]
+    if dated:
+        parts.append(f"plus scheduled windows {window_names(dated)}")
+    if len(dated) < len(open_windows):
+        parts.append(f"plus queued {window_names([w for w in open_windows if w.source == QUEUED_SOURCE])}")
     return Decision(max(0.0, statistical + scheduled), "; ".join(parts), peak_at=peak_at.to_pydatetime())
 
 
+def window_names(windows: Sequence[ScheduledWindow]) -> str:
+    return ", ".join(
+        f"{w.namespace}/{w.name} ({w.gpus:g} GPUs{'; ' + w.placement if w.placement else ''})" for w in windows
+    )
+
+
 def windows_due(windows: Sequence[ScheduledWindow], now: datetime, lead_time: timedelta) -> list[ScheduledWindow]:
-    """Windows that start after ``now`` and within the lead time: what a cron scaler holds ahead."""
-    return [window for window in windows if now < window.start <= now + lead_time]
+    """Windows that start after ``now`` and within the lead time: what a cron scaler holds ahead; and
+    demand waiting in a queue now (``QUEUED_SOURCE``), which no pod requests yet."""
+    return [
+        window
+        for window in windows
+        if now < window.start <= now + lead_time
+        or (window.source == QUEUED_SOURCE and window.start <= now < window.end)
+    ]
 
 
 def buffer_demand(buffer_gpus: float, situation: Situation, with_windows: bool = True) -> Decision:

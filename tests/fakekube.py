@@ -7,8 +7,8 @@ It speaks the real JSON wire format, so tests drive the real kubernetes-asyncio 
   event per line, ADDED/MODIFIED/DELETED/BOOKMARK, and ERROR with a 410 ``Expired`` Status when the
   resourceVersion was compacted away (a list with a too-old resourceVersion gets HTTP 410);
 - creation (POST) of the resources below, validated as kube-apiserver validates them
-  (``tests/kube_schemas.py``: the vendored upstream CRDs for NodePools and NodeClaims, Kubernetes'
-  own schemas for Pods, CronJobs and Jobs): 422 Invalid (or 400 for unknown fields) with a Status;
+  (``tests/kube_schemas.py``: the vendored upstream CRDs for NodePools, NodeClaims and Kueue's
+  objects, Kubernetes' own schemas for Pods, CronJobs and Jobs): 422 Invalid (or 400 for unknown fields) with a Status;
   ``add`` and ``modify`` check the same and raise ``Refused``, so fixtures are objects a cluster accepts;
 - field selectors on lists and watches (``status.phase=Pending``): a watched object that stops
   matching arrives as DELETED, one that starts matching as ADDED, as the API server sends them;
@@ -132,6 +132,40 @@ RESOURCE_TYPES: dict[str, ResourceType] = {
         ResourceType("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
         ResourceType("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False),
         ResourceType("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False),
+        # Kueue (v0.19): v1beta2 stored, v1beta1 still served.
+        ResourceType(
+            "kueue.x-k8s.io",
+            "v1beta2",
+            "workloads",
+            "Workload",
+            True,
+            ("v1beta1",),
+            status_subresource=True,
+            custom=True,
+        ),
+        ResourceType(
+            "kueue.x-k8s.io",
+            "v1beta2",
+            "localqueues",
+            "LocalQueue",
+            True,
+            ("v1beta1",),
+            status_subresource=True,
+            custom=True,
+        ),
+        ResourceType(
+            "kueue.x-k8s.io",
+            "v1beta2",
+            "clusterqueues",
+            "ClusterQueue",
+            False,
+            ("v1beta1",),
+            status_subresource=True,
+            custom=True,
+        ),
+        ResourceType(
+            "kueue.x-k8s.io", "v1beta2", "resourceflavors", "ResourceFlavor", False, ("v1beta1",), custom=True
+        ),
     )
 }
 

@@ -25,20 +25,12 @@ from typing import Any
 import numpy as np
 from kubernetes_asyncio.client import ApiClient, BatchV1Api
 
-from adapters.gpu_units import WHOLE_GPU, GpuUnits
+from adapters.gpu_units import GpuUnits
 from adapters.kubernetes.client import parse_kube_time
 from adapters.kubernetes.cron_schedule import CronScheduleError, fire_times
-from adapters.kubernetes.dra_claims import AllRequest, ClaimLookup, pod_claims
-from adapters.kubernetes.gpu_requests import pod_gpu_requests
-from adapters.kubernetes.pool_matching import (
-    NodePool,
-    PoolChoice,
-    UnplacedDemand,
-    choose_pool,
-    launches_failing,
-    pool_name,
-    selected_pool,
-)
+from adapters.kubernetes.dra_claims import ClaimLookup
+from adapters.kubernetes.pod_templates import GpuTemplate, template_gpus
+from adapters.kubernetes.pool_matching import NodePool, UnplacedDemand, launches_failing, pool_name
 from adapters.kubernetes.watch import WatchedResource
 from adapters.types import NODEPOOL_LABEL, ScheduledWindow
 
@@ -173,40 +165,6 @@ def _apply_concurrency_policy(
     return windows
 
 
-@dataclass(frozen=True)
-class GpuTemplate:
-    """What one run of a GPU CronJob asks for."""
-
-    pod_spec: Mapping[str, Any]
-    per_pod: Mapping[str, float]  # GPUs of one pod, per resource
-    gpus: float  # of the whole run: pods at once x GPUs per pod, plus the claims they share
-    claimed: float = 0.0  # GPUs of one pod's resource claims (adapters.kubernetes.dra_claims)
-    pods: int = 1
-    # All requests, counted on a node of the pool the run lands in: each pod's, and the shared claims'.
-    own_all: tuple[AllRequest, ...] = ()
-    shared_all: tuple[AllRequest, ...] = ()
-
-    def run_gpus(self, pool: str | None, claims: ClaimLookup | None) -> float:
-        """GPUs of one run in ``pool``: ``gpus`` plus its All requests on a node of the pool."""
-        if claims is None or not (self.own_all or self.shared_all):
-            return self.gpus
-        own, own_problems = claims.all_gpus(self.own_all, pool)
-        shared, shared_problems = claims.all_gpus(self.shared_all, pool)
-        for problem in dict.fromkeys(own_problems + shared_problems):
-            log.warning("CronJob template in pool %s: %s (not counted)", pool, problem)
-        return self.gpus + self.pods * own + shared
-
-    def pool(self, nodepools: Sequence[NodePool] | None) -> PoolChoice:
-        """The pool the run's pods land in; the pool's whole limit counts (the run is in the future)."""
-        if nodepools is None:
-            return selected_pool(self.pod_spec)
-        try:
-            gpus = self.per_pod.get(WHOLE_GPU, 0.0) + self.claimed
-            return choose_pool(self.pod_spec, nodepools, gpus, count_in_use=False)
-        except ValueError as exc:
-            return PoolChoice(None, (), f"unreadable node affinity: {exc}")
-
-
 def gpu_template(
     cronjob: Mapping[str, Any], settings: CronWindowSettings, claims: ClaimLookup | None = None
 ) -> GpuTemplate | None:
@@ -218,25 +176,13 @@ def gpu_template(
         return None
     job_spec = (spec.get("jobTemplate") or {}).get("spec") or {}
     pod_spec = (job_spec.get("template") or {}).get("spec") or {}
+    metadata = cronjob.get("metadata") or {}
+    what = f"CronJob {metadata.get('namespace')}/{metadata.get('name')}"
     try:
-        per_pod = pod_gpu_requests(pod_spec, settings.units)
-        # In physical GPUs, as the GPU series count them: MIG by its slices, time-slicing by replicas.
-        per_pod_gpus = settings.units.gpus(per_pod)
+        return template_gpus(pod_spec, str(metadata.get("namespace", "")), job_pods(job_spec), settings.units,
+                             claims, what)  # fmt: skip
     except ValueError as exc:
         raise CronScheduleError(f"unreadable GPU request: {exc}") from exc
-    claimed, shared, own_all, shared_all = 0.0, 0.0, tuple[AllRequest, ...](), tuple[AllRequest, ...]()
-    if claims is not None and pod_spec.get("resourceClaims"):
-        metadata = cronjob.get("metadata") or {}
-        resolved = pod_claims(pod_spec, {}, str(metadata.get("namespace", "")), claims)
-        for problem in resolved.problems:
-            log.warning("CronJob %s/%s: %s (not counted)", metadata.get("namespace"), metadata.get("name"), problem)
-        claimed, shared = resolved.own, sum(resolved.shared.values())
-        own_all, shared_all = resolved.own_all, tuple(r for rs in resolved.shared_all.values() for r in rs)
-    pods = job_pods(job_spec)
-    gpus = pods * (float(per_pod_gpus) + claimed) + shared
-    if gpus <= 0 and not (own_all or shared_all):
-        return None
-    return GpuTemplate(pod_spec, per_pod, gpus, claimed + shared, pods, own_all, shared_all)
 
 
 def windows_for_cronjob(

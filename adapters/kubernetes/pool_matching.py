@@ -54,7 +54,7 @@ class PoolChoice:
 class UnplacedDemand:
     """GPUs that fit no NodePool: reported, never dropped silently."""
 
-    kind: str  # "pending_pod" or "cronjob"
+    kind: str  # "pending_pod", "cronjob" or "workload" (a queued Kueue Workload)
     namespace: str
     name: str
     gpus: float

@@ -9,7 +9,8 @@ is wrong and how to fix it):
 - RBAC: a SelfSubjectAccessReview per permission the configuration uses (``required_permissions``);
 - the ``kube-system/extension-apiserver-authentication`` ConfigMap and its request-header CA
   (``auth.mode: kubernetes``);
-- the custom resources the configuration reads, served by the API (discovery; ``required_resources``).
+- the custom resources the configuration reads, served by the API (discovery; ``required_resources``);
+- Kueue, read where it is installed (``inputs.kueue``): found or not, and listed (``check_kueue``).
 
 RBAC is checked for whoever runs the check: in the pod the service account, from a workstation the
 kubeconfig's user.
@@ -27,8 +28,9 @@ from kubernetes_asyncio.client import ApiClient
 
 from adapters.kubernetes import access as kube_access
 from adapters.kubernetes import auth as kube_auth
+from adapters.kubernetes import kueue
 from adapters.kubernetes.access import Access
-from adapters.kubernetes.client import KubeError, KubeForbidden, KubeNotFound
+from adapters.kubernetes.client import KubeError, KubeForbidden, KubeNotFound, read_json
 from autoscaler.checks.apiservice_owner import EXTERNAL_METRICS_APISERVICE, apiservice_check
 from autoscaler.config.settings import Settings
 
@@ -106,6 +108,8 @@ def required_permissions(settings: Settings) -> list[Permission]:
             permissions.append(_watch("karpenter.sh", "nodepools", "inputs.nodepools"))
         if inputs.pending_pods:
             permissions.append(_watch("", "pods", "inputs.pending_pods"))
+        if inputs.kueue:
+            permissions += [_watch(kueue.GROUP, plural, "inputs.kueue") for plural in kueue.PLURALS]
         if inputs.resource_claims.enabled and (inputs.pending_pods or inputs.cronjobs):
             for plural in ("resourceclaims", "resourceclaimtemplates", "resourceslices", "deviceclasses"):
                 permissions.append(_watch("resource.k8s.io", plural, "inputs.resource_claims"))
@@ -224,6 +228,24 @@ async def check_resources(api: ApiClient, resources: Sequence[RequiredResource])
     return checks
 
 
+async def check_kueue(api: ApiClient) -> Check:
+    """Whether Kueue is installed (its objects are listed in the first version served) and readable.
+    Not installed is fine: nothing is queued through it."""
+    versions = []
+    try:
+        for plural in kueue.PLURALS:
+            listing = kueue.ServedVersionList(api, plural)
+            await read_json(listing(limit=1, _preload_content=False), f"list {plural}.{kueue.GROUP}")
+            versions.append(listing.version)
+    except KubeNotFound:
+        return Check("kueue", True, f"not found ({kueue.GROUP} serves no {kueue.PLURALS[len(versions)]}): no "
+                     "Workload is counted as queued GPU demand (inputs.kueue)")  # fmt: skip
+    except KubeForbidden as error:
+        return Check("kueue", False, f"found but not read ({error}); needed by inputs.kueue: {CLUSTER_ROLE_FIX}")
+    served = ", ".join(dict.fromkeys(versions))
+    return Check("kueue", True, f"found ({kueue.GROUP}/{served}) and read: queued Workloads count as GPU demand")
+
+
 def _authentication_problem(config: kube_auth.RequestHeaderConfig) -> str | None:
     if not config.client_ca_pem:
         return (
@@ -279,6 +301,8 @@ async def run_checks(api: ApiClient, settings: Settings) -> list[Check]:
     for permission in required_permissions(settings):
         checks.append(await check_permission(api, permission))
     checks += await check_resources(api, required_resources(settings))
+    if settings.inputs is not None and settings.inputs.kueue:
+        checks.append(await check_kueue(api))
     return checks
 
 

@@ -298,6 +298,9 @@ class KubernetesInputsSettings(_Strict):
     placeholder_namespaces: tuple[str, ...] = ()
     placeholder_selector: str = ""
     resource_claims: ResourceClaimSettings = ResourceClaimSettings()  # DRA claims of those pods
+    # Watch Kueue's Workloads, queues and flavors (where Kueue is installed): the GPUs of admitted
+    # Workloads without pods, and of pending ones next in line within their quota, count as demand.
+    kueue: bool = True
     launches: LaunchRecordSettings = LaunchRecordSettings()  # the launch record of NodeClaims
 
     @model_validator(mode="after")

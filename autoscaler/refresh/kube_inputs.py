@@ -36,6 +36,7 @@ from adapters.kubernetes.watch import OnChange, WatchCache, WatchEvent, WatchGro
 from adapters.types import NODEPOOL_LABEL, ScheduledWindow
 from autoscaler.config.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings, WindowSettings
 from autoscaler.policy import Cap, LeadTime
+from autoscaler.refresh.kueue_inputs import KueueInputs
 from autoscaler.selectors import Selector, parse_selector
 from autoscaler.targets.launches import LearnedLaunches, learned_launches
 
@@ -102,6 +103,8 @@ class KubernetesInputs:
         self._dra_problems: tuple[str, ...] = ()  # last said, so each is logged once
         # Told of every change of a Pending pod (the live scorecard's waits and window starts).
         self.pod_listeners: list[OnChange] = []
+        # Demand in Kueue's queues (docs/kueue.md), in the same units.
+        self.kueue = KueueInputs(self.window_settings.units, inputs.default_job_duration) if inputs.kueue else None
 
     def start(self, group: WatchGroup, api: ApiClient) -> None:
         if self.inputs.cronjobs:
@@ -118,6 +121,9 @@ class KubernetesInputs:
             self._claim_templates = group.start(dra_claims.resource_claim_template_resource(api))
             self._slices = group.start(dra_devices.resource_slice_resource(api))
             self._device_classes = group.start(dra_devices.device_class_resource(api))
+        if self.kueue is not None:
+            self.kueue.start(group, api)
+            self.pod_listeners.append(self.kueue.on_pod_change)
 
     def claim_lookup(self) -> dra_claims.ClaimLookup | None:
         """The ResourceClaims and templates the watches hold (empty where resource.k8s.io/v1 is not
@@ -183,6 +189,13 @@ class KubernetesInputs:
                 self.claim_lookup(),
             )
         return found
+
+    def queued(self, now: datetime) -> list[ScheduledWindow]:
+        """GPUs of Kueue Workloads that have no pod yet, as windows open from ``now`` (``KueueInputs``)."""
+        if self.kueue is None:
+            return []
+        pods = self._pending.objects.values() if self._pending is not None else ()
+        return self.kueue.windows(now, self.kueue.queued(pods, self.nodepools(), self.claim_lookup()))
 
     def is_placeholder(self, pod: Mapping[str, Any]) -> bool:
         metadata = pod.get("metadata") or {}
@@ -255,8 +268,8 @@ class KubernetesInputs:
         return listed + (f"; and {len(chosen) - SHOWN_UNPLACED} more" if len(chosen) > SHOWN_UNPLACED else "")
 
     def unplaced(self) -> list[UnplacedDemand]:
-        """GPU demand that fits no NodePool: waiting pods and CronJob templates (only known once the
-        NodePools are)."""
+        """GPU demand that fits no NodePool: waiting pods, CronJob templates and queued Kueue Workloads
+        (only known once the NodePools are)."""
         pools = self.nodepools()
         if pools is None:
             return []
@@ -264,6 +277,11 @@ class KubernetesInputs:
         if self._cronjobs is not None:
             cronjob_objects = self._cronjobs.objects.values()
             found += cronjobs.unplaced_cronjobs(cronjob_objects, pools, self.window_settings, self.claim_lookup())
+        if self.kueue is not None:
+            pods = self._pending.objects.values() if self._pending is not None else ()
+            queued = self.kueue.queued(pods, pools, self.claim_lookup())
+            found += [UnplacedDemand("workload", q.namespace, q.name, q.gpus, q.choice.reason) for q in queued
+                      if q.choice.pool is None]  # fmt: skip
         return found
 
     def lead_time(self, labels: Mapping[str, str]) -> LeadTime:
@@ -346,6 +364,7 @@ class KubernetesInputs:
                 continue
             state = "absent" if cache.absent else ("synced" if cache.synced else "syncing")
             checks[f"watch {cache.kind}"] = state + (f" (last error: {cache.last_error})" if cache.last_error else "")
+        checks |= self.kueue.health() if self.kueue is not None else {}
         unplaced = self.unplaced()
         if unplaced:
             gpus = sum(item.gpus for item in unplaced)

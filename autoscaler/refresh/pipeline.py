@@ -48,6 +48,7 @@ from autoscaler.targets.plans import (
     RefreshSettings,
     SignalSource,
     WindowsFunction,
+    nothing_queued,
 )
 from autoscaler.targets.service_levels import TuningSettings
 
@@ -232,6 +233,7 @@ async def open_pipeline(
             health=health,
             pending_gpus=pending_gpus,
             pending_placement=pending_placement,
+            queued=inputs.queued if inputs is not None else nothing_queued,  # empty unless inputs.kueue
             unplaced=unplaced,
             scorecard=scorecard,
             live_ledger=scorecard.pool_ledger if scorecard is not None else None,

@@ -192,7 +192,7 @@ class Refresher:
             for signal in signals
             if signal.name in served_signals and owns(series_key(signal))
         ]
-        windows = list(self.windows(now, self.settings.window_horizon))
+        windows = [*self.windows(now, self.settings.window_horizon), *self.inputs.queued(now)]
 
         def serve_group(group: int, outcomes: list[_Fitted | None], last: bool) -> None:
             for outcome in outcomes:

@@ -91,6 +91,13 @@ CapsFunction = Callable[[MetricPlan, Mapping[str, str], float], Sequence[policy.
 PendingGpusFunction = Callable[[str | None], float]
 # (NodePool) -> how the pods counted in it were placed when several pools fit them ("" if none did).
 PendingPlacementFunction = Callable[[str], str]
+# (now) -> GPU demand waiting in queues now with no pod yet (Kueue Workloads), as windows open from now
+# (``adapters.types.QUEUED_SOURCE``): served as windows are, never taken out of the history.
+QueuedFunction = Callable[[datetime], Sequence[ScheduledWindow]]
+
+
+def nothing_queued(now: datetime) -> Sequence[ScheduledWindow]:
+    return ()
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,7 @@ class RefreshInputs:
     caps: CapsFunction | None = None
     pending_gpus: PendingGpusFunction | None = None
     pending_placement: PendingPlacementFunction | None = None
+    queued: QueuedFunction = nothing_queued
     # Replays a target's levels (the simulator's controller model); without it, targets serve their quantile.
     replay: ReplayFunction | None = None
     # A pool's live minute ledger (the scorecard's), which calibrates a target on what happened.

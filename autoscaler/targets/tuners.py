@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import numpy as np
 
+from adapters.types import QUEUED_SOURCE
 from autoscaler import policy
 from autoscaler.targets.candidates import CANDIDATE_LEVELS, describe
 from autoscaler.targets.launches import LearnedLaunchesFunction
@@ -101,9 +102,14 @@ class TargetLevels:
     def _record(self, tuner: LevelTuner, situation: policy.Situation, values: list[float], now_s: float) -> None:
         lead_time = situation.lead_time.value
         due = sum(window.gpus for window in policy.windows_due(situation.windows, situation.now, lead_time))
-        # Window runs that start by the next refresh or just did (each is judged once, by its start).
+        # Window runs that start by the next refresh or just did (each is judged once, by its start);
+        # demand queued now (Kueue) opens at every refresh and is no run.
         seen_from, seen_to = situation.now - timedelta(seconds=2 * self.step_s), situation.now + lead_time
-        starts = [window.start.timestamp() for window in situation.windows if seen_from < window.start <= seen_to]
+        starts = [
+            window.start.timestamp()
+            for window in situation.windows
+            if seen_from < window.start <= seen_to and window.source != QUEUED_SOURCE
+        ]
         tuner.record(now_s, situation.requested_now, values, lead_time.total_seconds(), due, starts)
 
     def forget(self, key: object) -> None:

@@ -102,7 +102,10 @@ def _series_schemas() -> dict[str, Any]:
                 "start": _TIMESTAMP,
                 "end": _TIMESTAMP,
                 "gpus": {"type": "number"},
-                "source": {"type": "string", "description": "cronjob or config"},
+                "source": {
+                    "type": "string",
+                    "description": "cronjob, config or workload (a Kueue Workload queued now)",
+                },
             }
         ),
         "SeriesDetail": _object(

@@ -221,7 +221,8 @@ class UnplacedCollector(Collector):
             gpus[item.kind] = gpus.get(item.kind, 0.0) + item.gpus
         family = GaugeMetricFamily(
             "gpu_autoscaler_unplaced_gpus",
-            "GPUs of Pending pods and CronJob runs that fit no Karpenter NodePool (no pool's headroom counts them)",
+            "GPUs of Pending pods, CronJob runs and queued Kueue Workloads that fit no Karpenter NodePool "
+            "(no pool's headroom counts them)",
             labels=["kind"],
         )
         for kind, value in sorted(gpus.items()):

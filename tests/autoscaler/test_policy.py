@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from adapters.types import QUEUED_SOURCE, ScheduledWindow
 from autoscaler import policy
 from autoscaler.config.settings import WindowSettings
 from autoscaler.policy import Cap, Decision
@@ -75,6 +76,33 @@ def test_a_window_s_pool_choice_is_part_of_the_explanation():
     placed = replace(window, namespace="ml", placement=choice)
     demand = policy.forecast_demand(forecast, quantile=0.9, now=NOW, lead_time=timedelta(minutes=5), windows=[placed])
     assert f"plus scheduled windows ml/train (8 GPUs; {choice})" in demand.explanation
+
+
+def test_demand_queued_now_is_added_and_named_apart_from_scheduled_windows():
+    forecast = flat_forecast(NOW, [10, 10, 10])
+    (dated,) = declared_windows(
+        [WindowSettings(name="nightly", cron="0 9 * * *", gpus=8, duration=timedelta(hours=1))], NOW, timedelta(hours=1)
+    )
+    queued = ScheduledWindow(
+        QUEUED_SOURCE,
+        "ml",
+        "train",
+        NOW,
+        NOW + timedelta(hours=1),
+        16,
+        placement="Kueue Workload pending in ClusterQueue gpu",
+    )
+    lead = timedelta(minutes=5)
+    demand = policy.forecast_demand(forecast, quantile=0.9, now=NOW, lead_time=lead, windows=[dated, queued])
+    assert demand.value == 10 + 8 + 16
+    assert demand.explanation.endswith(
+        "; plus scheduled windows /nightly (8 GPUs); plus queued ml/train (16 GPUs; Kueue Workload pending in "
+        "ClusterQueue gpu)"
+    )
+    # A buffer above the GPUs requested now holds the windows due, and what is queued now (no pod requests it).
+    assert policy.windows_due([dated, queued], NOW, lead) == [queued]
+    situation = policy.Situation(forecast=forecast, now=NOW, lead_time=policy.LeadTime(lead, "x"), windows=[queued])
+    assert policy.buffer_demand(4, situation).value == 4 + 16
 
 
 def test_headroom_names_what_requested_now_holds():

@@ -74,7 +74,7 @@ def config(fake_kube: FakeKube, tmp_path: Path) -> Path:
     document = {
         "server": {"bind_address": "127.0.0.1", "secure_port": 0, "http_port": 0, "shutdown_delay": "0s"},
         "kubernetes": {"kubeconfig": str(fake_kube.kubeconfig_path)},
-        "inputs": {"cronjobs": True, "nodeclaims": True, "nodepools": False, "pending_pods": False},
+        "inputs": {"cronjobs": True, "nodeclaims": True, "nodepools": False, "pending_pods": False, "kueue": False},
         "state_dir": str(tmp_path / "state"),
     }
     path.write_text(yaml.safe_dump(document))

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from adapters.types import ScheduledWindow
+from adapters.types import QUEUED_SOURCE, ScheduledWindow
 from autoscaler import policy
 from autoscaler.commands.cli import main
 from autoscaler.config.settings import Settings
@@ -433,6 +433,17 @@ async def test_a_buffer_is_served_with_the_windows_due_when_it_is_cheapest() -> 
     assert tuner._window_starts == {windows[0].start.timestamp()}
     request = tuner.replay_request()
     assert request.headroom["buffer:9"][-1] == 25.0
+
+
+def test_demand_queued_now_is_recorded_as_due_but_is_no_window_run() -> None:
+    """A Kueue Workload queued now opens a window at every refresh: the buffers' replay holds its GPUs
+    as due, and a window start delay target never judges it as a run that started."""
+    plan, levels, situation, tuner = _a_tuned_headroom("0.3%")
+    later = situation.now + timedelta(minutes=1)
+    queued = ScheduledWindow(QUEUED_SOURCE, "ml", "train", later, later + timedelta(hours=1), 16.0)
+    levels.decide(plan, "series", replace(situation, now=later, windows=(queued,)), later.timestamp())
+    assert tuner._record.rows()[-1][1] == 16.0
+    assert tuner._window_starts == set()
 
 
 async def test_windows_that_bring_no_pods_let_a_buffer_without_them_be_served() -> None:

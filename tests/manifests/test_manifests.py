@@ -55,6 +55,7 @@ KUSTOMIZATIONS = (
     "monitoring",
     "examples",
     "examples-before-1.35",
+    "examples/kueue",
     "examples/inference-from-zero/base",
     "examples/inference-from-zero/hpa",
     "examples/inference-from-zero/keda",
@@ -477,6 +478,10 @@ def test_rbac():
         ("resource.k8s.io", "resourceclaimtemplates"),
         ("resource.k8s.io", "resourceslices"),
         ("resource.k8s.io", "deviceclasses"),
+        ("kueue.x-k8s.io", "workloads"),
+        ("kueue.x-k8s.io", "localqueues"),
+        ("kueue.x-k8s.io", "clusterqueues"),
+        ("kueue.x-k8s.io", "resourceflavors"),
     ):
         assert {(group, resource, verb) for verb in ("get", "list", "watch")} <= reads
     assert ("authentication.k8s.io", "tokenreviews", "create") in reads

@@ -1,0 +1,196 @@
+"""GPU demand waiting in Kueue's queues, before any pod of it exists, and the NodePool it lands in.
+
+Counted (docs/kueue.md):
+
+- a Workload Kueue admitted (``status.admission``, condition ``QuotaReserved``) while none of its pods
+  exists: it is about to start them. Its pod sets land on the flavors ``podSetAssignments`` name;
+- a pending Workload that is next in line and fits its ClusterQueue's quota now: the ClusterQueue's
+  pending Workloads (through their LocalQueue, ``spec.queueName``) in queue order (``kueue.queue_order``),
+  each given the first flavor of the queue (in the queue's order) with GPU quota whose node taints
+  its pods tolerate and whose unused nominal GPU quota (nominal less ``status.flavorsReservation``,
+  less what the Workloads before it in this count took) holds its GPUs; one that fits no flavor
+  waits for quota (the cluster's policy), and is not counted, while those after it still may be.
+
+Not counted: a Workload that finished (``Finished``) or is deactivated (``spec.active: false``), and
+one whose pods exist (``pods_started``): they are Pending pods or running, counted as such.
+
+A pod set's GPUs are ``count`` pods of its template (``adapters.kubernetes.pod_templates``); its pool
+is the one Karpenter would launch them in (``adapters.kubernetes.pool_matching``) once Kueue has put
+the flavor's node labels and tolerations into the template. Pure functions over raw JSON.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from adapters.gpu_units import GpuUnits
+from adapters.kubernetes import kueue
+from adapters.kubernetes.dra_claims import ClaimLookup
+from adapters.kubernetes.kueue import Flavor
+from adapters.kubernetes.pod_templates import GpuTemplate, template_gpus
+from adapters.kubernetes.pool_matching import NodePool, PoolChoice
+
+log = logging.getLogger(__name__)
+
+Objects = Mapping[str, Mapping[str, Any]]  # a watch's objects: namespace/name (or name) -> object
+
+
+@dataclass(frozen=True)
+class QueuedGpus:
+    """The GPUs of one pod set of a Workload that has no pod yet, and the pool they land in."""
+
+    namespace: str
+    name: str  # the Workload's
+    state: str  # "admitted", "quota reserved" (admission checks pending) or "pending" (next in line)
+    cluster_queue: str
+    pod_set: str
+    flavor: str
+    gpus: float
+    choice: PoolChoice
+
+    def describe(self) -> str:
+        """The Workload, its queue and flavor, as the explanation names them."""
+        text = f"Kueue Workload {self.state} in ClusterQueue {self.cluster_queue}, flavor {self.flavor}"
+        if self.pod_set != "main":
+            text += f", pod set {self.pod_set}"
+        return text if len(self.choice.fits) == 1 else f"{text}; {self.choice.reason}"
+
+
+@dataclass(frozen=True)
+class KueueState:
+    """What the Kueue watches hold."""
+
+    workloads: Objects
+    local_queues: Objects
+    cluster_queues: Objects
+    flavors: Objects
+
+
+@dataclass(frozen=True)
+class _Placing:
+    """How pod sets are counted and placed: the units, the claims and the NodePools (None: unknown)."""
+
+    units: GpuUnits
+    claims: ClaimLookup | None
+    nodepools: Sequence[NodePool] | None
+
+
+def _pod_sets(workload: Mapping[str, Any]) -> list[tuple[str, int, Mapping[str, Any]]]:
+    """(name, count, pod spec) of each pod set; ``count`` defaults to 1 as the CRD does."""
+    return [
+        (str(ps.get("name") or "main"), int(ps.get("count", 1)), (ps.get("template") or {}).get("spec") or {})
+        for ps in (workload.get("spec") or {}).get("podSets") or []
+    ]
+
+
+def _template(
+    workload: Mapping[str, Any], spec: Mapping[str, Any], count: int, placing: _Placing
+) -> GpuTemplate | None:
+    what = f"Workload {kueue.namespace_of(workload)}/{kueue.name_of(workload)}"
+    try:
+        return template_gpus(spec, kueue.namespace_of(workload), count, placing.units, placing.claims, what)
+    except ValueError as exc:  # a quantity the API would not have accepted, a MIG name of no known shape
+        log.warning("%s not counted: %s", what, exc)
+        return None
+
+
+def _counted(
+    workload: Mapping[str, Any],
+    state: str,
+    queue: str,
+    placed: list[tuple[str, Flavor, GpuTemplate]],
+    placing: _Placing,
+) -> list[QueuedGpus]:
+    found: list[QueuedGpus] = []
+    for pod_set, flavor, template in placed:
+        choice = template.pool(placing.nodepools, count_in_use=True)
+        gpus = template.run_gpus(choice.pool, placing.claims)
+        if gpus > 0:
+            namespace, name = kueue.namespace_of(workload), kueue.name_of(workload)
+            found.append(QueuedGpus(namespace, name, state, queue, pod_set, flavor.name, gpus, choice))
+    return found
+
+
+def _admitted(workload: Mapping[str, Any], state: KueueState, placing: _Placing) -> list[QueuedGpus]:
+    admission = (workload.get("status") or {}).get("admission") or {}
+    assignments = {str(a.get("name")): a for a in admission.get("podSetAssignments") or []}
+    placed: list[tuple[str, Flavor, GpuTemplate]] = []
+    for pod_set, count, spec in _pod_sets(workload):
+        assignment = assignments.get(pod_set) or {}
+        flavor_name = kueue.gpu_flavor(assignment.get("flavors") or {}, placing.units)
+        flavor = Flavor.of(state.flavors.get(flavor_name or ""), flavor_name or "none")
+        pods = int(assignment.get("count", count))
+        template = _template(workload, flavor.pod_spec(spec), pods, placing)
+        if template is not None:
+            placed.append((pod_set, flavor, template))
+    state_now = "admitted" if kueue.has_condition(workload, "Admitted") else "quota reserved"
+    return _counted(workload, state_now, str(admission.get("clusterQueue", "")), placed, placing)
+
+
+def _next_in_line(
+    waiting: Sequence[Mapping[str, Any]], cluster_queue: Mapping[str, Any], state: KueueState, placing: _Placing
+) -> list[QueuedGpus]:
+    """The pending Workloads of one ClusterQueue that fit its unused nominal GPU quota, in queue order."""
+    quota = kueue.nominal_gpus(cluster_queue, placing.units)
+    reserved = kueue.reserved_gpus(cluster_queue, placing.units)
+    unused = {flavor: gpus - reserved.get(flavor, 0.0) for flavor, gpus in quota.items()}
+    found: list[QueuedGpus] = []
+    for workload in kueue.queue_order(waiting):
+        left, placed = dict(unused), list[tuple[str, Flavor, GpuTemplate]]()
+        for pod_set, count, spec in _pod_sets(workload):
+            template = _template(workload, spec, count, placing)
+            if template is None:
+                continue
+            fits = [Flavor.of(state.flavors.get(name), name) for name, gpus in left.items() if gpus >= template.gpus]
+            flavor = next((f for f in fits if f.untolerated(spec) is None), None)
+            if flavor is None:
+                placed = []  # the Workload is admitted whole or not at all: it waits for quota
+                break
+            left[flavor.name] -= template.gpus
+            placed.append((pod_set, flavor, _template(workload, flavor.pod_spec(spec), count, placing) or template))
+        if placed:
+            unused = left
+            found += _counted(workload, "pending", kueue.name_of(cluster_queue), placed, placing)
+    return found
+
+
+def queued_gpus(
+    state: KueueState,
+    pods_started: Callable[[Mapping[str, Any]], bool],
+    units: GpuUnits,
+    nodepools: Sequence[NodePool] | None,
+    claims: ClaimLookup | None = None,
+) -> list[QueuedGpus]:
+    """Every pod set counted (module docstring); ``pods_started``: whether a Workload's pods exist."""
+    placing = _Placing(units, claims, nodepools)
+    found: list[QueuedGpus] = []
+    pending: dict[str, list[Mapping[str, Any]]] = {}
+    for workload in state.workloads.values():
+        spec, status = workload.get("spec") or {}, workload.get("status") or {}
+        if kueue.has_condition(workload, "Finished") or spec.get("active") is False:
+            continue
+        if status.get("admission") and kueue.has_condition(workload, "QuotaReserved"):
+            if not pods_started(workload):
+                found += _admitted(workload, state, placing)
+            continue
+        local_queue = state.local_queues.get(f"{kueue.namespace_of(workload)}/{spec.get('queueName', '')}")
+        queue_name = str(((local_queue or {}).get("spec") or {}).get("clusterQueue", ""))
+        pending.setdefault(queue_name, []).append(workload)
+    for queue_name, waiting in sorted(pending.items()):
+        cluster_queue = state.cluster_queues.get(queue_name)
+        if cluster_queue is not None:  # no ClusterQueue (or LocalQueue): Kueue admits none of them
+            found += _next_in_line(waiting, cluster_queue, state, placing)
+    return found
+
+
+def started_workloads(workloads: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The uids of the Workloads some of whose pods are among ``pods`` (matched by owner: ``kueue.pod_links``)."""
+    links = set().union(*(kueue.pod_links(pod) for pod in pods))
+    if not links:
+        return set()
+    return {
+        str((workload.get("metadata") or {}).get("uid")) for workload in workloads if kueue.owner_uids(workload) & links
+    }

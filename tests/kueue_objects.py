@@ -1,0 +1,108 @@
+"""Kueue objects (``kueue.x-k8s.io/v1beta2``) as Kueue leaves them, for the fake API, which checks each
+against Kueue's vendored CRDs (``tests/data/schemas/kueue.x-k8s.io_*.yaml``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+API_VERSION = "kueue.x-k8s.io/v1beta2"
+GPU = "nvidia.com/gpu"
+
+
+def condition(kind: str, status: str = "True", reason: str = "Test") -> dict[str, str]:
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": "",
+        "lastTransitionTime": "2026-11-20T08:00:00Z",
+    }
+
+
+def resource_flavor(
+    name: str,
+    node_labels: Mapping[str, str],
+    *,
+    node_taints: Sequence[Mapping[str, str]] = (),
+    tolerations: Sequence[Mapping[str, str]] = (),
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {"nodeLabels": dict(node_labels)}
+    if node_taints:
+        spec["nodeTaints"] = list(node_taints)
+    if tolerations:
+        spec["tolerations"] = list(tolerations)
+    return {"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": name}, "spec": spec}
+
+
+def cluster_queue(
+    name: str, quotas: Sequence[tuple[str, int]], reserved: Mapping[str, int] | None = None
+) -> dict[str, Any]:
+    """A ClusterQueue with a nominal GPU quota per flavor (in this order), and the GPUs admitted Workloads
+    hold of each (``status.flavorsReservation``)."""
+    flavors = [{"name": flavor, "resources": [{"name": GPU, "nominalQuota": gpus}]} for flavor, gpus in quotas]
+    queue: dict[str, Any] = {
+        "apiVersion": API_VERSION,
+        "kind": "ClusterQueue",
+        "metadata": {"name": name},
+        "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": [GPU], "flavors": flavors}]},
+    }
+    if reserved:
+        queue["status"] = {
+            "flavorsReservation": [
+                {"name": flavor, "resources": [{"name": GPU, "total": str(gpus), "borrowed": "0"}]}
+                for flavor, gpus in reserved.items()
+            ]
+        }
+    return queue
+
+
+def local_queue(name: str, cluster: str, namespace: str = "ml") -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "LocalQueue",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"clusterQueue": cluster},
+    }
+
+
+def workload(
+    name: str,
+    pod_spec: Mapping[str, Any],
+    count: int,
+    *,
+    queue: str = "team-a",
+    namespace: str = "ml",
+    job_uid: str = "",
+    priority: int | None = None,
+    created: str = "2026-11-20T08:00:00Z",
+) -> dict[str, Any]:
+    """The pending Workload Kueue makes for a Job of ``count`` pods of ``pod_spec`` (owned by that Job)."""
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "creationTimestamp": created}
+    if job_uid:
+        owner = {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": job_uid, "controller": True}
+        metadata["ownerReferences"] = [owner]
+    spec: dict[str, Any] = {
+        "queueName": queue,
+        "podSets": [{"name": "main", "count": count, "template": {"spec": dict(pod_spec)}}],
+    }
+    if priority is not None:
+        spec["priority"] = priority
+    return {"apiVersion": API_VERSION, "kind": "Workload", "metadata": metadata, "spec": spec}
+
+
+def admitted(found: Mapping[str, Any], cluster: str, flavor: str) -> dict[str, Any]:
+    """The Workload once Kueue admitted it on ``flavor`` (QuotaReserved, then Admitted)."""
+    pod_set = found["spec"]["podSets"][0]
+    assignment = {"name": pod_set["name"], "flavors": {GPU: flavor}, "count": pod_set["count"]}
+    status = {
+        "admission": {"clusterQueue": cluster, "podSetAssignments": [assignment]},
+        "conditions": [condition("QuotaReserved"), condition("Admitted")],
+    }
+    return {**found, "status": status}
+
+
+def finished(found: Mapping[str, Any]) -> dict[str, Any]:
+    status = dict(found.get("status") or {})
+    status["conditions"] = [*status.get("conditions", []), condition("Finished", reason="Succeeded")]
+    return {**found, "status": status}
