@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 
 from autoscaler.scorecard.figures import gpu_allocation, short_figures, wait_figures
-from autoscaler.simulation.actuation import BUFFER_RESYNC_OFFSET_S, BUFFER_RESYNC_S, PLACEHOLDER_GPUS, Actuation
 from autoscaler.simulation.engine import Outcome, Period
+from autoscaler.simulation.periods import period_figures
 from autoscaler.simulation.policies import parse_policy
-from autoscaler.simulation.pool_report import cost_figures, pool_settings
+from autoscaler.simulation.pool_report import actuation_figures, cost_figures, pool_settings
 from autoscaler.simulation.runner import PolicyRun, SimulationResult
 from autoscaler.simulation.versus_reactive import describe as versus_line
 from autoscaler.simulation.versus_reactive import versus_reactive
@@ -158,6 +158,10 @@ def build_report(
         "forecasting": forecasting,
         "elapsed_seconds": _round(result.seconds, 2),
     }
+    # A tuned policy's choices and what each period attained (the level-shift watch's reading).
+    tuned = {text: period_figures(run, period, origin) for text, run in result.runs.items() if run.choices}
+    if tuned:
+        report["periods"] = tuned
     sweeps = {"static_sweep": result.static_sweep, "rolling_max_sweep": result.rolling_max_sweep}
     swept: dict[str, dict[str, Any]] = {}
     for key, sweep in sweeps.items():
@@ -172,25 +176,6 @@ def build_report(
     if frontier:  # each judgement names the actuation it holds for
         report["frontier"] = {text: {**check, "actuation": config.actuation.kind} for text, check in frontier.items()}
     return report
-
-
-def actuation_figures(actuation: Actuation) -> dict[str, Any]:
-    """How headroom became spare capacity in this run, and the settings that shaped it."""
-    if actuation.buffer:
-        return {
-            "kind": actuation.kind,
-            "buffer_chunk_gpus": actuation.chunk_gpus,
-            "buffer_limit_gpus": actuation.limit_gpus,
-            "resync_seconds": BUFFER_RESYNC_S,
-            "resync_offset_seconds": BUFFER_RESYNC_OFFSET_S,
-        }
-    hpa = actuation.hpa
-    return {
-        "kind": actuation.kind,
-        "placeholder_gpus": PLACEHOLDER_GPUS,
-        "hpa_tolerance": {"scale_up": hpa.tolerance.scale_up, "scale_down": hpa.tolerance.scale_down},
-        "scale_down_stabilization_seconds": hpa.scale_down.stabilization_window_seconds,
-    }
 
 
 def _sweep_figures(sweep: dict[str, Outcome]) -> dict[str, dict[str, float]]:

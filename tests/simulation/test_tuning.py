@@ -393,6 +393,17 @@ def test_tuned_policies_run_end_to_end_and_meet_the_target_at_least_cost() -> No
     assert slo["target"] == {"kind": "minutes_short_fraction", "value": 0.01}
     assert slo["attained"] <= 0.0125
     assert sum(slo["choices"].values()) == 4
+    # Each period's choice and what it attained: four days whose mean is the whole run's share.
+    periods = report["periods"]["auto-slo:1%"]
+    assert [period["start"] for period in periods] == [
+        (origin + pd.Timedelta(days=4 + day)).isoformat() for day in range(4)
+    ]
+    assert [period["candidate"] for period in periods] == [
+        choice.candidate for choice in result.runs["auto-slo:1%"].choices
+    ]
+    assert all(period["asked"] == 0.01 for period in periods)
+    assert np.mean([period["attained"] for period in periods]) == pytest.approx(slo["attained"], abs=1e-5)
+    assert set(report["periods"]) == {"auto-slo:1%", "static_buffer@1%"}  # reactive makes no choice
     check = report["service_levels"]["auto-slo:1%"]
     assert set(check["tuned_heuristics"]) == {"static_buffer@1%"}
     rival = policies["static_buffer@1%"]
