@@ -166,6 +166,16 @@ RESOURCE_TYPES: dict[str, ResourceType] = {
         ResourceType(
             "kueue.x-k8s.io", "v1beta2", "resourceflavors", "ResourceFlavor", False, ("v1beta1",), custom=True
         ),
+        ResourceType(
+            "kueue.x-k8s.io",
+            "v1beta2",
+            "admissionchecks",
+            "AdmissionCheck",
+            False,
+            ("v1beta1",),
+            status_subresource=True,
+            custom=True,
+        ),
     )
 }
 

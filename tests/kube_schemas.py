@@ -59,6 +59,7 @@ CRDS: dict[tuple[str, str], str] = {
     ("kueue.x-k8s.io", "LocalQueue"): "kueue.x-k8s.io_localqueues.yaml",
     ("kueue.x-k8s.io", "ClusterQueue"): "kueue.x-k8s.io_clusterqueues.yaml",
     ("kueue.x-k8s.io", "ResourceFlavor"): "kueue.x-k8s.io_resourceflavors.yaml",
+    ("kueue.x-k8s.io", "AdmissionCheck"): "kueue.x-k8s.io_admissionchecks.yaml",
 }
 # (group, kind, version) -> the vendored CRD for a version the file in CRDS does not serve: Karpenter's
 # CapacityBuffer CRD has only v1beta1; Cluster Autoscaler's still serves the deprecated v1alpha1.

@@ -36,10 +36,14 @@ def resource_flavor(
 
 
 def cluster_queue(
-    name: str, quotas: Sequence[tuple[str, int]], reserved: Mapping[str, int] | None = None
+    name: str,
+    quotas: Sequence[tuple[str, int]],
+    reserved: Mapping[str, int] | None = None,
+    checks: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """A ClusterQueue with a nominal GPU quota per flavor (in this order), and the GPUs admitted Workloads
-    hold of each (``status.flavorsReservation``)."""
+    """A ClusterQueue with a nominal GPU quota per flavor (in this order), the GPUs admitted Workloads
+    hold of each (``status.flavorsReservation``), and the AdmissionChecks it asks (v1beta2 names them in
+    ``admissionChecksStrategy``)."""
     flavors = [{"name": flavor, "resources": [{"name": GPU, "nominalQuota": gpus}]} for flavor, gpus in quotas]
     queue: dict[str, Any] = {
         "apiVersion": API_VERSION,
@@ -47,6 +51,8 @@ def cluster_queue(
         "metadata": {"name": name},
         "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": [GPU], "flavors": flavors}]},
     }
+    if checks:
+        queue["spec"]["admissionChecksStrategy"] = {"admissionChecks": [{"name": check} for check in checks]}
     if reserved:
         queue["status"] = {
             "flavorsReservation": [
@@ -55,6 +61,17 @@ def cluster_queue(
             ]
         }
     return queue
+
+
+def admission_check(name: str, controller: str) -> dict[str, Any]:
+    """An AdmissionCheck run by ``controller`` (``kueue.x-k8s.io/provisioning-request``: Kueue's
+    ProvisioningRequest check)."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "AdmissionCheck",
+        "metadata": {"name": name},
+        "spec": {"controllerName": controller},
+    }
 
 
 def local_queue(name: str, cluster: str, namespace: str = "ml") -> dict[str, Any]:

@@ -31,13 +31,18 @@ log = logging.getLogger(__name__)
 GROUP = "kueue.x-k8s.io"
 VERSIONS = ("v1beta2", "v1beta1")  # preferred first
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
-WORKLOADS, LOCAL_QUEUES, CLUSTER_QUEUES, RESOURCE_FLAVORS = (
+WORKLOADS, LOCAL_QUEUES, CLUSTER_QUEUES, RESOURCE_FLAVORS, ADMISSION_CHECKS = (
     "workloads",
     "localqueues",
     "clusterqueues",
     "resourceflavors",
+    "admissionchecks",
 )
-PLURALS = (WORKLOADS, LOCAL_QUEUES, CLUSTER_QUEUES, RESOURCE_FLAVORS)
+PLURALS = (WORKLOADS, LOCAL_QUEUES, CLUSTER_QUEUES, RESOURCE_FLAVORS, ADMISSION_CHECKS)
+# Admission check controllers that provision the capacity of the Workloads they check: Kueue's
+# ProvisioningRequest controller (a ProvisioningRequest that Cluster Autoscaler acts on). Kueue's
+# planned CapacityBuffer check (kubernetes-sigs/kueue#5133) joins by name once it is released.
+PROVISIONING_CONTROLLERS = frozenset({"kueue.x-k8s.io/provisioning-request"})
 
 
 class ServedVersionList:
@@ -172,6 +177,23 @@ def pod_links(pod: Mapping[str, Any]) -> set[str]:
     Workload too) and its own (a plain pod group's Workload is owned by its pods)."""
     uid = (pod.get("metadata") or {}).get("uid")
     return owner_uids(pod) | ({str(uid)} if uid else set())
+
+
+def cluster_queue_checks(cluster_queue: Mapping[str, Any]) -> set[str]:
+    """The AdmissionChecks a ClusterQueue asks of its Workloads: ``spec.admissionChecks`` and
+    ``spec.admissionChecksStrategy.admissionChecks[].name`` (whatever flavors the latter names)."""
+    spec = cluster_queue.get("spec") or {}
+    strategy = (spec.get("admissionChecksStrategy") or {}).get("admissionChecks") or []
+    return {str(name) for name in spec.get("admissionChecks") or []} | {str(c.get("name")) for c in strategy}
+
+
+def provisioning_checks(admission_checks: Mapping[str, Mapping[str, Any]]) -> set[str]:
+    """The names of the AdmissionChecks whose controller provisions capacity (``PROVISIONING_CONTROLLERS``)."""
+    return {
+        name_of(check)
+        for check in admission_checks.values()
+        if str((check.get("spec") or {}).get("controllerName", "")) in PROVISIONING_CONTROLLERS
+    }
 
 
 def queue_order(workloads: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

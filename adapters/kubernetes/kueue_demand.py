@@ -11,8 +11,12 @@ Counted (docs/kueue.md):
   less what the Workloads before it in this count took) holds its GPUs; one that fits no flavor
   waits for quota (the cluster's policy), and is not counted, while those after it still may be.
 
-Not counted: a Workload that finished (``Finished``) or is deactivated (``spec.active: false``), and
-one whose pods exist (``pods_started``): they are Pending pods or running, counted as such.
+Not counted: a Workload that finished (``Finished``) or is deactivated (``spec.active: false``), one
+whose pods exist (``pods_started``): they are Pending pods or running, counted as such; and one whose
+capacity Kueue has provisioned by an admission check (its ClusterQueue, or its own
+``status.admissionChecks``, names an AdmissionCheck of a ``kueue.PROVISIONING_CONTROLLERS``
+controller): a ProvisioningRequest already asks the autoscaler for its nodes, and counting it as
+headroom too would launch them twice.
 
 A pod set's GPUs are ``count`` pods of its template (``adapters.kubernetes.pod_templates``); its pool
 is the one Karpenter would launch them in (``adapters.kubernetes.pool_matching``) once Kueue has put
@@ -24,6 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 from adapters.gpu_units import GpuUnits
@@ -67,6 +72,16 @@ class KueueState:
     local_queues: Objects
     cluster_queues: Objects
     flavors: Objects
+    admission_checks: Objects = dataclass_field(default_factory=dict)
+
+    def provisioned(self, workload: Mapping[str, Any], cluster_queue: str) -> bool:
+        """Whether an admission check of a provisioning controller stands for the Workload's capacity."""
+        checks = kueue.provisioning_checks(self.admission_checks)
+        if not checks:
+            return False
+        own = {str(c.get("name")) for c in (workload.get("status") or {}).get("admissionChecks") or []}
+        queue = kueue.cluster_queue_checks(self.cluster_queues.get(cluster_queue) or {})
+        return bool(checks & (own | queue))
 
 
 @dataclass(frozen=True)
@@ -173,12 +188,14 @@ def queued_gpus(
         if kueue.has_condition(workload, "Finished") or spec.get("active") is False:
             continue
         if status.get("admission") and kueue.has_condition(workload, "QuotaReserved"):
-            if not pods_started(workload):
+            queue_name = str(status["admission"].get("clusterQueue", ""))
+            if not pods_started(workload) and not state.provisioned(workload, queue_name):
                 found += _admitted(workload, state, placing)
             continue
         local_queue = state.local_queues.get(f"{kueue.namespace_of(workload)}/{spec.get('queueName', '')}")
         queue_name = str(((local_queue or {}).get("spec") or {}).get("clusterQueue", ""))
-        pending.setdefault(queue_name, []).append(workload)
+        if not state.provisioned(workload, queue_name):
+            pending.setdefault(queue_name, []).append(workload)
     for queue_name, waiting in sorted(pending.items()):
         cluster_queue = state.cluster_queues.get(queue_name)
         if cluster_queue is not None:  # no ClusterQueue (or LocalQueue): Kueue admits none of them

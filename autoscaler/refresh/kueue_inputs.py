@@ -59,6 +59,7 @@ class KueueInputs:
             local_queues=self._objects(kueue.LOCAL_QUEUES),
             cluster_queues=self._objects(kueue.CLUSTER_QUEUES),
             flavors=self._objects(kueue.RESOURCE_FLAVORS),
+            admission_checks=self._objects(kueue.ADMISSION_CHECKS),
         )
         reserved = {
             str((w.get("metadata") or {}).get("uid"))

@@ -19,7 +19,16 @@ from tests.autoscaler.test_pool_resolution import A100, H100, NOW, PLANS, TOLERA
 from tests.eventually import eventually
 from tests.fakekube import FakeKube
 from tests.kube_objects import gpu_pod_spec, pending_pod
-from tests.kueue_objects import admitted, cluster_queue, condition, finished, local_queue, resource_flavor, workload
+from tests.kueue_objects import (
+    admission_check,
+    admitted,
+    cluster_queue,
+    condition,
+    finished,
+    local_queue,
+    resource_flavor,
+    workload,
+)
 
 JOB_UID = "0b5d7c3e-8f7a-4d7e-9a51-5f0c3b2e1a77"
 A100_FLAVOR = resource_flavor("a100", {"karpenter.sh/nodepool": "a100"}, tolerations=TOLERATE_GPUS)
@@ -171,8 +180,30 @@ async def test_a_workload_whose_flavor_fits_no_pool_is_reported_unplaced(fake_ku
     assert [w.labels for w in inputs.queued(NOW)] == [{}]  # served in the pool-less series
 
 
+async def test_a_workload_kueue_provisions_through_an_admission_check_is_not_counted_twice(fake_kube, inputs):
+    """Behind a ProvisioningRequest check, the autoscaler is already asked for the Workload's nodes: served
+    as headroom too, they would be launched twice. A check of another controller provisions nothing."""
+    fake_kube.add("admissionchecks", admission_check("provision", "kueue.x-k8s.io/provisioning-request"))
+    fake_kube.add("admissionchecks", admission_check("policy", "example.com/budget-approval"))
+    fake_kube.modify("clusterqueues", cluster_queue("gpu", [("a100", 32)], checks=["policy"]))
+    fake_kube.add("workloads", TRAIN)
+    await eventually(lambda: queued_gpus(inputs, "a100") == 16, message="counted behind a check of another kind")
+    fake_kube.modify("clusterqueues", cluster_queue("gpu", [("a100", 32)], checks=["policy", "provision"]))
+    await eventually(lambda: queued_gpus(inputs, "a100") == 0, message="not counted behind a ProvisioningRequest")
+    # Admitted on the queue's quota, still behind the check: the ProvisioningRequest stands for its nodes.
+    fake_kube.modify("clusterqueues", cluster_queue("gpu", [("a100", 32)], reserved={"a100": 16}, checks=["provision"]))
+    fake_kube.modify("workloads", admitted(fake_kube.get("workloads", "train", "ml"), "gpu", "a100"))
+    assert inputs.kueue is not None
+    watched = inputs.kueue.caches["workloads"].objects
+    await eventually(lambda: bool(watched["ml/train"].get("status", {}).get("admission")), message="seen admitted")
+    assert inputs.queued(NOW) == []
+    # The check removed from the queue (not from the cluster): counted again.
+    fake_kube.modify("clusterqueues", cluster_queue("gpu", [("a100", 32)], reserved={"a100": 16}))
+    await eventually(lambda: queued_gpus(inputs, "a100") == 16, message="counted once no check provisions it")
+
+
 async def test_only_v1beta1_served_the_workloads_are_read_through_it(fake_kube: FakeKube, kube_api):
-    for plural in ("workloads", "localqueues", "clusterqueues", "resourceflavors"):
+    for plural in ("workloads", "localqueues", "clusterqueues", "resourceflavors", "admissionchecks"):
         fake_kube.served_versions[plural] = ("v1beta1",)  # an older Kueue
     for pool in (A100, H100):
         fake_kube.add("nodepools", pool)
@@ -189,7 +220,7 @@ async def test_only_v1beta1_served_the_workloads_are_read_through_it(fake_kube: 
 
 
 async def test_without_kueue_nothing_is_queued_and_the_watches_say_absent(fake_kube: FakeKube, kube_api):
-    fake_kube.installed -= {"workloads", "localqueues", "clusterqueues", "resourceflavors"}
+    fake_kube.installed -= {"workloads", "localqueues", "clusterqueues", "resourceflavors", "admissionchecks"}
     inputs, group = await watching(fake_kube, kube_api)
     async with group:
         assert inputs.queued(NOW) == []

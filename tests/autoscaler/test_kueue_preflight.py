@@ -13,7 +13,7 @@ from tests.autoscaler.test_preflight import CLUSTER_ROLE_FIX, preflight
 from tests.cli_helpers import assert_runtime_failure
 from tests.fakekube import FakeKube
 
-KUEUE = ("workloads", "localqueues", "clusterqueues", "resourceflavors")
+KUEUE = ("workloads", "localqueues", "clusterqueues", "resourceflavors", "admissionchecks")
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ async def test_kueue_found_but_forbidden_is_a_problem_with_the_fix(fake_kube, ku
     last = result.stdout.splitlines()[-1]
     assert last.startswith("problem kueue: found but not read (list clusterqueues.kueue.x-k8s.io: ")
     assert last.endswith(f"needed by inputs.kueue: {CLUSTER_ROLE_FIX}")
-    assert_runtime_failure(result, "preflight: 1 of 7 checks found a problem")
+    assert_runtime_failure(result, "preflight: 1 of 8 checks found a problem")  # 5 rbac lines of Kueue among them
 
 
 async def test_kueue_off_checks_nothing_of_it(fake_kube, kueue_config):

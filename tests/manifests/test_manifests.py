@@ -482,6 +482,7 @@ def test_rbac():
         ("kueue.x-k8s.io", "localqueues"),
         ("kueue.x-k8s.io", "clusterqueues"),
         ("kueue.x-k8s.io", "resourceflavors"),
+        ("kueue.x-k8s.io", "admissionchecks"),
     ):
         assert {(group, resource, verb) for verb in ("get", "list", "watch")} <= reads
     assert ("authentication.k8s.io", "tokenreviews", "create") in reads
