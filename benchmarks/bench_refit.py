@@ -14,8 +14,8 @@ from __future__ import annotations
 import argparse
 import pickle
 import time
-import tracemalloc
 
+from benchmarks.unpickled import unpickled_bytes
 from forecast.engine import fit_select_predict
 from tests.service_replicas import real_series
 
@@ -40,19 +40,6 @@ def main() -> None:
             f"{selected.model}: select {select_s:.2f} s, refit {refit_s:.2f} s; fitted selection "
             f"{len(pickled) / 1e6:.2f} MB pickled, {unpickled_bytes(pickled) / 1e6:.2f} MB unpickled"
         )
-
-
-def unpickled_bytes(pickled: bytes) -> int:
-    """What unpickling ``pickled`` allocates: what a worker holds for the series."""
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        copy = pickle.loads(pickled)  # noqa: S301 (what this process pickled a moment ago)
-        allocated = tracemalloc.get_traced_memory()[0] - before
-        del copy
-        return allocated
-    finally:
-        tracemalloc.stop()
 
 
 if __name__ == "__main__":

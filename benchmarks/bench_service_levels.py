@@ -32,7 +32,6 @@ import argparse
 import os
 import pickle
 import time
-import tracemalloc
 
 import numpy as np
 import pandas as pd
@@ -42,6 +41,7 @@ from autoscaler.simulation.replay import replay_levels
 from autoscaler.targets.launches import LearnedLaunches
 from autoscaler.targets.service_levels import TuningSettings
 from autoscaler.targets.target_levels import CANDIDATE_LEVELS, LevelTuner, describe
+from benchmarks.unpickled import unpickled_bytes
 from forecast.durations import parse_positive_duration
 from tests.data_helpers import helios_running_gpus
 
@@ -118,16 +118,7 @@ def main() -> None:
 
 def resident_bytes(tuner: LevelTuner) -> int:
     """What a copy of ``tuner`` (its record, the candidates' ledgers and its few scalars) allocates."""
-    pickled = pickle.dumps(tuner)
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        copy = pickle.loads(pickled)  # noqa: S301 (what this process pickled a moment ago)
-        allocated = tracemalloc.get_traced_memory()[0] - before
-        del copy
-        return allocated
-    finally:
-        tracemalloc.stop()
+    return unpickled_bytes(pickle.dumps(tuner))
 
 
 if __name__ == "__main__":

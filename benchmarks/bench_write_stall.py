@@ -24,7 +24,6 @@ import argparse
 import http.client
 import os
 import re
-import socket
 import ssl
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from benchmarks.bench_hostile import GET_METRICS, channel, request_bytes, wait_ready
+from tests.hostile_clients import pipeline_without_reading
 
 API_PATH = "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/gpu_headroom"
 ABORTED = re.compile(r"aborted: \d+ bytes of answers unread")
@@ -134,19 +134,10 @@ def phase(demo: Demo, state: Path, *, readers: int, pause_s: float, duration_s: 
 
 
 def never_reading(state: Path, port: int, limit_s: float) -> str:
-    raw = socket.create_connection(("127.0.0.1", port), timeout=limit_s)
-    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    request = f"GET {API_PATH} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
-    started = time.monotonic()
-    with client_context(state).wrap_socket(raw, server_hostname="127.0.0.1") as sock:
-        try:
-            while time.monotonic() - started < limit_s:
-                sock.sendall(request * 50)
-        except (OSError, ssl.SSLError) as error:
-            return (
-                f"a client that never reads: cut off after {time.monotonic() - started:.1f} s ({type(error).__name__})"
-            )
-    return f"a client that never reads: still connected after {limit_s:.0f} s"
+    elapsed, how = pipeline_without_reading(port, client_context(state), API_PATH, limit_s)
+    if how == "never":
+        return f"a client that never reads: still connected after {limit_s:.0f} s"
+    return f"a client that never reads: cut off after {elapsed:.1f} s ({how})"
 
 
 def main() -> None:

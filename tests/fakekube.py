@@ -92,6 +92,8 @@ class ResourceType:
         return (self.version, *self.other_versions)
 
 
+GROUP_KUEUE = "kueue.x-k8s.io"
+
 RESOURCE_TYPES: dict[str, ResourceType] = {
     rt.plural: rt
     for rt in (
@@ -133,48 +135,17 @@ RESOURCE_TYPES: dict[str, ResourceType] = {
         ResourceType("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False),
         ResourceType("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False),
         # Kueue (v0.19): v1beta2 stored, v1beta1 still served.
-        ResourceType(
-            "kueue.x-k8s.io",
-            "v1beta2",
-            "workloads",
-            "Workload",
-            True,
-            ("v1beta1",),
-            status_subresource=True,
-            custom=True,
-        ),
-        ResourceType(
-            "kueue.x-k8s.io",
-            "v1beta2",
-            "localqueues",
-            "LocalQueue",
-            True,
-            ("v1beta1",),
-            status_subresource=True,
-            custom=True,
-        ),
-        ResourceType(
-            "kueue.x-k8s.io",
-            "v1beta2",
-            "clusterqueues",
-            "ClusterQueue",
-            False,
-            ("v1beta1",),
-            status_subresource=True,
-            custom=True,
-        ),
-        ResourceType(
-            "kueue.x-k8s.io", "v1beta2", "resourceflavors", "ResourceFlavor", False, ("v1beta1",), custom=True
-        ),
-        ResourceType(
-            "kueue.x-k8s.io",
-            "v1beta2",
-            "admissionchecks",
-            "AdmissionCheck",
-            False,
-            ("v1beta1",),
-            status_subresource=True,
-            custom=True,
+        *(
+            ResourceType(
+                GROUP_KUEUE, "v1beta2", plural, kind, scoped, ("v1beta1",), status_subresource=sub, custom=True
+            )
+            for plural, kind, scoped, sub in (
+                ("workloads", "Workload", True, True),
+                ("localqueues", "LocalQueue", True, True),
+                ("clusterqueues", "ClusterQueue", False, True),
+                ("resourceflavors", "ResourceFlavor", False, False),
+                ("admissionchecks", "AdmissionCheck", False, True),
+            )
         ),
     )
 }

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import socket
 import ssl
 import time
 
@@ -15,6 +14,7 @@ import pytest
 from autoscaler.web.responses import status
 from tests.autoscaler.conftest import RunningServer
 from tests.eventually import eventually
+from tests.hostile_clients import pipeline_without_reading
 from tests.pki import Client, without_common_name
 
 PREFIX = "/apis/external.metrics.k8s.io/v1beta1"
@@ -232,17 +232,8 @@ async def test_a_proxy_name_not_allowed_is_counted_each_time_and_logged_once(api
 def send_without_reading(server: RunningServer, limit_s: float) -> tuple[float, str]:
     """Pipeline requests and never read an answer; (seconds until the server cut us off, how)."""
     context = server.ssl_context(server.pki.alice)
-    raw = socket.create_connection(("127.0.0.1", server.listening.secure_port), timeout=limit_s)
-    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    request = f"GET {PREFIX}/namespaces/default/gpu_headroom HTTP/1.1\r\nHost: x\r\n\r\n".encode()
-    started = time.monotonic()
-    with context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
-        try:
-            while time.monotonic() - started < limit_s:
-                sock.sendall(request * 50)
-        except (OSError, ssl.SSLError) as error:  # TimeoutError too: then the server never cut us off
-            return time.monotonic() - started, type(error).__name__
-    return time.monotonic() - started, "never"
+    path = f"{PREFIX}/namespaces/default/gpu_headroom"
+    return pipeline_without_reading(server.listening.secure_port, context, path, limit_s)
 
 
 async def test_a_client_that_never_reads_is_cut_off_after_the_idle_timeout(api_server, caplog):

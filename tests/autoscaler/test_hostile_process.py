@@ -33,6 +33,7 @@ from autoscaler.web.certificates import load_authority
 from autoscaler.web.responses import status
 from tests.autoscaler.demo_process import DemoProcess
 from tests.eventually import eventually
+from tests.hostile_clients import pipeline_without_reading
 from tests.pki import issued_without_common_name
 
 SHUTDOWN_DELAY_S = 20
@@ -315,18 +316,8 @@ def send_without_reading(demo: DemoProcess, limit_s: float) -> tuple[float, str]
     """Pipeline requests and never read an answer; (seconds until the server cut us off, how)."""
     context = ssl.create_default_context(cafile=str(demo.state / "ca.crt"))
     context.load_cert_chain(demo.state / "client.crt", demo.state / "client.key")
-    raw = socket.create_connection(("127.0.0.1", demo.secure_port), timeout=limit_s)
-    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     path = "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/gpu_headroom"
-    request = f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
-    started = time.monotonic()
-    with context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
-        try:
-            while time.monotonic() - started < limit_s:
-                sock.sendall(request * 50)
-        except (OSError, ssl.SSLError) as error:  # TimeoutError too: then the server never cut us off
-            return time.monotonic() - started, type(error).__name__
-    return time.monotonic() - started, "never"
+    return pipeline_without_reading(demo.secure_port, context, path, limit_s)
 
 
 async def test_a_client_that_never_reads_is_reset_after_the_idle_timeout(demo):

@@ -28,6 +28,7 @@ from autoscaler.throttled_log import ThrottledLog
 from autoscaler.web import tls_accept
 from autoscaler.web.tls_accept import WriteStallGuard
 from tests.autoscaler.demo_process import DemoProcess
+from tests.hostile_clients import pipeline_without_reading
 
 IDLE_TIMEOUT_S = 1  # the guard sweeps every 0.5 s
 API_PATH = "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/gpu_headroom"
@@ -120,17 +121,7 @@ async def test_keep_alive_clients_reading_every_answer_are_never_reset(demo):
 
 def send_without_reading(demo: DemoProcess, limit_s: float) -> tuple[float, str]:
     """Pipeline requests and never read an answer; (seconds until the server cut us off, how)."""
-    raw = socket.create_connection(("127.0.0.1", demo.secure_port), timeout=limit_s)
-    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    request = f"GET {API_PATH} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
-    started = time.monotonic()
-    with client_context(demo).wrap_socket(raw, server_hostname="127.0.0.1") as sock:
-        try:
-            while time.monotonic() - started < limit_s:
-                sock.sendall(request * 50)
-        except (OSError, ssl.SSLError) as error:  # TimeoutError too: then the server never cut us off
-            return time.monotonic() - started, type(error).__name__
-    return time.monotonic() - started, "never"
+    return pipeline_without_reading(demo.secure_port, client_context(demo), API_PATH, limit_s)
 
 
 async def test_a_client_that_stops_reading_is_still_reset(demo):
