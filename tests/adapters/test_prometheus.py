@@ -108,14 +108,21 @@ async def test_a_peak_query_holds_each_steps_highest_value(prometheus: Prometheu
     assert missed > 0  # 10 steps of this day: sampling at the grid points alone misses what happened between them
 
 
-async def test_two_weeks_at_one_minute_come_back_whole_in_three_requests(
-    fault_proxy: FaultProxy, trace: FixtureTrace
+@pytest.mark.parametrize(
+    ("chunk", "requests"),
+    [
+        (timedelta(days=1), 14),  # the default: a day per request
+        (timedelta(days=14), 3),  # 20,160 points: over Prometheus's 11,000 limit for one request
+    ],
+)
+async def test_two_weeks_at_one_minute_come_back_whole_in_chunks(
+    fault_proxy: FaultProxy, trace: FixtureTrace, chunk: timedelta, requests: int
 ) -> None:
     query = SignalQuery("running", RUNNING_PODS, MINUTE, split_by=("namespace",))
-    async with PrometheusSource(settings(fault_proxy.url)) as source:
+    async with PrometheusSource(settings(fault_proxy.url, chunk=chunk)) as source:
         signals = await source.backfill(query, trace.start, trace.end)
 
-    assert fault_proxy.requests_seen == 3  # 20,160 points: over Prometheus's 11,000 limit for one request
+    assert fault_proxy.requests_seen == requests
     for vc, series in by_label(signals, "namespace").items():
         assert len(series) == len(trace.running) == 14 * 1440
         assert series.index[0] == trace.start

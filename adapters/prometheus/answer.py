@@ -1,0 +1,209 @@
+"""Reading one Prometheus answer within bounds: bytes, series, nesting, time, as it arrives.
+
+The body is never read whole before it is judged. ``BoundedBody`` hands it on in chunks, counting the
+(decompressed) bytes against the query's ``AnswerBudget`` and giving each socket read only the time
+left before the request's deadline, so a body dripping a byte at a time ends at the deadline.
+``read_matrix`` decodes the chunks with a streaming JSON parser (ijson), one series at a time, so the
+memory an answer takes is its decoded samples (16 bytes each), not Python objects for the whole body;
+it counts series, samples per series, labels per series and nesting as they come, and stops at the
+first one over its bound.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import ijson
+import requests
+import urllib3
+
+from adapters.prometheus.errors import (
+    PrometheusAnswerTooLarge,
+    PrometheusBadResponse,
+    PrometheusTimeout,
+    PrometheusUnavailable,
+)
+from adapters.prometheus.matrix import MatrixError, decode_matrix
+from adapters.prometheus.promql import RawSeries
+
+CHUNK_BYTES = 64 * 1024
+MAX_DEPTH = 32  # a matrix nests 6 deep; room for fields Prometheus may add, none for a nesting attack
+MAX_LABELS = 512  # labels per series; Prometheus's own limits are far lower in practice
+MIB = 1024 * 1024
+
+
+def byte_size(count: int) -> str:
+    """``64 MiB`` for whole mebibytes, else bytes."""
+    return f"{count // MIB} MiB" if count % MIB == 0 else f"{count:,} bytes"
+
+
+@dataclass
+class AnswerBudget:
+    """What the answers to one query (all its chunks, read in parallel threads) may take.
+
+    Bytes add up over the chunks: they bound the decoded samples kept. Series are counted per answer:
+    every chunk of a range query holds the same series.
+    """
+
+    max_bytes: int
+    max_series: int
+    bytes_read: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def take(self, count: int, what: str) -> None:
+        with self._lock:
+            self.bytes_read += count
+            over = self.bytes_read > self.max_bytes
+        if over:
+            raise PrometheusAnswerTooLarge(
+                f"{what}: the answer is over {byte_size(self.max_bytes)} (prometheus.max_answer_bytes); read "
+                "up to there and dropped: narrow the query or its range, or raise the limit"
+            )
+
+
+class BoundedBody:
+    """A readable over a streamed ``requests`` response: at most the budget's bytes, by the deadline."""
+
+    def __init__(
+        self, response: requests.Response, deadline: float, budget: AnswerBudget | None, what: str, timeout_s: float
+    ) -> None:
+        self._response = response
+        self._deadline = deadline
+        self._budget = budget
+        self._what = what
+        self._timeout_s = timeout_s
+        self._chunks: Iterator[bytes] = response.raw.stream(CHUNK_BYTES, decode_content=True)
+        self._pending = bytearray()
+
+    def read(self, size: int = -1) -> bytes:
+        """``size`` bytes of the body, fewer only at its end (ijson's parser takes a short read for the end)."""
+        wanted = CHUNK_BYTES if size < 0 else size
+        while len(self._pending) < wanted and (chunk := self._next_chunk()):
+            self._pending += chunk
+        taken = bytes(self._pending[:wanted])
+        del self._pending[:wanted]
+        return taken
+
+    def _next_chunk(self) -> bytes:
+        self._wait_at_most_until_the_deadline()
+        try:
+            chunk = next(self._chunks, b"")
+        except (urllib3.exceptions.ReadTimeoutError, TimeoutError):
+            raise self.timed_out() from None
+        except (urllib3.exceptions.ProtocolError, urllib3.exceptions.DecodeError, OSError) as error:
+            raise PrometheusBadResponse(f"{self._what}: the answer broke off: {error}") from None
+        if self._budget is not None:
+            self._budget.take(len(chunk), self._what)
+        return chunk
+
+    def read_at_most(self, limit: int) -> bytes:
+        """The start of the body, up to ``limit`` bytes (an error's explanation)."""
+        parts: list[bytes] = []
+        size = 0
+        while size < limit and (chunk := self._next_chunk()):
+            parts.append(chunk)
+            size += len(chunk)
+        return b"".join(parts)[:limit]
+
+    def timed_out(self) -> PrometheusTimeout:
+        return PrometheusTimeout(
+            f"{self._what}: no complete answer within the query timeout of {self._timeout_s:g} s (Prometheus "
+            "answered, but too slowly); raise --query-timeout (prometheus.timeout) or shorten the range"
+        )
+
+    def _wait_at_most_until_the_deadline(self) -> None:
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise self.timed_out()
+        # The socket's own timeout would restart at every byte; the request's deadline does not.
+        connection = getattr(self._response.raw, "connection", None)
+        sock = getattr(connection, "sock", None)
+        if sock is not None:
+            sock.settimeout(remaining)
+
+
+def read_matrix(body: BoundedBody, max_series: int, max_points: int, what: str) -> list[RawSeries]:
+    """Decode a ``query_range`` answer as it streams in (module docstring); errors name ``what``."""
+    try:
+        return _read_matrix(body, max_series, max_points, what)
+    except MatrixError as error:
+        raise PrometheusBadResponse(f"{what}: {error}") from None
+    except ijson.JSONError as error:
+        raise PrometheusBadResponse(f"{what}: not JSON: {str(error)[:200]}") from None
+    except (ValueError, OverflowError, RecursionError) as error:
+        # A number past what Python reads (a 5,000-digit integer, for one), among others.
+        raise PrometheusBadResponse(f"{what}: not a Prometheus API result: {str(error)[:200]}") from None
+
+
+def _read_matrix(body: BoundedBody, max_series: int, max_points: int, what: str) -> list[RawSeries]:
+    depth = 0
+    status: object = None
+    result_type: object = None
+    saw_result = False
+    decoded: list[RawSeries] = []
+    builder: ijson.ObjectBuilder | None = None
+    samples = labels = 0
+    for prefix, event, value in ijson.parse(body, use_float=True):
+        if event in ("start_map", "start_array"):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise MatrixError(f"JSON nested deeper than {MAX_DEPTH} levels")
+        elif event in ("end_map", "end_array"):
+            depth -= 1
+        if builder is not None:
+            builder.event(event, value)
+            if event == "start_array" and prefix == "data.result.item.values.item":
+                samples += 1
+                if samples > max_points:
+                    raise MatrixError(f"a series has more than the {max_points:,} samples asked for")
+            elif event == "map_key" and prefix == "data.result.item.metric":
+                labels += 1
+                if labels > MAX_LABELS:
+                    raise MatrixError(f"a series has more than {MAX_LABELS} labels")
+            elif event == "end_map" and prefix == "data.result.item":
+                decoded.extend(decode_matrix([builder.value]))
+                builder = None
+        elif prefix == "data.result.item":
+            if event != "start_map":
+                raise MatrixError("matrix entry without a metric object")
+            if len(decoded) >= max_series:
+                raise PrometheusAnswerTooLarge(
+                    f"{what}: the answer has more than {max_series:,} series (prometheus.max_series); read up "
+                    "to there and dropped: aggregate the query (sum by ...) or raise the limit"
+                )
+            builder, samples, labels = ijson.ObjectBuilder(), 0, 0
+            builder.event(event, value)
+        elif prefix == "status":
+            status = value
+        elif prefix == "data.resultType":
+            result_type = value
+        elif prefix == "data.result":
+            saw_result = True
+            if event not in ("start_array", "end_array"):
+                raise MatrixError("expected a matrix result, got no list")
+    if status != "success" or not saw_result:
+        raise MatrixError(f"not a Prometheus API result (status {str(status)[:40]!r}, data.result {saw_result})")
+    if result_type != "matrix":
+        raise MatrixError(f"expected a matrix result, got resultType {str(result_type)[:40]!r}")
+    return decoded
+
+
+def unavailable(error: Exception, what: str, timeout_s: float) -> PrometheusUnavailable:
+    """The error for a request that got no answer: a read timeout is a slow query, the rest unreachable."""
+    if isinstance(error, requests.ConnectTimeout):
+        return PrometheusUnavailable(f"cannot reach Prometheus: connecting timed out after {timeout_s:g} s ({what})")
+    if isinstance(error, requests.Timeout):
+        return PrometheusTimeout(
+            f"{what}: Prometheus accepted the query but did not answer within the query timeout of {timeout_s:g} s; "
+            "raise --query-timeout (prometheus.timeout) or shorten the range"
+        )
+    return PrometheusUnavailable(f"cannot reach Prometheus: {_reason(error)} ({what})")
+
+
+def _reason(error: Exception) -> object:
+    # urllib3 wraps the cause in MaxRetryError("Max retries exceeded"), misleading with retries off.
+    wrapped = error.args[0] if error.args else None
+    return wrapped.reason if isinstance(wrapped, urllib3.exceptions.MaxRetryError) else error
