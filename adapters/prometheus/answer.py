@@ -23,6 +23,7 @@ import urllib3
 from adapters.prometheus.errors import (
     PrometheusAnswerTooLarge,
     PrometheusBadResponse,
+    PrometheusError,
     PrometheusTimeout,
     PrometheusUnavailable,
 )
@@ -51,9 +52,12 @@ class AnswerBudget:
     max_bytes: int
     max_series: int
     bytes_read: int = 0
+    abandoned: bool = False  # the query failed or was cancelled: its other requests stop reading
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def take(self, count: int, what: str) -> None:
+        if self.abandoned:
+            raise PrometheusError(f"{what}: abandoned (another request of the query failed, or it was cancelled)")
         with self._lock:
             self.bytes_read += count
             over = self.bytes_read > self.max_bytes
@@ -132,75 +136,113 @@ def read_matrix(body: BoundedBody, max_series: int, max_points: int, what: str) 
     except MatrixError as error:
         raise PrometheusBadResponse(f"{what}: {error}") from None
     except ijson.JSONError as error:
-        raise PrometheusBadResponse(f"{what}: not JSON: {str(error)[:200]}") from None
+        # ijson's message goes on with an excerpt of the input over several lines: its first line only.
+        reason = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
+        raise PrometheusBadResponse(f"{what}: not valid JSON ({reason})") from None
     except (ValueError, OverflowError, RecursionError) as error:
         # A number past what Python reads (a 5,000-digit integer, for one), among others.
         raise PrometheusBadResponse(f"{what}: not a Prometheus API result: {str(error)[:200]}") from None
 
 
-def _read_matrix(body: BoundedBody, max_series: int, max_points: int, what: str) -> list[RawSeries]:
-    depth = 0
+# Depths (open containers) in a matrix answer: {status, data: {resultType, result: [ {metric: {..},
+# values: [[t, v], ..]} ]}}. Tracked by depth and the keys above, not by ijson's prefixes: those are
+# strings as long as the nesting, built for every level of a buffer before a check could see one.
+_RESULT, _SERIES, _SERIES_FIELD, _SAMPLE = 3, 4, 5, 6
+_SCALARS = frozenset(("null", "boolean", "integer", "double", "number", "string"))
+
+
+@dataclass
+class _Matrix:
+    """What has been read of an answer so far."""
+
+    max_series: int
+    max_points: int
+    what: str
     status: object = None
     result_type: object = None
-    saw_result = False
-    decoded: list[RawSeries] = []
+    saw_result: bool = False
+    decoded: list[RawSeries] = field(default_factory=list)
+
+    def start_series(self) -> ijson.ObjectBuilder:
+        if len(self.decoded) >= self.max_series:
+            raise PrometheusAnswerTooLarge(
+                f"{self.what}: the answer has more than {self.max_series:,} series (prometheus.max_series); read "
+                "up to there and dropped: aggregate the query (sum by ...) or raise the limit"
+            )
+        return ijson.ObjectBuilder()
+
+    def check(self) -> list[RawSeries]:
+        if self.status != "success" or not self.saw_result:
+            shown_status = str(self.status)[:40]
+            raise MatrixError(f"not a Prometheus API result (status {shown_status!r}, data.result {self.saw_result})")
+        if self.result_type != "matrix":
+            raise MatrixError(f"expected a matrix result, got resultType {str(self.result_type)[:40]!r}")
+        return self.decoded
+
+
+def _read_matrix(body: BoundedBody, max_series: int, max_points: int, what: str) -> list[RawSeries]:
+    matrix = _Matrix(max_series, max_points, what)
+    depth = samples = labels = 0
+    keys: list[object] = [None] * (_SERIES_FIELD + 1)  # the current key of the map open at each depth
     builder: ijson.ObjectBuilder | None = None
-    samples = labels = 0
-    for prefix, event, value in ijson.parse(body, use_float=True):
-        if event in ("start_map", "start_array"):
+    for event, value in ijson.basic_parse(body, use_float=True):
+        opens = event == "start_map" or event == "start_array"
+        scalar = event in _SCALARS
+        if opens:
             depth += 1
             if depth > MAX_DEPTH:
                 raise MatrixError(f"JSON nested deeper than {MAX_DEPTH} levels")
-        elif event in ("end_map", "end_array"):
-            depth -= 1
+        in_result = keys[1] == "data" and keys[2] == "result"
         if builder is not None:
             builder.event(event, value)
-            if event == "start_array" and prefix == "data.result.item.values.item":
+            if opens and depth == _SAMPLE:
                 samples += 1
                 if samples > max_points:
                     raise MatrixError(f"a series has more than the {max_points:,} samples asked for")
-            elif event == "map_key" and prefix == "data.result.item.metric":
+            elif event == "map_key" and depth == _SERIES_FIELD and keys[_SERIES] == "metric":
                 labels += 1
                 if labels > MAX_LABELS:
                     raise MatrixError(f"a series has more than {MAX_LABELS} labels")
-            elif event == "end_map" and prefix == "data.result.item":
-                decoded.extend(decode_matrix([builder.value]))
+            elif event == "end_map" and depth == _SERIES:
+                matrix.decoded.extend(decode_matrix([builder.value]))
                 builder = None
-        elif prefix == "data.result.item":
+        elif in_result and ((opens and depth == _SERIES) or (scalar and depth == _RESULT)):
             if event != "start_map":
                 raise MatrixError("matrix entry without a metric object")
-            if len(decoded) >= max_series:
-                raise PrometheusAnswerTooLarge(
-                    f"{what}: the answer has more than {max_series:,} series (prometheus.max_series); read up "
-                    "to there and dropped: aggregate the query (sum by ...) or raise the limit"
-                )
-            builder, samples, labels = ijson.ObjectBuilder(), 0, 0
+            builder, samples, labels = matrix.start_series(), 0, 0
             builder.event(event, value)
-        elif prefix == "status":
-            status = value
-        elif prefix == "data.resultType":
-            result_type = value
-        elif prefix == "data.result":
-            saw_result = True
-            if event not in ("start_array", "end_array"):
-                raise MatrixError("expected a matrix result, got no list")
-    if status != "success" or not saw_result:
-        raise MatrixError(f"not a Prometheus API result (status {str(status)[:40]!r}, data.result {saw_result})")
-    if result_type != "matrix":
-        raise MatrixError(f"expected a matrix result, got resultType {str(result_type)[:40]!r}")
-    return decoded
+        elif in_result and ((opens and depth == _RESULT) or (scalar and depth == _RESULT - 1)):
+            if event != "start_array":
+                raise MatrixError(f"expected a matrix result, got {str(value)[:40] if scalar else 'an object'}")
+            matrix.saw_result = True
+        elif scalar and depth == 1 and keys[1] == "status":
+            matrix.status = value
+        elif scalar and depth == 2 and keys[1] == "data" and keys[2] == "resultType":
+            matrix.result_type = value
+        if event == "map_key" and depth <= _SERIES_FIELD:
+            keys[depth] = value
+        elif event in ("end_map", "end_array"):
+            if depth <= _SERIES_FIELD:
+                keys[depth] = None
+            depth -= 1
+    return matrix.check()
 
 
 def unavailable(error: Exception, what: str, timeout_s: float) -> PrometheusUnavailable:
-    """The error for a request that got no answer: a read timeout is a slow query, the rest unreachable."""
-    if isinstance(error, requests.ConnectTimeout):
-        return PrometheusUnavailable(f"cannot reach Prometheus: connecting timed out after {timeout_s:g} s ({what})")
-    if isinstance(error, requests.Timeout):
+    """The error for a request that got no answer: a read timeout is a slow query, the rest unreachable.
+
+    With urllib3's retries off, requests reports a read timeout as a ConnectionError around a
+    MaxRetryError around the ReadTimeoutError: the innermost reason decides.
+    """
+    reason = _reason(error)
+    if isinstance(error, requests.ConnectTimeout) or isinstance(reason, urllib3.exceptions.ConnectTimeoutError):
+        return PrometheusUnavailable(f"{what}: cannot reach Prometheus: connecting timed out after {timeout_s:g} s")
+    if isinstance(error, requests.Timeout) or isinstance(reason, urllib3.exceptions.ReadTimeoutError):
         return PrometheusTimeout(
             f"{what}: Prometheus accepted the query but did not answer within the query timeout of {timeout_s:g} s; "
             "raise --query-timeout (prometheus.timeout) or shorten the range"
         )
-    return PrometheusUnavailable(f"cannot reach Prometheus: {_reason(error)} ({what})")
+    return PrometheusUnavailable(f"{what}: cannot reach Prometheus: {reason}")
 
 
 def _reason(error: Exception) -> object:

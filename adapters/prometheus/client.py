@@ -182,7 +182,9 @@ class PrometheusSource:
             results = await asyncio.gather(*tasks)
         finally:
             # One chunk failed (or we were cancelled): stop the others and collect their outcomes so
-            # that the caller gets the first error itself, not an ExceptionGroup or a logged stray.
+            # that the caller gets the first error itself, not an ExceptionGroup or a logged stray. The
+            # requests already in worker threads stop at their next read.
+            budget.abandoned = True
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -236,7 +238,7 @@ class PrometheusSource:
             # Refused connections, DNS and TLS failures, connect and read timeouts (ConnectTimeout is both).
             raise unavailable(error, what, settings.timeout_s) from error
         except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as error:
-            raise PrometheusUnavailable(f"request to Prometheus failed: {error} ({what})") from error
+            raise PrometheusUnavailable(f"{what}: request to Prometheus failed: {error}") from error
         with response:
             if response.status_code != 200:
                 start = BoundedBody(response, deadline, None, what, settings.timeout_s).read_at_most(ERROR_BODY_BYTES)

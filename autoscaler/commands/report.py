@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 from autoscaler.commands.errors import CommandFailed, writing
-from autoscaler.commands.numbers import decimal, integer
+from autoscaler.commands.numbers import QUERY_TIMEOUT_HELP, PositiveDuration, decimal, integer
 
 if TYPE_CHECKING:  # heavy: imported when the command runs, not for --help
     import pandas as pd
@@ -52,6 +52,7 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> timedel
     help="history that only trains the forecasters [default: a quarter of the history, 1d to 7d]",
 )
 @click.option("--workers", default=1, show_default=True, type=integer(1, 64), help="processes")
+@click.option("--query-timeout", default="120s", show_default=True, type=PositiveDuration(), help=QUERY_TIMEOUT_HELP)
 def report_command(
     prometheus_url: str,
     since: timedelta,
@@ -62,6 +63,7 @@ def report_command(
     policies: str,
     warmup: timedelta | None,
     workers: int,
+    query_timeout: timedelta,
 ) -> None:
     """Write an HTML report: what the service would have served over your Prometheus's history, per
     node pool, against reactive (what happened) and the heuristics.
@@ -90,7 +92,7 @@ def report_command(
             "day to score)",
             param_hint="--since",
         )
-    series = uvloop.run(_pull(prometheus_url, since, needed))
+    series = uvloop.run(_pull(prometheus_url, since, needed, query_timeout))
     start = min(pd.Timestamp(values.dropna().index[0]) for values in series.values())  # _pull keeps none empty
     end = max(pd.Timestamp(values.index[-1]) for values in series.values())
     config = _config(end - start, warmup, lead_time, gpus_per_node)
@@ -107,7 +109,7 @@ def report_command(
     click.echo(f"{output}: {len(runs)} node pools, {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC")
 
 
-async def _pull(url: str, since: timedelta, needed: timedelta) -> dict[str, pd.Series]:
+async def _pull(url: str, since: timedelta, needed: timedelta, query_timeout: timedelta) -> dict[str, pd.Series]:
     """Each node pool's GPUs requested over ``since`` (from its first point), after the checks."""
     from datetime import UTC, datetime
 
@@ -116,7 +118,7 @@ async def _pull(url: str, since: timedelta, needed: timedelta) -> dict[str, pd.S
     from autoscaler.checks.trial import TrialError, check_prometheus, gpu_query
 
     try:
-        settings = PrometheusClientSettings(url=url)
+        settings = PrometheusClientSettings(url=url, timeout_s=query_timeout.total_seconds())
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--prometheus-url") from None
     now = datetime.now(UTC)
