@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from autoscaler import __version__
+from autoscaler.commands import read_only  # light: click only, the trial's modules are imported when it runs
 from autoscaler.commands.errors import CommandFailed
 from autoscaler.commands.numbers import QUERY_TIMEOUT_HELP, PositiveDuration, integer
 from autoscaler.decimals import parse_integer
@@ -217,8 +218,6 @@ def serve(
     or --take-over; other problems are logged as warnings. --prometheus-url: docs/try-it.md.
     """
     if prometheus_url is not None:
-        from autoscaler.commands import read_only
-
         read_only.refuse_cluster_flags(config_file, demo, secure_port, grpc_port, skip_preflight, take_over)
         configure_logging("info")
         return read_only.serve_read_only(prometheus_url, http_port, bind_address, state_dir, query_timeout)
