@@ -20,7 +20,7 @@ from adapters.prometheus.client import (
     PrometheusSource,
     PrometheusUnavailable,
 )
-from adapters.prometheus.promql import SignalQuery, grid_start, merge_signal
+from adapters.prometheus.promql import PerStep, SignalQuery, grid_start, merge_signal
 from adapters.types import Signal
 from tests import prometheus_fixture
 from tests.prometheus_fixture import (
@@ -158,6 +158,29 @@ async def test_small_chunks_join_up_exactly(prometheus: PrometheusServer, trace:
 
     assert [s.labels for s in actual] == [s.labels for s in expected]
     for got, want in zip(actual, expected, strict=True):
+        pd.testing.assert_series_equal(got.series, want.series)
+
+
+@pytest.mark.parametrize("per_step", ["last", "peak"])
+async def test_two_weeks_in_daily_requests_equal_one_request(
+    fault_proxy: FaultProxy, trace: FixtureTrace, per_step: PerStep
+) -> None:
+    # The service's 5-minute step: 14 days are 4,033 points, under Prometheus's limit for one request.
+    # Off the day boundaries on purpose, so that the first and last chunks are partial.
+    query = SignalQuery("running", RUNNING_PODS, timedelta(minutes=5), ("namespace",), per_step)
+    start, end = trace.start + timedelta(hours=3, minutes=7), trace.end - timedelta(minutes=13)
+    async with PrometheusSource(settings(fault_proxy.url, chunk=timedelta(days=30))) as whole:
+        expected = await whole.backfill(query, start, end)
+    assert fault_proxy.requests_seen == 1
+    async with PrometheusSource(settings(fault_proxy.url)) as daily:
+        actual = await daily.backfill(query, start, end)
+    assert fault_proxy.requests_seen == 1 + 14
+
+    assert [signal.labels for signal in actual] == [signal.labels for signal in expected]
+    for got, want in zip(actual, expected, strict=True):
+        # Every grid point once: no duplicate and no gap at the day boundaries, the same values.
+        assert got.series.index.is_unique
+        assert got.series.index.to_series().diff().dropna().eq(pd.Timedelta(minutes=5)).all()
         pd.testing.assert_series_equal(got.series, want.series)
 
 
