@@ -8,6 +8,7 @@ itself) gets the answer of ``MODE``:
 
 - ``many_series``: a matrix of two million series, streamed (about 90 MB);
 - ``huge_body``: 200 MB, series whose one label is 10 KB long;
+- ``gzip_bomb``: the same 200 MB gzip-compressed, under a megabyte on the wire;
 - ``body_50mb``: 50 MB, one series with five million samples;
 - ``drip``: a valid start, then one byte every 50 ms, for ever;
 - ``silent``: the request read, then no answer at all, for ever;
@@ -26,11 +27,12 @@ import json
 import re
 import subprocess
 import sys
+import zlib
 from collections.abc import Iterator
 
 from aiohttp import web
 
-MODES = ("many_series", "huge_body", "body_50mb", "drip", "silent", "deep", "huge_number", "timeout")
+MODES = ("many_series", "huge_body", "gzip_bomb", "body_50mb", "drip", "silent", "deep", "huge_number", "timeout")
 HEAD = b'{"status":"success","data":{"resultType":"matrix","result":['
 TAIL = b"]}}"
 MB = 1_000_000
@@ -70,6 +72,14 @@ def _huge_body() -> Iterator[bytes]:
     yield TAIL
 
 
+def _gzip_bomb() -> Iterator[bytes]:
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: the gzip format
+    for chunk in _huge_body():
+        if compressed := compressor.compress(chunk):
+            yield compressed
+    yield compressor.flush()
+
+
 def _body_50mb() -> Iterator[bytes]:
     yield HEAD + b'{"metric":{},"values":['
     sample = b'[1700000000,"1"],'
@@ -93,7 +103,8 @@ async def hostile(request: web.Request, mode: str) -> web.StreamResponse:
         return web.json_response(error, status=503)
     if mode == "silent":
         await asyncio.Event().wait()
-    response = web.StreamResponse(headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"} | ({"Content-Encoding": "gzip"} if mode == "gzip_bomb" else {})
+    response = web.StreamResponse(headers=headers)
     await response.prepare(request)
     try:
         if mode == "drip":
@@ -104,6 +115,7 @@ async def hostile(request: web.Request, mode: str) -> web.StreamResponse:
         generate = {
             "many_series": _many_series,
             "huge_body": _huge_body,
+            "gzip_bomb": _gzip_bomb,
             "body_50mb": _body_50mb,
             "deep": _deep,
             "huge_number": _huge_number,

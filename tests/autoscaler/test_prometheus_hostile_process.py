@@ -34,6 +34,7 @@ HISTORY_QUERY = "query 'max_over_time((sum by (nodepool)"
 CASES = {
     "many_series": "the answer has more than 10,000 series (prometheus.max_series)",
     "huge_body": "the answer is over 64 MiB (prometheus.max_answer_bytes)",
+    "gzip_bomb": "the answer is over 64 MiB (prometheus.max_answer_bytes)",
     "body_50mb": "a series has more than the 288 samples asked for",
     "drip": "no complete answer within the query timeout of 3 s",
     "silent": "did not answer within the query timeout of 3 s",
