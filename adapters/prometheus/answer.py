@@ -140,7 +140,7 @@ def read_matrix(body: BoundedBody, max_series: int, max_points: int, what: str) 
         reason = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
         raise PrometheusBadResponse(f"{what}: not valid JSON ({reason})") from None
     except (ValueError, OverflowError, RecursionError) as error:
-        # A number past what Python reads (a 5,000-digit integer, for one), among others.
+        # Values decode_matrix converts (a label value that is a huge number, for one).
         raise PrometheusBadResponse(f"{what}: not a Prometheus API result: {str(error)[:200]}") from None
 
 
