@@ -12,7 +12,7 @@ itself) gets the answer of ``MODE``:
 - ``body_50mb``: 50 MB, one series with five million samples;
 - ``drip``: a valid start, then one byte every 50 ms, for ever;
 - ``silent``: the request read, then no answer at all, for ever;
-- ``deep``: ``values`` nested 100,000 arrays deep;
+- ``deep``: a field nested 100,000 arrays deep;
 - ``huge_number``: a timestamp of 5,000 digits;
 - ``timeout``: HTTP 503, Prometheus's own "query timed out in expression evaluation".
 
@@ -90,7 +90,8 @@ def _body_50mb() -> Iterator[bytes]:
 
 
 def _deep() -> Iterator[bytes]:
-    yield HEAD + b'{"metric":{},"values":' + b"[" * 100_000 + b"]" * 100_000 + b"}" + TAIL
+    deep = b"[" * 100_000 + b"]" * 100_000
+    yield b'{"status":"success","infos":' + deep + b',"data":{"resultType":"matrix","result":[]}}'
 
 
 def _huge_number() -> Iterator[bytes]:

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import ijson
 import requests
@@ -27,7 +28,7 @@ from adapters.prometheus.errors import (
     PrometheusTimeout,
     PrometheusUnavailable,
 )
-from adapters.prometheus.matrix import MatrixError, decode_matrix
+from adapters.prometheus.matrix import MatrixError, decode_matrix, series_name
 from adapters.prometheus.promql import RawSeries
 
 CHUNK_BYTES = 64 * 1024
@@ -182,10 +183,12 @@ class _Matrix:
 
 def _read_matrix(body: BoundedBody, max_series: int, max_points: int, what: str) -> list[RawSeries]:
     matrix = _Matrix(max_series, max_points, what)
-    depth = samples = labels = 0
+    depth = labels = 0
     keys: list[object] = [None] * (_SERIES_FIELD + 1)  # the current key of the map open at each depth
     builder: ijson.ObjectBuilder | None = None
-    for event, value in ijson.basic_parse(body, use_float=True):
+    values: list[list[Any]] | None = None  # the current series' samples, once read
+    events = ijson.basic_parse(body, use_float=True)
+    for event, value in events:
         opens = event == "start_map" or event == "start_array"
         scalar = event in _SCALARS
         if opens:
@@ -194,22 +197,23 @@ def _read_matrix(body: BoundedBody, max_series: int, max_points: int, what: str)
                 raise MatrixError(f"JSON nested deeper than {MAX_DEPTH} levels")
         in_result = keys[1] == "data" and keys[2] == "result"
         if builder is not None:
+            if event == "start_array" and depth == _SERIES_FIELD and keys[_SERIES] == "values":
+                values = _read_values(events, max_points, builder.value)  # to its closing bracket, in a tight loop
+                builder.event("start_array", None)
+                event = "end_array"  # the builder holds an empty list in its place until the series ends
             builder.event(event, value)
-            if opens and depth == _SAMPLE:
-                samples += 1
-                if samples > max_points:
-                    raise MatrixError(f"a series has more than the {max_points:,} samples asked for")
-            elif event == "map_key" and depth == _SERIES_FIELD and keys[_SERIES] == "metric":
+            if event == "map_key" and depth == _SERIES_FIELD and keys[_SERIES] == "metric":
                 labels += 1
                 if labels > MAX_LABELS:
                     raise MatrixError(f"a series has more than {MAX_LABELS} labels")
             elif event == "end_map" and depth == _SERIES:
-                matrix.decoded.extend(decode_matrix([builder.value]))
+                series = builder.value if values is None else builder.value | {"values": values}
+                matrix.decoded.extend(decode_matrix([series]))
                 builder = None
         elif in_result and ((opens and depth == _SERIES) or (scalar and depth == _RESULT)):
             if event != "start_map":
                 raise MatrixError("matrix entry without a metric object")
-            builder, samples, labels = matrix.start_series(), 0, 0
+            builder, values, labels = matrix.start_series(), None, 0
             builder.event(event, value)
         elif in_result and ((opens and depth == _RESULT) or (scalar and depth == _RESULT - 1)):
             if event != "start_array":
@@ -226,6 +230,35 @@ def _read_matrix(body: BoundedBody, max_series: int, max_points: int, what: str)
                 keys[depth] = None
             depth -= 1
     return matrix.check()
+
+
+def _read_values(events: Iterator[tuple[str, Any]], max_points: int, series: object) -> list[list[Any]]:
+    """One series' samples, from just after the ``[`` of its ``values`` to just after their ``]``.
+
+    Samples are nearly all of an answer: they are read here in a loop of their own, with no more per
+    event than a sample's shape needs. A sample is a pair of scalars; anything else is refused here,
+    its types are checked by ``decode_matrix``. ``series``: what has been read of the series, for its name.
+    """
+    values: list[list[Any]] = []
+    labels = series.get("metric") if isinstance(series, dict) else None
+    name = f"series {series_name(labels)}" if isinstance(labels, dict) else "a series (before its labels)"
+    not_a_pair = f"{name}: a sample is not a [timestamp, value] pair"
+    for event, _ in events:
+        if event == "end_array":
+            return values
+        if event != "start_array":
+            raise MatrixError(not_a_pair)
+        if len(values) == max_points:
+            raise MatrixError(f"{name} has more than the {max_points:,} samples asked for")
+        pair: list[Any] = []
+        for event_in_pair, scalar in events:
+            if event_in_pair == "end_array":
+                break
+            if event_in_pair not in _SCALARS or len(pair) == 2:
+                raise MatrixError(not_a_pair)
+            pair.append(scalar)
+        values.append(pair)
+    return values  # the body ended inside the samples: the parser has said so already
 
 
 def unavailable(error: Exception, what: str, timeout_s: float) -> PrometheusUnavailable:

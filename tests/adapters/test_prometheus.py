@@ -18,6 +18,7 @@ from adapters.prometheus.client import (
     PrometheusClientSettings,
     PrometheusQueryError,
     PrometheusSource,
+    PrometheusTimeout,
     PrometheusUnavailable,
 )
 from adapters.prometheus.promql import PerStep, SignalQuery, grid_start, merge_signal
@@ -357,14 +358,17 @@ async def test_garbled_answers_are_bad_responses(fault_proxy: FaultProxy, trace:
         assert await source.backfill(query, trace.end - timedelta(hours=1), trace.end)
 
 
-async def test_a_slow_prometheus_times_out_as_unavailable(fault_proxy: FaultProxy, trace: FixtureTrace) -> None:
+async def test_a_slow_prometheus_times_out_named_as_a_timeout(fault_proxy: FaultProxy, trace: FixtureTrace) -> None:
     fault_proxy.set_mode(ProxyMode.DELAY, delay_s=2.0)
     query = SignalQuery("running", RUNNING_PODS, MINUTE)
-    async with PrometheusSource(settings(fault_proxy.url, timeout_s=0.3, retries=0)) as source:
+    async with PrometheusSource(settings(fault_proxy.url, timeout_s=0.3, retries=2)) as source:
         started = time.monotonic()
-        with pytest.raises(PrometheusUnavailable, match="timed out"):
+        with pytest.raises(PrometheusTimeout, match=r"did not answer within the query timeout of 0\.3 s") as raised:
             await source.backfill(query, trace.end - timedelta(hours=1), trace.end)
         assert time.monotonic() - started < 1.5
+    # Prometheus was up: not "cannot reach Prometheus: Read timed out" as before, and not tried again.
+    assert "cannot reach" not in str(raised.value)
+    assert raised.value.attempts == 1 and fault_proxy.requests_seen == 1
 
 
 async def test_killed_prometheus_is_unavailable_then_recovers(prometheus_restartable: PrometheusServer) -> None:

@@ -63,7 +63,7 @@ async def pull(url: str, **overrides: Any) -> PrometheusError:
         ("huge_body", PrometheusAnswerTooLarge, "the answer is over 64 MiB (prometheus.max_answer_bytes)"),
         # Decompressed bytes count: under a megabyte on the wire is still over the bound.
         ("gzip_bomb", PrometheusAnswerTooLarge, "the answer is over 64 MiB (prometheus.max_answer_bytes)"),
-        ("body_50mb", PrometheusBadResponse, "a series has more than the 25 samples asked for"),
+        ("body_50mb", PrometheusBadResponse, "series {} has more than the 25 samples asked for"),
         ("deep", PrometheusBadResponse, "JSON nested deeper than 32 levels"),
         ("huge_number", PrometheusBadResponse, "not valid JSON (parse error: integer overflow)"),
         ("timeout", PrometheusTimeout, "Prometheus-side timeout, HTTP 503 from "),

@@ -35,7 +35,7 @@ CASES = {
     "many_series": "the answer has more than 10,000 series (prometheus.max_series)",
     "huge_body": "the answer is over 64 MiB (prometheus.max_answer_bytes)",
     "gzip_bomb": "the answer is over 64 MiB (prometheus.max_answer_bytes)",
-    "body_50mb": "a series has more than the 288 samples asked for",
+    "body_50mb": "series {} has more than the 288 samples asked for",
     "drip": "no complete answer within the query timeout of 3 s",
     "silent": "did not answer within the query timeout of 3 s",
     "deep": "JSON nested deeper than 32 levels",
