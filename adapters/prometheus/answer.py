@@ -32,6 +32,9 @@ from adapters.prometheus.matrix import MatrixError, decode_matrix, series_name
 from adapters.prometheus.promql import RawSeries
 
 CHUNK_BYTES = 64 * 1024
+# What the parser takes at a time: it turns all of it into events before the first is checked, and a
+# buffer of brackets is an event each.
+PARSE_BYTES = 16 * 1024
 MAX_DEPTH = 32  # a matrix nests 6 deep; room for fields Prometheus may add, none for a nesting attack
 MAX_LABELS = 512  # labels per series; Prometheus's own limits are far lower in practice
 MIB = 1024 * 1024
@@ -134,15 +137,21 @@ def read_matrix(body: BoundedBody, max_series: int, max_points: int, what: str) 
     """Decode a ``query_range`` answer as it streams in (module docstring); errors name ``what``."""
     try:
         return _read_matrix(body, max_series, max_points, what)
+    except PrometheusError as error:  # a bound crossed, from here or from the body's budget
+        error.__traceback__ = None
+        refused: PrometheusError = error
     except MatrixError as error:
-        raise PrometheusBadResponse(f"{what}: {error}") from None
+        refused = PrometheusBadResponse(f"{what}: {error}")
     except ijson.JSONError as error:
         # ijson's message goes on with an excerpt of the input over several lines: its first line only.
         reason = str(error).splitlines()[0][:200] if str(error) else type(error).__name__
-        raise PrometheusBadResponse(f"{what}: not valid JSON ({reason})") from None
+        refused = PrometheusBadResponse(f"{what}: not valid JSON ({reason})")
     except (ValueError, OverflowError, RecursionError) as error:
         # Values decode_matrix converts (a label value that is a huge number, for one).
-        raise PrometheusBadResponse(f"{what}: not a Prometheus API result: {str(error)[:200]}") from None
+        refused = PrometheusBadResponse(f"{what}: not a Prometheus API result: {str(error)[:200]}")
+    # Raised out here, with no traceback into the parser: its frame, holding the events it had parsed
+    # ahead (up to a buffer's worth), goes now rather than with the error, which callers keep a while.
+    raise refused
 
 
 # Depths (open containers) in a matrix answer: {status, data: {resultType, result: [ {metric: {..},
@@ -187,7 +196,7 @@ def _read_matrix(body: BoundedBody, max_series: int, max_points: int, what: str)
     keys: list[object] = [None] * (_SERIES_FIELD + 1)  # the current key of the map open at each depth
     builder: ijson.ObjectBuilder | None = None
     values: list[list[Any]] | None = None  # the current series' samples, once read
-    events = ijson.basic_parse(body, use_float=True)
+    events = ijson.basic_parse(body, buf_size=PARSE_BYTES, use_float=True)
     for event, value in events:
         opens = event == "start_map" or event == "start_array"
         scalar = event in _SCALARS
