@@ -71,6 +71,11 @@ class AnswerBudget:
                 "up to there and dropped: narrow the query or its range, or raise the limit"
             )
 
+    def give_back(self, count: int) -> None:
+        """Bytes of an answer that was refused: its retry counts them again."""
+        with self._lock:
+            self.bytes_read -= count
+
 
 class BoundedBody:
     """A readable over a streamed ``requests`` response: at most the budget's bytes, by the deadline."""
@@ -85,6 +90,7 @@ class BoundedBody:
         self._timeout_s = timeout_s
         self._chunks: Iterator[bytes] = response.raw.stream(CHUNK_BYTES, decode_content=True)
         self._pending = bytearray()
+        self.taken = 0  # bytes counted against the budget
 
     def read(self, size: int = -1) -> bytes:
         """``size`` bytes of the body, fewer only at its end (ijson's parser takes a short read for the end)."""
@@ -104,6 +110,7 @@ class BoundedBody:
         except (urllib3.exceptions.ProtocolError, urllib3.exceptions.DecodeError, OSError) as error:
             raise PrometheusBadResponse(f"{self._what}: the answer broke off: {error}") from None
         if self._budget is not None:
+            self.taken += len(chunk)
             self._budget.take(len(chunk), self._what)
         return chunk
 

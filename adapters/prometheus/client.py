@@ -137,7 +137,7 @@ class PrometheusSource:
         self._settings = settings
         self._max_points = max_points_per_request
         self._executor = ThreadPoolExecutor(max_workers=settings.max_workers, thread_name_prefix="prometheus")
-        # requests.Session is not documented as thread-safe: one client per worker thread.
+        # requests.Session is not documented as thread-safe: one session per worker thread.
         self._local = threading.local()
         self._sessions: list[requests.Session] = []
         self._sessions_lock = threading.Lock()
@@ -247,7 +247,11 @@ class PrometheusSource:
                     raise refusal
                 raise type(refusal)(f"{what}: {refusal}")
             body = BoundedBody(response, deadline, budget, what, settings.timeout_s)
-            return read_matrix(body, settings.max_series, points, what)
+            try:
+                return read_matrix(body, settings.max_series, points, what)
+            except PrometheusError:
+                budget.give_back(body.taken)  # a retry reads it again
+                raise
 
     async def _with_retries(self, call: Callable[[], T]) -> T:
         loop = asyncio.get_running_loop()

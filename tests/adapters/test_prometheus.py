@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from adapters.prometheus import presets
+from adapters.prometheus.answer import AnswerBudget
 from adapters.prometheus.client import (
     PrometheusBadResponse,
     PrometheusClientSettings,
@@ -369,6 +370,19 @@ async def test_a_slow_prometheus_times_out_named_as_a_timeout(fault_proxy: Fault
     # Prometheus was up: not "cannot reach Prometheus: Read timed out" as before, and not tried again.
     assert "cannot reach" not in str(raised.value)
     assert raised.value.attempts == 1 and fault_proxy.requests_seen == 1
+
+
+async def test_a_retried_answer_counts_its_bytes_once(fault_proxy: FaultProxy, trace: FixtureTrace) -> None:
+    window = (trace.end - timedelta(hours=6), trace.end)
+    async with PrometheusSource(settings(fault_proxy.url, retries=1)) as source:
+        measured = AnswerBudget(max_bytes=2**30, max_series=10)
+        whole = await source.query_range(RUNNING_PODS, *window, MINUTE, budget=measured)
+        fault_proxy.set_mode(ProxyMode.TRUNCATED, times=1)  # half the answer, then all of it
+        budget = AnswerBudget(max_bytes=measured.bytes_read * 5 // 4, max_series=10)
+        again = await source.query_range(RUNNING_PODS, *window, MINUTE, budget=budget)
+    assert fault_proxy.requests_seen == 3
+    assert budget.bytes_read == measured.bytes_read  # not 1.5 times: the cut answer's half was given back
+    assert [series.labels for series in again] == [series.labels for series in whole]
 
 
 async def test_killed_prometheus_is_unavailable_then_recovers(prometheus_restartable: PrometheusServer) -> None:
