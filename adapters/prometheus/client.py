@@ -1,8 +1,10 @@
-"""Prometheus range queries off the event loop: settings, errors, retries, backfill and incremental pulls.
+"""Prometheus range queries off the event loop: settings, retries, backfill in chunks, incremental pulls.
 
-prometheus-api-client is synchronous (requests), so every call runs in a bounded thread pool. The
-client's own urllib3 retries are switched off: retries happen here, with the backoff from the settings,
-and nothing from requests or urllib3 escapes; callers see ``PrometheusError`` subclasses only.
+Requests (with requests) run in a bounded thread pool, the bound per Prometheus. Each answer is read as
+it streams in, within the bounds of ``adapters.prometheus.answer`` (bytes, series, time for the whole
+answer). urllib3's own retries are switched off: retries happen here, with the backoff from the
+settings, and nothing from requests or urllib3 escapes; callers see the ``PrometheusError`` subclasses
+of ``adapters.prometheus.errors`` only, each naming its query.
 """
 
 from __future__ import annotations
@@ -11,23 +13,34 @@ import asyncio
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, ClassVar, Self, TypeVar, cast
+from typing import Self, TypeVar
 from urllib.parse import urlparse
 
 import pandas as pd
 import requests
 import urllib3
-from prometheus_api_client.exceptions import PrometheusApiClientException
-from prometheus_api_client.prometheus_connect import PrometheusConnect
+from requests.adapters import HTTPAdapter
 from requests.auth import AuthBase
 from urllib3.util.retry import Retry
 
-from adapters.prometheus.matrix import MatrixError, decode_matrix
+from adapters.prometheus.answer import MIB, AnswerBudget, BoundedBody, read_matrix, unavailable
+from adapters.prometheus.errors import (
+    PrometheusAnswerTooLarge,
+    PrometheusAuthError,
+    PrometheusBadResponse,
+    PrometheusError,
+    PrometheusQueryError,
+    PrometheusTimeout,
+    PrometheusUnavailable,
+    http_error,
+    shown,
+)
 from adapters.prometheus.promql import (
     MAX_POINTS_PER_REQUEST,
     RawSeries,
@@ -38,44 +51,30 @@ from adapters.prometheus.promql import (
     promql_duration,
     to_signals,
 )
-from adapters.types import AdapterError, Signal
+from adapters.types import Signal
+
+__all__ = [
+    "PrometheusAnswerTooLarge",
+    "PrometheusAuthError",
+    "PrometheusBadResponse",
+    "PrometheusClientSettings",
+    "PrometheusError",
+    "PrometheusQueryError",
+    "PrometheusSource",
+    "PrometheusTimeout",
+    "PrometheusUnavailable",
+]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 StrPath = str | os.PathLike[str]
 
-
-class PrometheusError(AdapterError):
-    """Base of every Prometheus adapter error. ``retryable`` says whether trying again can help."""
-
-    retryable: ClassVar[bool] = False
-    attempts: int = 1
-
-
-class PrometheusUnavailable(PrometheusError):
-    """Prometheus could not be reached, timed out, or answered 5xx/429."""
-
-    retryable = True
-
-
-class PrometheusBadResponse(PrometheusError):
-    """Prometheus (or something in front of it) answered with a body that is not a valid API result."""
-
-    retryable = True  # truncated or garbled bodies from proxies are usually transient
-
-
-class PrometheusQueryError(PrometheusError):
-    """Prometheus rejected the query; the message is Prometheus's own."""
-
-    def __init__(self, error_type: str, message: str) -> None:
-        super().__init__(f"{error_type}: {message}")
-        self.error_type = error_type
-        self.message = message
-
-
-class PrometheusAuthError(PrometheusError):
-    """Prometheus (or its auth proxy) answered 401 or 403."""
+DEFAULT_TIMEOUT_S = 120.0  # a 30-day range query on a modest cluster's Prometheus takes about a minute
+DEFAULT_MAX_ANSWER_BYTES = 64 * MIB
+DEFAULT_MAX_SERIES = 10_000
+DEFAULT_CHUNK = timedelta(days=1)
+ERROR_BODY_BYTES = 16 * 1024  # of a non-2xx answer, read for Prometheus's explanation
 
 
 @dataclass(frozen=True)
@@ -83,7 +82,7 @@ class PrometheusClientSettings:
     """How to reach Prometheus. Secrets stay out of ``repr`` so the settings can be logged."""
 
     url: str
-    timeout_s: float = 30.0
+    timeout_s: float = DEFAULT_TIMEOUT_S  # for each request, its whole answer included
     retries: int = 3  # attempts after the first one
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 10.0
@@ -93,7 +92,10 @@ class PrometheusClientSettings:
     ca_file: StrPath | None = None
     insecure_skip_verify: bool = False
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
-    max_workers: int = 4
+    max_workers: int = 4  # requests in flight to this Prometheus at once
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES  # per query, over all its chunks, decompressed
+    max_series: int = DEFAULT_MAX_SERIES  # per answer
+    chunk: timedelta = DEFAULT_CHUNK  # the longest range one request asks for
 
     def __post_init__(self) -> None:
         parsed = urlparse(self.url)
@@ -107,6 +109,10 @@ class PrometheusClientSettings:
             raise ValueError("need 0 <= backoff_initial_s <= backoff_max_s")
         if self.max_workers < 1:
             raise ValueError("max_workers must be >= 1")
+        if self.max_answer_bytes < 1 or self.max_series < 1:
+            raise ValueError("max_answer_bytes and max_series must be >= 1")
+        if self.chunk < timedelta(seconds=1):
+            raise ValueError("chunk must be at least a second")
         credentials = (self.bearer_token, self.bearer_token_file, self.basic_auth)
         if sum(credential is not None for credential in credentials) > 1:
             raise ValueError("set at most one of bearer_token, bearer_token_file and basic_auth")
@@ -131,10 +137,10 @@ class PrometheusSource:
         self._settings = settings
         self._max_points = max_points_per_request
         self._executor = ThreadPoolExecutor(max_workers=settings.max_workers, thread_name_prefix="prometheus")
-        # requests.Session is not documented as thread-safe: one client per worker thread.
+        # requests.Session is not documented as thread-safe: one session per worker thread.
         self._local = threading.local()
-        self._clients: list[PrometheusConnect] = []
-        self._clients_lock = threading.Lock()
+        self._sessions: list[requests.Session] = []
+        self._sessions_lock = threading.Lock()
         self._closed = False
 
     @property
@@ -160,19 +166,25 @@ class PrometheusSource:
         """History of ``query`` evaluated on the step grid within ``[start, end]``, one Signal per series
         (a ``peak`` query's points are labelled by the start of their step, one step earlier).
 
-        Long ranges are split into requests under Prometheus's points-per-series limit and run
-        concurrently (bounded by ``max_workers``). No series at all gives an empty list.
+        Long ranges are split on the grid into requests of at most ``chunk`` and under Prometheus's
+        points-per-series limit, run concurrently (bounded by ``max_workers``) and joined: every grid
+        point is asked for once, so the result is the one query's. No series at all: an empty list.
         """
         first, last = grid_start(start, query.step), grid_end(end, query.step)
         if last < first:
             return []
-        chunks = plan_chunks(first, last, query.step, self._max_points)
-        tasks = [asyncio.create_task(self.query_range(query.range_promql, a, b, query.step)) for a, b in chunks]
+        per_chunk = max(1, min(self._max_points, self._settings.chunk // query.step))
+        chunks = plan_chunks(first, last, query.step, per_chunk)
+        budget = self._budget()
+        promql = query.range_promql
+        tasks = [asyncio.create_task(self.query_range(promql, a, b, query.step, budget=budget)) for a, b in chunks]
         try:
             results = await asyncio.gather(*tasks)
         finally:
             # One chunk failed (or we were cancelled): stop the others and collect their outcomes so
-            # that the caller gets the first error itself, not an ExceptionGroup or a logged stray.
+            # that the caller gets the first error itself, not an ExceptionGroup or a logged stray. The
+            # requests already in worker threads stop at their next read.
+            budget.abandoned = True
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -187,53 +199,90 @@ class PrometheusSource:
         after_since = grid_end(since, query.step) + pd.Timedelta(query.step)
         return await self.backfill(query, after_since, now)
 
-    async def query_range(self, promql: str, start: datetime, end: datetime, step: timedelta) -> list[RawSeries]:
-        """One ``/api/v1/query_range`` call (with retries), decoded but not yet put on a grid."""
+    async def query_range(
+        self, promql: str, start: datetime, end: datetime, step: timedelta, *, budget: AnswerBudget | None = None
+    ) -> list[RawSeries]:
+        """One ``/api/v1/query_range`` call (with retries), decoded but not yet put on a grid.
+
+        ``budget``: the bytes the answers to one query may take together (a fresh one by default).
+        """
         settings = self._settings
-        # Lets Prometheus give up when we do; plain (float) seconds, as "0.5s" is not a Prometheus duration.
-        params = {"timeout": f"{settings.timeout_s:g}"}
+        what = f"query {shown(promql)!r}"
+        budget = budget if budget is not None else self._budget()
+        points = int((pd.Timestamp(end) - pd.Timestamp(start)) // pd.Timedelta(step)) + 1
+        params = {
+            "query": promql,
+            "start": str(round(start.timestamp())),
+            "end": str(round(end.timestamp())),
+            "step": promql_duration(step),
+            # Lets Prometheus give up when we do; plain (float) seconds, as "0.5s" is not a Prometheus duration.
+            "timeout": f"{settings.timeout_s:g}",
+        }
 
         def call() -> list[RawSeries]:
-            result = self._client().custom_query_range(
-                promql, start_time=start, end_time=end, step=promql_duration(step), params=params
-            )
+            return self._get_matrix(params, budget, points, what)
+
+        return await self._with_retries(call)
+
+    def _budget(self) -> AnswerBudget:
+        return AnswerBudget(self._settings.max_answer_bytes, self._settings.max_series)
+
+    def _get_matrix(self, params: Mapping[str, str], budget: AnswerBudget, points: int, what: str) -> list[RawSeries]:
+        """In a worker thread: the request, its status, then its body as it streams in."""
+        settings = self._settings
+        deadline = time.monotonic() + settings.timeout_s
+        url = f"{settings.url.rstrip('/')}/api/v1/query_range"
+        try:
+            response = self._session().get(url, params=params, timeout=settings.timeout_s, stream=True)
+        except (requests.ConnectionError, requests.Timeout) as error:
+            # Refused connections, DNS and TLS failures, connect and read timeouts (ConnectTimeout is both).
+            raise unavailable(error, what, settings.timeout_s) from error
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as error:
+            raise PrometheusUnavailable(f"{what}: request to Prometheus failed: {error}") from error
+        with response:
+            if response.status_code != 200:
+                start = BoundedBody(response, deadline, None, what, settings.timeout_s).read_at_most(ERROR_BODY_BYTES)
+                refusal = http_error(response.status_code, response.reason, response.url.split("?")[0], start)
+                if isinstance(refusal, PrometheusQueryError):
+                    raise refusal
+                raise type(refusal)(f"{what}: {refusal}")
+            body = BoundedBody(response, deadline, budget, what, settings.timeout_s)
             try:
-                return decode_matrix(result)
-            except MatrixError as error:
-                raise PrometheusBadResponse(str(error)) from None
+                return read_matrix(body, settings.max_series, points, what)
+            except PrometheusError:
+                budget.give_back(body.taken)  # a retry reads it again
+                raise
 
-        return await self._with_retries(call, f"query_range {promql[:120]!r}")
-
-    async def _with_retries(self, call: Callable[[], T], what: str) -> T:
+    async def _with_retries(self, call: Callable[[], T]) -> T:
         loop = asyncio.get_running_loop()
         delays = self._settings.backoff_delays()
         for attempt in range(len(delays) + 1):
             if self._closed:  # the executor would refuse the work with a RuntimeError
                 raise PrometheusError("the Prometheus source is closed")
             try:
-                return await loop.run_in_executor(self._executor, _translating_errors, call)
+                return await loop.run_in_executor(self._executor, call)
             except PrometheusError as error:
                 error.attempts = attempt + 1
                 if not error.retryable or attempt == len(delays):
                     raise
-                log.warning("%s failed (%s); retry %d in %.2fs", what, error, attempt + 1, delays[attempt])
+                log.warning("%s; retry %d in %.2fs", error, attempt + 1, delays[attempt])
                 await asyncio.sleep(delays[attempt])
         raise AssertionError("unreachable")  # the loop always returns or raises
 
-    def _client(self) -> PrometheusConnect:
-        client: PrometheusConnect | None = getattr(self._local, "client", None)
-        if client is None:
-            client = self._local.client = _new_client(self._settings)
-            with self._clients_lock:
-                self._clients.append(client)
-        return client
+    def _session(self) -> requests.Session:
+        session: requests.Session | None = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = _new_session(self._settings)
+            with self._sessions_lock:
+                self._sessions.append(session)
+        return session
 
     def _shutdown(self) -> None:
         self._executor.shutdown(wait=True, cancel_futures=True)
-        with self._clients_lock:
-            for client in self._clients:
-                client.close()
-            self._clients.clear()
+        with self._sessions_lock:
+            for session in self._sessions:
+                session.close()
+            self._sessions.clear()
 
 
 class _BearerTokenFile(AuthBase):
@@ -252,7 +301,7 @@ class _BearerTokenFile(AuthBase):
 _NO_TRANSPORT_RETRIES = Retry(total=None, connect=0, read=0, status=0, other=0, redirect=5)
 
 
-def _new_client(settings: PrometheusClientSettings) -> PrometheusConnect:
+def _new_session(settings: PrometheusClientSettings) -> requests.Session:
     session = requests.Session()
     if settings.insecure_skip_verify:
         session.verify = False
@@ -262,70 +311,10 @@ def _new_client(settings: PrometheusClientSettings) -> PrometheusConnect:
         session.auth = _BearerTokenFile(settings.bearer_token_file)
     elif settings.basic_auth is not None:
         session.auth = settings.basic_auth
-    session.hooks["response"].append(_raise_for_api_error)
-    headers = dict(settings.headers)
+    session.headers.update(settings.headers)
     if settings.bearer_token is not None:
-        headers["Authorization"] = f"Bearer {settings.bearer_token}"
-    # The client annotates timeout as int but hands it to requests, which takes (connect, read) seconds.
-    timeout = cast(int, (settings.timeout_s, settings.timeout_s))
-    url = settings.url.rstrip("/")
-    retry = _NO_TRANSPORT_RETRIES
-    return PrometheusConnect(url=url, headers=headers, retry=retry, session=session, timeout=timeout)
-
-
-def _raise_for_api_error(response: requests.Response, *args: Any, **kwargs: Any) -> None:
-    """requests response hook: classify HTTP errors while the body is still at hand.
-
-    prometheus-api-client folds every non-200 answer into one exception holding a repr of the body;
-    reading the JSON error here keeps Prometheus's own message and errorType.
-    """
-    status = response.status_code
-    if status < 400:
-        return
-    error_type, message = _api_error(response)
-    where = f"HTTP {status} from {response.url.split('?')[0]}"
-    if status in (401, 403):
-        raise PrometheusAuthError(f"{where}: {message}")
-    # Prometheus answers 503 for query timeouts/cancellations and 500 for internal errors.
-    if status >= 500 or status in (408, 429) or error_type in ("timeout", "canceled", "unavailable"):
-        raise PrometheusUnavailable(f"{where}: {message}")
-    if error_type is not None:
-        raise PrometheusQueryError(error_type, message)
-    raise PrometheusBadResponse(f"{where}: {message}")
-
-
-def _api_error(response: requests.Response) -> tuple[str | None, str]:
-    try:
-        body = response.json()
-    except ValueError:
-        return None, response.text[:200].strip() or response.reason
-    if isinstance(body, dict) and body.get("status") == "error":
-        return str(body.get("errorType", "error")), str(body.get("error", ""))
-    return None, response.text[:200]
-
-
-def _translating_errors(call: Callable[[], T]) -> T:
-    """Run ``call`` in a worker thread and map every transport exception onto ours."""
-    try:
-        return call()
-    except PrometheusError:
-        raise
-    except (requests.ConnectionError, requests.Timeout) as error:
-        # Covers refused connections, DNS and TLS failures and timeouts; ChunkedEncodingError is not one.
-        raise PrometheusUnavailable(f"cannot reach Prometheus: {_reason(error)}") from error
-    except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError) as error:
-        raise PrometheusBadResponse(f"Prometheus response broke off: {error}") from error
-    except (ValueError, KeyError, TypeError) as error:
-        # requests' JSONDecodeError is a ValueError; KeyError/TypeError: JSON without data.result.
-        raise PrometheusBadResponse(f"not a Prometheus API result: {error}") from error
-    except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as error:
-        raise PrometheusUnavailable(f"request to Prometheus failed: {error}") from error
-    except PrometheusApiClientException as error:
-        # Only reached for non-error codes the hook lets through (such as a final 3xx).
-        raise PrometheusBadResponse(str(error)[:200]) from error
-
-
-def _reason(error: requests.RequestException) -> object:
-    # urllib3 wraps the cause in MaxRetryError("Max retries exceeded"), misleading with retries off.
-    wrapped = error.args[0] if error.args else None
-    return wrapped.reason if isinstance(wrapped, urllib3.exceptions.MaxRetryError) else error
+        session.headers["Authorization"] = f"Bearer {settings.bearer_token}"
+    adapter = HTTPAdapter(max_retries=_NO_TRANSPORT_RETRIES)
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session

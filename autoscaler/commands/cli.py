@@ -12,14 +12,16 @@ import json
 import logging
 import sys
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from autoscaler import __version__
+from autoscaler.commands import read_only  # light: click only, the trial's modules are imported when it runs
 from autoscaler.commands.errors import CommandFailed
-from autoscaler.commands.numbers import integer
+from autoscaler.commands.numbers import QUERY_TIMEOUT_HELP, PositiveDuration, integer
 from autoscaler.decimals import parse_integer
 
 if TYPE_CHECKING:
@@ -173,6 +175,11 @@ class PortOrOff(click.ParamType[int | str]):
     help="Read-only trial: forecast your cluster's GPU demand per pool from this Prometheus (kube-state-metrics, "
     "dcgm-exporter) and show it on the page; no config, no cluster access, nothing served to the cluster.",
 )
+@click.option(
+    "--query-timeout",
+    type=PositiveDuration(),
+    help=f"With --prometheus-url: {QUERY_TIMEOUT_HELP} [default: 120s; a config file: prometheus.timeout].",
+)
 @click.option("--secure-port", type=integer(), help="HTTPS port of the external metrics API [default: 6443].")
 @click.option("--http-port", type=integer(), help="Plain HTTP port for probes and /metrics [default: 8080].")
 @click.option(
@@ -200,6 +207,7 @@ def serve(
     config_file: Path | None,
     demo: bool,
     prometheus_url: str | None,
+    query_timeout: timedelta | None,
     secure_port: int | None,
     http_port: int | None,
     grpc_port: int | str | None,
@@ -215,11 +223,11 @@ def serve(
     or --take-over; other problems are logged as warnings. --prometheus-url: docs/try-it.md.
     """
     if prometheus_url is not None:
-        from autoscaler.commands import read_only
-
         read_only.refuse_cluster_flags(config_file, demo, secure_port, grpc_port, skip_preflight, take_over)
         configure_logging("info")
-        return read_only.serve_read_only(prometheus_url, http_port, bind_address, state_dir)
+        return read_only.serve_read_only(prometheus_url, http_port, bind_address, state_dir, query_timeout)
+    if query_timeout is not None:
+        raise click.UsageError("--query-timeout goes with --prometheus-url; a config file sets prometheus.timeout")
     overrides: dict[str, Any] = {
         "preflight.on_start": False if skip_preflight else None,
         "preflight.take_over": True if take_over else None,

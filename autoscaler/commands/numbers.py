@@ -83,3 +83,27 @@ def integer(min: int | None = None, max: int | None = None) -> click.ParamType[i
     if min is None and max is None:
         return StrictInt()
     return StrictIntRange(min, max)
+
+
+class PositiveDuration(click.ParamType[Any]):
+    """A duration flag such as ``120s``, ``2m`` or ``1h30m``, above zero."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: Param, ctx: Context) -> Any:
+        from datetime import timedelta
+
+        from forecast.durations import parse_positive_duration  # imported when a flag is read, not for --help
+
+        if isinstance(value, timedelta):
+            return value
+        try:
+            return parse_positive_duration(str(value))
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
+
+
+QUERY_TIMEOUT_HELP = (
+    "time for each Prometheus request, its whole answer included; a 30-day range on a modest cluster "
+    "takes about a minute"
+)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +36,13 @@ def refuse_cluster_flags(*values: object) -> None:
         )
 
 
-def serve_read_only(url: str, http_port: int | None, bind_address: str | None, state_dir: Path | None) -> None:
+def serve_read_only(
+    url: str,
+    http_port: int | None,
+    bind_address: str | None,
+    state_dir: Path | None,
+    query_timeout: timedelta | None = None,
+) -> None:
     """Check the Prometheus, then forecast from it and show the forecasts until stopped."""
     import uvloop
     from pydantic import ValidationError
@@ -48,6 +55,7 @@ def serve_read_only(url: str, http_port: int | None, bind_address: str | None, s
         "server.http_port": http_port,
         "server.bind_address": bind_address,
         "state_dir": str(state_dir) if state_dir else None,
+        "prometheus.timeout": query_timeout,
     }
     try:
         settings = read_only_settings(url, overrides=overrides)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 from autoscaler.commands.errors import CommandFailed, writing
-from autoscaler.commands.numbers import decimal, integer
+from autoscaler.commands.numbers import QUERY_TIMEOUT_HELP, PositiveDuration, decimal, integer
 from autoscaler.defaults import DEFAULT_LEAD_TIME, DEMO_LEAD_TIME, minutes_text
 from autoscaler.simulation.defaults import POLICIES_HELP, shown_list
 
@@ -79,6 +79,7 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str) -> timedel
     default=None,
     help="write each pool's GPUs requested here (CSV), for the simulate command the report prints per pool",
 )
+@click.option("--query-timeout", default="120s", show_default=True, type=PositiveDuration(), help=QUERY_TIMEOUT_HELP)
 def report_command(
     prometheus_url: str,
     since: timedelta,
@@ -90,6 +91,7 @@ def report_command(
     warmup: timedelta | None,
     workers: int,
     save_series: Path | None,
+    query_timeout: timedelta,
 ) -> None:
     """HELP, above."""
     import pandas as pd
@@ -117,7 +119,7 @@ def report_command(
             "day to score)",
             param_hint="--since",
         )
-    series = uvloop.run(_pull(prometheus_url, since, needed))
+    series = uvloop.run(_pull(prometheus_url, since, needed, query_timeout))
     start = min(pd.Timestamp(values.dropna().index[0]) for values in series.values())  # _pull keeps none empty
     end = max(pd.Timestamp(values.index[-1]) for values in series.values())
     config = _config(end - start, warmup, lead_time, gpus_per_node)
@@ -135,7 +137,7 @@ def report_command(
     click.echo(f"{output}: {len(runs)} node pools, {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC")
 
 
-async def _pull(url: str, since: timedelta, needed: timedelta) -> dict[str, pd.Series]:
+async def _pull(url: str, since: timedelta, needed: timedelta, query_timeout: timedelta) -> dict[str, pd.Series]:
     """Each node pool's GPUs requested over ``since`` (from its first point), after the checks."""
     from datetime import UTC, datetime
 
@@ -144,7 +146,7 @@ async def _pull(url: str, since: timedelta, needed: timedelta) -> dict[str, pd.S
     from autoscaler.checks.trial import TrialError, check_prometheus, gpu_query
 
     try:
-        settings = PrometheusClientSettings(url=url)
+        settings = PrometheusClientSettings(url=url, timeout_s=query_timeout.total_seconds())
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--prometheus-url") from None
     now = datetime.now(UTC)

@@ -21,6 +21,7 @@ from autoscaler.config.actuator_settings import ActuatorSettings
 from autoscaler.config.gpu_unit_settings import ResourceClaimSettings, pod_gpu_units, pod_pool_label
 from autoscaler.config.launch_settings import LaunchRecordSettings
 from autoscaler.config.preflight_settings import PreflightSettings
+from autoscaler.config.prometheus_settings import PrometheusSettings
 from autoscaler.config.publication_settings import PublicationSettings
 from autoscaler.config.server_settings import STRICT, Duration, ServerSettings
 from autoscaler.config.target_settings import TargetSettings
@@ -84,35 +85,6 @@ class SeriesSettings(_Strict):
                 validate_value(value)
             except SelectorError as error:
                 raise ValueError(str(error)) from None
-        return self
-
-
-class PrometheusSettings(_Strict):
-    """Where the history comes from; the fields of managed Prometheus services are all here."""
-
-    url: str
-    timeout: Duration = timedelta(seconds=30)
-    retries: Count = Field(default=3, ge=0, le=20)
-    backoff_initial: Duration = timedelta(milliseconds=500)
-    backoff_max: Duration = timedelta(seconds=10)
-    bearer_token_file: Path | None = None
-    basic_auth_username: str | None = None
-    basic_auth_password_file: Path | None = None
-    ca_file: Path | None = None
-    insecure_skip_verify: bool = False
-    headers: dict[str, str] = {}
-    max_workers: Count = Field(default=4, ge=1, le=64)
-
-    @model_validator(mode="after")
-    def _consistent(self) -> PrometheusSettings:
-        if not self.url.startswith(("http://", "https://")):
-            raise ValueError(f"url must start with http:// or https://, got {self.url!r}")
-        if (self.basic_auth_username is None) != (self.basic_auth_password_file is None):
-            raise ValueError("basic_auth_username and basic_auth_password_file must be given together")
-        if self.bearer_token_file is not None and self.basic_auth_username is not None:
-            raise ValueError("set bearer_token_file or basic auth, not both")
-        if self.backoff_max < self.backoff_initial:
-            raise ValueError("backoff_max must not be below backoff_initial")
         return self
 
 

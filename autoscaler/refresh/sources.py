@@ -13,7 +13,8 @@ from adapters.prometheus import presets
 from adapters.prometheus.client import PrometheusClientSettings, PrometheusSource
 from adapters.prometheus.promql import SignalQuery, grid_end, merge_signals
 from adapters.types import AdapterError, Signal
-from autoscaler.config.settings import PrometheusSettings, SignalSettings
+from autoscaler.config.prometheus_settings import PrometheusSettings
+from autoscaler.config.settings import SignalSettings
 from autoscaler.refresh.known_series import Identity, alive_points, fill_absent, known_identities, newest_pools
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,9 @@ def client_settings(settings: PrometheusSettings) -> PrometheusClientSettings:
         insecure_skip_verify=settings.insecure_skip_verify,
         headers=dict(settings.headers),
         max_workers=settings.max_workers,
+        max_answer_bytes=settings.max_answer_bytes,
+        max_series=settings.max_series,
+        chunk=settings.chunk,
     )
 
 

@@ -13,14 +13,16 @@ import pandas as pd
 import pytest
 
 from adapters.prometheus import presets
+from adapters.prometheus.answer import AnswerBudget
 from adapters.prometheus.client import (
     PrometheusBadResponse,
     PrometheusClientSettings,
     PrometheusQueryError,
     PrometheusSource,
+    PrometheusTimeout,
     PrometheusUnavailable,
 )
-from adapters.prometheus.promql import SignalQuery, grid_start, merge_signal
+from adapters.prometheus.promql import PerStep, SignalQuery, grid_start, merge_signal
 from adapters.types import Signal
 from tests import prometheus_fixture
 from tests.prometheus_fixture import (
@@ -108,14 +110,21 @@ async def test_a_peak_query_holds_each_steps_highest_value(prometheus: Prometheu
     assert missed > 0  # 10 steps of this day: sampling at the grid points alone misses what happened between them
 
 
-async def test_two_weeks_at_one_minute_come_back_whole_in_three_requests(
-    fault_proxy: FaultProxy, trace: FixtureTrace
+@pytest.mark.parametrize(
+    ("chunk", "requests"),
+    [
+        (timedelta(days=1), 14),  # the default: a day per request
+        (timedelta(days=14), 3),  # 20,160 points: over Prometheus's 11,000 limit for one request
+    ],
+)
+async def test_two_weeks_at_one_minute_come_back_whole_in_chunks(
+    fault_proxy: FaultProxy, trace: FixtureTrace, chunk: timedelta, requests: int
 ) -> None:
     query = SignalQuery("running", RUNNING_PODS, MINUTE, split_by=("namespace",))
-    async with PrometheusSource(settings(fault_proxy.url)) as source:
+    async with PrometheusSource(settings(fault_proxy.url, chunk=chunk)) as source:
         signals = await source.backfill(query, trace.start, trace.end)
 
-    assert fault_proxy.requests_seen == 3  # 20,160 points: over Prometheus's 11,000 limit for one request
+    assert fault_proxy.requests_seen == requests
     for vc, series in by_label(signals, "namespace").items():
         assert len(series) == len(trace.running) == 14 * 1440
         assert series.index[0] == trace.start
@@ -151,6 +160,29 @@ async def test_small_chunks_join_up_exactly(prometheus: PrometheusServer, trace:
 
     assert [s.labels for s in actual] == [s.labels for s in expected]
     for got, want in zip(actual, expected, strict=True):
+        pd.testing.assert_series_equal(got.series, want.series)
+
+
+@pytest.mark.parametrize("per_step", ["last", "peak"])
+async def test_two_weeks_in_daily_requests_equal_one_request(
+    fault_proxy: FaultProxy, trace: FixtureTrace, per_step: PerStep
+) -> None:
+    # The service's 5-minute step: 14 days are 4,033 points, under Prometheus's limit for one request.
+    # Off the day boundaries on purpose, so that the first and last chunks are partial.
+    query = SignalQuery("running", RUNNING_PODS, timedelta(minutes=5), ("namespace",), per_step)
+    start, end = trace.start + timedelta(hours=3, minutes=7), trace.end - timedelta(minutes=13)
+    async with PrometheusSource(settings(fault_proxy.url, chunk=timedelta(days=30))) as whole:
+        expected = await whole.backfill(query, start, end)
+    assert fault_proxy.requests_seen == 1
+    async with PrometheusSource(settings(fault_proxy.url)) as daily:
+        actual = await daily.backfill(query, start, end)
+    assert fault_proxy.requests_seen == 1 + 14
+
+    assert [signal.labels for signal in actual] == [signal.labels for signal in expected]
+    for got, want in zip(actual, expected, strict=True):
+        # Every grid point once: no duplicate and no gap at the day boundaries, the same values.
+        assert got.series.index.is_unique
+        assert got.series.index.to_series().diff().dropna().eq(pd.Timedelta(minutes=5)).all()
         pd.testing.assert_series_equal(got.series, want.series)
 
 
@@ -327,14 +359,30 @@ async def test_garbled_answers_are_bad_responses(fault_proxy: FaultProxy, trace:
         assert await source.backfill(query, trace.end - timedelta(hours=1), trace.end)
 
 
-async def test_a_slow_prometheus_times_out_as_unavailable(fault_proxy: FaultProxy, trace: FixtureTrace) -> None:
+async def test_a_slow_prometheus_times_out_named_as_a_timeout(fault_proxy: FaultProxy, trace: FixtureTrace) -> None:
     fault_proxy.set_mode(ProxyMode.DELAY, delay_s=2.0)
     query = SignalQuery("running", RUNNING_PODS, MINUTE)
-    async with PrometheusSource(settings(fault_proxy.url, timeout_s=0.3, retries=0)) as source:
+    async with PrometheusSource(settings(fault_proxy.url, timeout_s=0.3, retries=2)) as source:
         started = time.monotonic()
-        with pytest.raises(PrometheusUnavailable, match="timed out"):
+        with pytest.raises(PrometheusTimeout, match=r"did not answer within the query timeout of 0\.3 s") as raised:
             await source.backfill(query, trace.end - timedelta(hours=1), trace.end)
         assert time.monotonic() - started < 1.5
+    # Prometheus was up: not "cannot reach Prometheus: Read timed out" as before, and not tried again.
+    assert "cannot reach" not in str(raised.value)
+    assert raised.value.attempts == 1 and fault_proxy.requests_seen == 1
+
+
+async def test_a_retried_answer_counts_its_bytes_once(fault_proxy: FaultProxy, trace: FixtureTrace) -> None:
+    window = (trace.end - timedelta(hours=6), trace.end)
+    async with PrometheusSource(settings(fault_proxy.url, retries=1)) as source:
+        measured = AnswerBudget(max_bytes=2**30, max_series=10)
+        whole = await source.query_range(RUNNING_PODS, *window, MINUTE, budget=measured)
+        fault_proxy.set_mode(ProxyMode.TRUNCATED, times=1)  # half the answer, then all of it
+        budget = AnswerBudget(max_bytes=measured.bytes_read * 5 // 4, max_series=10)
+        again = await source.query_range(RUNNING_PODS, *window, MINUTE, budget=budget)
+    assert fault_proxy.requests_seen == 3
+    assert budget.bytes_read == measured.bytes_read  # not 1.5 times: the cut answer's half was given back
+    assert [series.labels for series in again] == [series.labels for series in whole]
 
 
 async def test_killed_prometheus_is_unavailable_then_recovers(prometheus_restartable: PrometheusServer) -> None:

@@ -24,7 +24,7 @@ from adapters.prometheus.client import (
     PrometheusError,
     PrometheusQueryError,
     PrometheusSource,
-    PrometheusUnavailable,
+    PrometheusTimeout,
 )
 from adapters.prometheus.promql import SignalQuery
 
@@ -123,7 +123,8 @@ async def test_basic_auth_is_sent(fake_prometheus: FakePrometheus) -> None:
     ("query", "raised", "attempts", "text"),
     [
         ("unauthorised", PrometheusAuthError, 1, "HTTP 401"),
-        ("timeout", PrometheusUnavailable, 2, "query timed out"),
+        # Prometheus was up: its own timeout is named as such, and the same query is not tried again.
+        ("timeout", PrometheusTimeout, 1, "Prometheus-side timeout, HTTP 503 .*: query timed out"),
         ("too_many", PrometheusQueryError, 1, "too many samples"),
         ("not_found", PrometheusBadResponse, 2, "404 page not found"),
         ("bad_samples", PrometheusBadResponse, 2, r"series \{\}: a sample is not a \[timestamp, value\] pair"),

@@ -156,9 +156,8 @@ async def test_prometheus_killed_then_restarted(prometheus_restartable, refreshe
     # Still served, unchanged and non-zero; the age shows the outage and so does readiness detail.
     assert served(provider, "a100") == (value, stamp)
     assert refresher.stats.failures["gpus_requested"] == 1
-    assert refresher.stats.last_error["gpus_requested"].startswith(
-        "pull failed: PrometheusUnavailable: cannot reach Prometheus"
-    )
+    assert refresher.stats.last_error["gpus_requested"].startswith("pull failed: PrometheusUnavailable: query ")
+    assert ": cannot reach Prometheus: " in refresher.stats.last_error["gpus_requested"]
     readiness = Readiness(ready=True)
     update_readiness(readiness, refresher, harness.pipeline)
     assert readiness.checks["signal gpus_requested"].startswith("failing: ")
