@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 
 import pandas as pd
 import requests
+import tenacity
 import urllib3
 from requests.adapters import HTTPAdapter
 from requests.auth import AuthBase
@@ -254,20 +255,27 @@ class PrometheusSource:
                 raise
 
     async def _with_retries(self, call: Callable[[], T]) -> T:
+        """``call`` in the executor, retried after a retryable error with the configured backoff
+        (doubling from ``backoff_initial_s`` up to ``backoff_max_s``: ``backoff_delays``)."""
         loop = asyncio.get_running_loop()
-        delays = self._settings.backoff_delays()
-        for attempt in range(len(delays) + 1):
-            if self._closed:  # the executor would refuse the work with a RuntimeError
-                raise PrometheusError("the Prometheus source is closed")
-            try:
-                return await loop.run_in_executor(self._executor, call)
-            except PrometheusError as error:
-                error.attempts = attempt + 1
-                if not error.retryable or attempt == len(delays):
+        settings = self._settings
+        retrying = tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_attempt(settings.retries + 1),
+            wait=tenacity.wait_exponential(multiplier=settings.backoff_initial_s, max=settings.backoff_max_s),
+            retry=tenacity.retry_if_exception(lambda error: isinstance(error, PrometheusError) and error.retryable),
+            before_sleep=_log_retry,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                if self._closed:  # the executor would refuse the work with a RuntimeError
+                    raise PrometheusError("the Prometheus source is closed")
+                try:
+                    return await loop.run_in_executor(self._executor, call)
+                except PrometheusError as error:
+                    error.attempts = attempt.retry_state.attempt_number
                     raise
-                log.warning("%s; retry %d in %.2fs", error, attempt + 1, delays[attempt])
-                await asyncio.sleep(delays[attempt])
-        raise AssertionError("unreachable")  # the loop always returns or raises
+        raise AssertionError("unreachable")  # reraise=True: the last error is raised, not RetryError
 
     def _session(self) -> requests.Session:
         session: requests.Session | None = getattr(self._local, "session", None)
@@ -295,6 +303,12 @@ class _BearerTokenFile(AuthBase):
         with open(self._path, encoding="utf-8") as token_file:
             request.headers["Authorization"] = f"Bearer {token_file.read().strip()}"
         return request
+
+
+def _log_retry(state: tenacity.RetryCallState) -> None:
+    error = state.outcome.exception() if state.outcome is not None else None
+    delay = state.next_action.sleep if state.next_action is not None else 0.0
+    log.warning("%s; retry %d in %.2fs", error, state.attempt_number, delay)
 
 
 # Connection and status retries are ours (with the configured backoff); redirects are still followed.
