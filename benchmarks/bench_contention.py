@@ -13,6 +13,8 @@ free ports) starts; the benchmark reports:
   ``gpu_headroom`` (bounded by ``--timeout``: a run that does not get there says so);
 - the external metrics API's p50/p99 over ``--api-seconds`` after that, one connection sending
   ``--rate`` requests/s on a fixed schedule (latency from the scheduled time), from this process;
+- the time to the end of the second refresh (``gpu_autoscaler_refreshes_total`` on ``/metrics``: the
+  demo refreshes every minute), whose work the workers do at their lowered priority;
 - fit deadlines missed: log lines naming ``TimeoutError``, ``FitTimeout`` or a replaced worker;
 - the 1-minute load average before the run (other users of the machine count too).
 
@@ -55,6 +57,8 @@ class Outcome:
     load_before: float
     ready_s: float | None = None
     values_s: float | None = None
+    second_refresh_s: float | None = None
+    second_refresh_waited_s: float = 0.0  # when the wait for it ended
     latencies_ms: list[float] = field(default_factory=list)
     errors: int = 0
     missed_deadlines: int = 0
@@ -146,6 +150,20 @@ async def _measure_api(demo: Demo, outcome: Outcome, seconds: float, rate: float
             outcome.errors += not ok
 
 
+async def _wait_second_refresh(demo: Demo, outcome: Outcome, timeout_s: float) -> None:
+    """Poll the ops port's /metrics until two refreshes are done, or ``timeout_s`` more have passed."""
+    until = demo.elapsed() + timeout_s
+    async with aiohttp.ClientSession() as session:
+        while demo.elapsed() < until:
+            async with session.get(f"{demo.http_url}/metrics") as response:
+                text = await response.text()
+            if (found := re.search(r"^gpu_autoscaler_refreshes_total (\S+)$", text, re.M)) and float(found[1]) >= 2:
+                outcome.second_refresh_s = demo.elapsed()
+                return
+            await asyncio.sleep(0.5)
+    outcome.second_refresh_waited_s = demo.elapsed()
+
+
 def _busy_processes(count: int, own_sessions: bool) -> list[subprocess.Popen[bytes]]:
     command = [sys.executable, "-c", "while True: pass"]
     return [subprocess.Popen(command, start_new_session=own_sessions) for _ in range(count)]
@@ -161,6 +179,7 @@ def run_once(busy: int, args: argparse.Namespace) -> Outcome:
                 asyncio.run(_wait_first_forecast(demo, outcome, args.timeout))
                 if outcome.values_s is not None:
                     asyncio.run(_measure_api(demo, outcome, args.api_seconds, args.rate))
+                    asyncio.run(_wait_second_refresh(demo, outcome, args.timeout))
             finally:
                 demo.stop()
             outcome.missed_deadlines = sum(bool(MISSED_DEADLINE.search(line)) for line in demo.lines)
@@ -179,14 +198,16 @@ def report(outcomes: list[Outcome], timeout_s: float) -> None:
     idle = [o.values_s for o in outcomes if o.busy == 0 and o.values_s is not None]
     idle_s = float(np.median(idle)) if idle else None
     print("| busy processes | load (1 min) before | /readyz 200 (s) | both forecasts served (s) | x idle |", end="")
-    print(" API p50 (ms) | API p99 (ms) | requests | errors | deadlines missed |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print(" API p50 (ms) | API p99 (ms) | requests | errors | second refresh done (s) | deadlines missed |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for o in outcomes:
         ratio = f"{o.values_s / idle_s:.2f}" if o.values_s is not None and idle_s else "-"
         p50, p99 = (f"{np.percentile(o.latencies_ms, q):.1f}" for q in (50, 99)) if o.latencies_ms else ("-", "-")
         print(
             f"| {o.busy} | {o.load_before:.2f} | {_seconds(o.ready_s, timeout_s)} | {_seconds(o.values_s, timeout_s)} "
-            f"| {ratio} | {p50} | {p99} | {len(o.latencies_ms)} | {o.errors} | {o.missed_deadlines} |"
+            f"| {ratio} | {p50} | {p99} | {len(o.latencies_ms)} | {o.errors} "
+            f"| {_seconds(o.second_refresh_s, o.second_refresh_waited_s) if o.values_s is not None else '-'} "
+            f"| {o.missed_deadlines} |"
         )
 
 
