@@ -8,7 +8,8 @@ For each round and each count of busy processes (each a ``python -c 'while True:
 priority, started before the service), the demo (``gpu-autoscaler serve``, a fresh state directory,
 free ports) starts; the benchmark reports:
 
-- the time from the start of the process to ``/readyz`` answering 200, and to the external metrics
+- the time from the start of the process to the server listening (its log line; start-up alone,
+  before any fit), to ``/readyz`` answering 200, and to the external metrics
   API (HTTPS, the demo's client certificate) answering values for both ``gpu_demand_forecast`` and
   ``gpu_headroom`` (bounded by ``--timeout``: a run that does not get there says so);
 - the external metrics API's p50/p99 over ``--api-seconds`` after that, one connection sending
@@ -55,6 +56,7 @@ MISSED_DEADLINE = re.compile(r"TimeoutError|FitTimeout|forecast worker \d+ repla
 class Outcome:
     busy: int
     load_before: float
+    listening_s: float | None = None
     ready_s: float | None = None
     values_s: float | None = None
     second_refresh_s: float | None = None
@@ -76,6 +78,7 @@ class Demo:
         self.lines: list[str] = []
         self.http_url = ""
         self.secure_url = ""
+        self.listening_s: float | None = None
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -85,6 +88,7 @@ class Demo:
             self.lines.append(line)
             if found := re.search(r"external metrics API on (https://127\.0\.0\.1:\d+)", line):
                 self.secure_url = found.group(1)
+                self.listening_s = self.elapsed()
             if found := re.search(r"probes and /metrics on (http://127\.0\.0\.1:\d+)", line):
                 self.http_url = found.group(1)
 
@@ -182,6 +186,7 @@ def run_once(busy: int, args: argparse.Namespace) -> Outcome:
                     asyncio.run(_wait_second_refresh(demo, outcome, args.timeout))
             finally:
                 demo.stop()
+            outcome.listening_s = demo.listening_s
             outcome.missed_deadlines = sum(bool(MISSED_DEADLINE.search(line)) for line in demo.lines)
     finally:
         for spinner in spinners:
@@ -194,21 +199,24 @@ def _seconds(value: float | None, timeout_s: float) -> str:
     return f"{value:.1f}" if value is not None else f"> {timeout_s:.0f}"
 
 
+COLUMNS = (
+    "busy processes", "load (1 min) before", "listening (s)", "/readyz 200 (s)", "both forecasts served (s)",
+    "x idle", "API p50 (ms)", "API p99 (ms)", "requests", "errors", "second refresh done (s)", "deadlines missed",
+)  # fmt: skip
+
+
 def report(outcomes: list[Outcome], timeout_s: float) -> None:
     idle = [o.values_s for o in outcomes if o.busy == 0 and o.values_s is not None]
     idle_s = float(np.median(idle)) if idle else None
-    print("| busy processes | load (1 min) before | /readyz 200 (s) | both forecasts served (s) | x idle |", end="")
-    print(" API p50 (ms) | API p99 (ms) | requests | errors | second refresh done (s) | deadlines missed |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| " + " | ".join(COLUMNS) + " |")
+    print("|" + "---|" * len(COLUMNS))
     for o in outcomes:
         ratio = f"{o.values_s / idle_s:.2f}" if o.values_s is not None and idle_s else "-"
         p50, p99 = (f"{np.percentile(o.latencies_ms, q):.1f}" for q in (50, 99)) if o.latencies_ms else ("-", "-")
-        print(
-            f"| {o.busy} | {o.load_before:.2f} | {_seconds(o.ready_s, timeout_s)} | {_seconds(o.values_s, timeout_s)} "
-            f"| {ratio} | {p50} | {p99} | {len(o.latencies_ms)} | {o.errors} "
-            f"| {_seconds(o.second_refresh_s, o.second_refresh_waited_s) if o.values_s is not None else '-'} "
-            f"| {o.missed_deadlines} |"
-        )
+        second = _seconds(o.second_refresh_s, o.second_refresh_waited_s) if o.values_s is not None else "-"
+        times = (_seconds(value, timeout_s) for value in (o.listening_s, o.ready_s, o.values_s))
+        cells = (o.busy, f"{o.load_before:.2f}", *times, ratio, p50, p99, len(o.latencies_ms), o.errors, second)
+        print("| " + " | ".join(str(cell) for cell in (*cells, o.missed_deadlines)) + " |")
 
 
 def main() -> None:
