@@ -124,6 +124,7 @@ async def measure(count: int, days: int, workers: int, pki_dir: Path, rate: floa
     async with running(settings, api_app=api_app, ops_app=ops_app, tls=tls) as listening:
         url = f"https://127.0.0.1:{listening.secure_port}{PATH}"
         await refresher.refresh_once()  # warm the workers (imports) and give the API something to serve
+        refresher.pools.lower_priority()  # as the service does once its first forecast is served
         idle = await load(url)
         cpu_workers, cpu_self = workers_cpu(pools), self_cpu()
         started = time.perf_counter()

@@ -380,6 +380,7 @@ async def _running(refresher: Refresher, readiness: Readiness) -> AsyncIterator[
     """Run the refresher while the generator is suspended; stop it and its workers when it resumes."""
 
     def mark_ready() -> None:
+        refresher.pools.lower_priority()  # the first forecast is served: from now on fits yield to the API
         if not readiness.ready:
             log.info("first forecast served; ready")
         readiness.ready, readiness.reason = True, "forecasts served"

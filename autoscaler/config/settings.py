@@ -214,6 +214,7 @@ class ForecastSettings(_Strict):
     # Between selections the fitted models forecast from the newest data at every refresh; set this
     # to also refit them (without reselecting) on a shorter cadence.
     refit_every: Duration | None = None
+    # In the worker's own CPU time: time other processes take the CPU is not counted.
     fit_timeout: Duration = timedelta(seconds=60)
     # None: one less than the CPUs the process may use (its cgroup limit), at least 1.
     workers: Count | None = Field(default=None, ge=1, le=64)

@@ -21,14 +21,23 @@ from typing import TypeVar
 
 from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
-# Workers yield the CPU to the serving process: on a 2-core pod a refresh would otherwise take the
-# cores the API answers on, and HPA requests would wait behind model fitting. A niced worker still
-# holds a core until the scheduler's next tick when the server wakes; SCHED_IDLE (Linux) makes the
-# waking server preempt it at once. Elsewhere, or if refused, a plain nice value is the fallback.
+# Once the first forecast is served, workers yield the CPU to the serving process: on a 2-core pod a
+# refresh would otherwise take the cores the API answers on, and HPA requests would wait behind model
+# fitting. A niced worker still holds a core until the scheduler's next tick when the server wakes;
+# SCHED_IDLE (Linux) makes the waking server preempt it at once. Elsewhere, or if refused, a plain
+# nice value is the fallback. Until then they run at the server's priority: SCHED_IDLE runs only
+# when a core has nothing else to run, and beside two busy processes on 2 cores the demo's first
+# forecast did not come in 600 s (8 s idle). Priority is lowered once and for good: an unprivileged
+# process cannot raise it again.
 WORKER_NICENESS = 10
-# How long past its deadline the service waits for a worker that did not stop itself before it
-# declares the pool stuck and replaces it.
+# How much of its own CPU time past its deadline a worker that did not stop itself may use before
+# the service declares it stuck and replaces it.
 STUCK_WORKER_GRACE_S = 30.0
+# A worker that uses no CPU at all (hung, or starved by other processes) is replaced after this many
+# times its CPU budget in wall time: loose, as other processes may take the CPU for long.
+STUCK_WORKER_WALL_FACTOR = 10
+# How often the service reads a busy worker's CPU time.
+CPU_POLL_S = 1.0
 
 log = logging.getLogger(__name__)
 Request = TypeVar("Request")
@@ -70,10 +79,10 @@ def exit_with_parent() -> None:
         wait([parent.sentinel])
         os._exit(1)
 
-    # The fit deadline's SIGALRM is process-directed: the kernel may hand it to any thread that does
+    # The fit deadline's SIGPROF is process-directed: the kernel may hand it to any thread that does
     # not block it, and one taken by this thread (asleep in poll) did not interrupt the fit in time.
-    # Threads inherit the mask, so the watcher is started with SIGALRM blocked.
-    unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+    # Threads inherit the mask, so the watcher is started with SIGPROF blocked.
+    unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPROF})
     try:
         threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
     finally:
@@ -110,11 +119,24 @@ class _WorkerContext(SpawnContext):
     Process = _SigintIgnoringProcess
 
 
+# Per process: whether this is a forecast worker (only those lower their priority: a thread pool in
+# tests runs the work in the test process) and whether it has lowered it already.
+_PRIORITY = {"forecast_worker": False, "lowered": False}
+
+
 def _start_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     single_threaded_libraries()
-    _lower_priority()
+    _PRIORITY["forecast_worker"] = True
     exit_with_parent()
+
+
+def _run_at_priority(work: Callable[[Request], Result], request: Request, lowered: bool) -> Result:
+    """``work(request)`` in a worker, which first lowers its priority, once, when asked to."""
+    if lowered and _PRIORITY["forecast_worker"] and not _PRIORITY["lowered"]:
+        _lower_priority()
+        _PRIORITY["lowered"] = True
+    return work(request)
 
 
 def _lower_priority() -> None:
@@ -172,13 +194,26 @@ def forecast_pools(workers: int) -> list[ProcessPoolExecutor]:
     return [forecast_pool(1) for _ in range(workers)]
 
 
+def process_cpu_seconds(pid: int) -> float | None:
+    """CPU time (user and system) process ``pid`` has used, from Linux's /proc; None elsewhere or
+    when the process is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14, 15
+
+
 @contextlib.contextmanager
 def deadline(seconds: float | None) -> Iterator[None]:
-    """Raise FitTimeout in the block after ``seconds`` of wall time.
+    """Raise FitTimeout in the block after ``seconds`` of this process's CPU time.
 
-    The worker enforces its own deadline so that a slow fit ends there and the worker is free for
-    the next series; waiting for it from the service would leave the worker busy. Only the main
-    thread of a process can take signals: elsewhere (a thread pool, in tests) this does nothing.
+    CPU time, not wall time: a fit's deadline must not expire because other processes took the CPU
+    (two busy processes beside a worker on 2 cores left it no time at all). The worker enforces its
+    own deadline so that a slow fit ends there and the worker is free for the next series; waiting
+    for it from the service would leave the worker busy. Only the main thread of a process can take
+    signals: elsewhere (a thread pool, in tests) this does nothing.
     """
     if seconds is None or threading.current_thread() is not threading.main_thread():
         yield
@@ -192,13 +227,13 @@ def deadline(seconds: float | None) -> Iterator[None]:
         fired = True
         raise FitTimeout(message)
 
-    previous = signal.signal(signal.SIGALRM, interrupt)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    previous = signal.signal(signal.SIGPROF, interrupt)
+    signal.setitimer(signal.ITIMER_PROF, seconds)  # counts the process's user and system time
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
     if fired:  # the interrupt was caught inside the fit (a library's bare except): the deadline still holds
         raise FitTimeout(message)
 
@@ -231,6 +266,12 @@ class ForecastPools:
         self.pools = list(pools)
         self.new_pool = new_pool
         self._slots = [asyncio.Semaphore(1) for _ in self.pools]
+        self.lowered = False
+
+    def lower_priority(self) -> None:
+        """From the next piece of work on, each worker runs below the server's priority, for good
+        (called once the first forecast is served: until then nothing else needs the CPU more)."""
+        self.lowered = True
 
     def shard_of(self, key: object) -> int:
         return zlib.crc32(repr(key).encode()) % len(self.pools)
@@ -241,8 +282,8 @@ class ForecastPools:
         async with self._slots[shard]:
             pool = self.pools[shard]
             try:
-                call = asyncio.get_running_loop().run_in_executor(pool, work, request)
-                return await asyncio.wait_for(call, timeout_s + STUCK_WORKER_GRACE_S)
+                call = asyncio.get_running_loop().run_in_executor(pool, _run_at_priority, work, request, self.lowered)
+                return await _within_budget(call, pool, timeout_s + STUCK_WORKER_GRACE_S)
             except (BrokenExecutor, TimeoutError) as error:
                 self._replace(shard, pool, f"{type(error).__name__}: {error}")
                 raise WorkFailed(f"{type(error).__name__}: {error}") from error
@@ -262,6 +303,33 @@ class ForecastPools:
         waiting for it (Python joins the pools' threads at exit) would hold the exit for its length."""
         for pool in self.pools:
             terminate(pool)
+
+
+async def _within_budget(call: asyncio.Future[Result], pool: Executor, cpu_budget_s: float) -> Result:
+    """The call's result, or TimeoutError once its worker spent ``cpu_budget_s`` of its own CPU time
+    on it (it did not stop itself: stuck in native code) or used none for ``STUCK_WORKER_WALL_FACTOR``
+    times that (hung). Where a worker's CPU time cannot be read (a thread pool; not Linux), the
+    budget is wall time."""
+    pids = list(getattr(pool, "_processes", None) or {})  # started by the submit: one per pool
+    started_cpu = process_cpu_seconds(pids[0]) if len(pids) == 1 else None
+    wall_budget = cpu_budget_s if started_cpu is None else cpu_budget_s * STUCK_WORKER_WALL_FACTOR
+    loop = asyncio.get_running_loop()
+    wall_end = loop.time() + wall_budget
+    try:
+        while (remaining := wall_end - loop.time()) > 0:
+            done, _ = await asyncio.wait(
+                {call}, timeout=remaining if started_cpu is None else min(remaining, CPU_POLL_S)
+            )
+            if done:
+                return call.result()
+            cpu = process_cpu_seconds(pids[0]) if started_cpu is not None else None
+            if cpu is not None and started_cpu is not None and cpu - started_cpu > cpu_budget_s:
+                raise TimeoutError(
+                    f"the worker used {cpu - started_cpu:.0f} s of CPU on one call, over {cpu_budget_s:g} s"
+                )
+        raise TimeoutError(f"no answer from the worker in {wall_budget:g} s")
+    finally:
+        call.cancel()  # a no-op once done; else the call was abandoned (cancelled, or past its budget)
 
 
 def process_pools(workers: int) -> ForecastPools:
