@@ -114,25 +114,52 @@ def gpus_requested(
     name: str = "gpus_requested",
     per_step: PerStep = "peak",
     liveness: str | None = KSM_LIVENESS,
+    recorded: bool = False,
 ) -> SignalQuery:
     """GPUs (physical equivalents) requested by Pending or Running pods outside ``exclude_namespaces``;
     ``by`` is drawn from namespace, pod, node, nodepool.
 
     Each point is the step's peak by default: the nodes must have covered it, and a pod that came
-    and went between two samples still needed a GPU.
+    and went between two samples still needed a GPU. ``recorded``: read each pod's GPUs from the
+    shipped recording rule (``RECORDED_GPUS_REQUESTED``) instead of working them out of the raw
+    series at every point of every query; it counts the default GPU units only.
     """
     _check_by(by, allowed=("namespace", "pod", "node", NODEPOOL_LABEL))
+    units = GpuUnits.of(resource, mig, time_slicing)
+    if not recorded:
+        demand = gpus_requested_per_pod(units, excluding(exclude_namespaces))
+    elif units != RECORDED_UNITS:
+        raise ValueError(
+            f"recorded: the recording rule {RECORDED_GPUS_REQUESTED} counts {GPU_RESOURCE} and its MIG slices; "
+            "other GPU units (resource, mig, time_slicing) read the raw series (leave recorded out)"
+        )
+    else:  # the rule keeps the namespace label: the same pods are left out after it as before it
+        demand = f"{RECORDED_GPUS_REQUESTED}{{{excluding(exclude_namespaces).removeprefix(', ')}}}"
+    return _counted(aggregation, demand, by, step, nodepool_label, name, per_step, liveness)
+
+
+# The recording rule of gpus_requested's inner aggregation (manifests/monitoring/prometheusrule.yaml,
+# kube-prometheus' level:metric:operations naming): each Pending or Running pod's GPUs per node, in
+# the default units. The regular expression over resources, the table of shares and the phase join
+# then run once per rule evaluation instead of at every point of every peak subquery.
+RECORDED_GPUS_REQUESTED = "namespace_pod_node:gpu_autoscaler_gpus_requested:sum"
+RECORDED_UNITS = GpuUnits.of(GPU_RESOURCE, True, None)
+
+
+def gpus_requested_per_pod(units: GpuUnits, matchers: str = "") -> str:
+    """GPUs requested by each Pending or Running pod, ``by (namespace, pod, node)``, in ``units``."""
     # max by (...) collapses duplicates from kube-state-metrics replicas before anything is summed.
     per_container = gpu_units(
-        "kube_pod_container_resource_requests",
-        ("namespace", "pod", "container", "node"),
-        GpuUnits.of(resource, mig, time_slicing),
-        excluding(exclude_namespaces),
+        "kube_pod_container_resource_requests", ("namespace", "pod", "container", "node"), units, matchers
     )
     requests = aggregate("sum", ("namespace", "pod", "node"), per_container)
     phase = aggregate("max", ("namespace", "pod"), 'kube_pod_status_phase{phase=~"Pending|Running"}')
-    demand = f"{requests} * on (namespace, pod) group_left () ({phase} == 1)"
-    return _counted(aggregation, demand, by, step, nodepool_label, name, per_step, liveness)
+    return f"{requests} * on (namespace, pod) group_left () ({phase} == 1)"
+
+
+def recording_rules() -> list[dict[str, str]]:
+    """The rules a preset can read instead of raw series (``recorded: true``), as the manifests ship them."""
+    return [{"record": RECORDED_GPUS_REQUESTED, "expr": gpus_requested_per_pod(RECORDED_UNITS)}]
 
 
 def gpus_allocatable(

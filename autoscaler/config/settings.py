@@ -123,6 +123,8 @@ class SignalSettings(_Strict):
     exclude_namespaces: tuple[str, ...] = ()
     # Presets split by nodepool: the kube_node_labels label that names a node's pool.
     nodepool_label: str | None = None
+    # gpus_requested: read each pod's GPUs from the shipped recording rule (docs/configuration.md).
+    recorded: bool | None = None
 
     @model_validator(mode="after")
     def _preset_or_query(self) -> SignalSettings:
@@ -149,7 +151,7 @@ class SignalSettings(_Strict):
 
     def preset_options(self) -> dict[str, Any]:
         """The preset's keyword arguments this signal sets; unset fields keep the preset's defaults."""
-        fields = ("per_step", "aggregation", "resource", "mig", "nodepool_label")
+        fields = ("per_step", "aggregation", "resource", "mig", "nodepool_label", "recorded")
         options: dict[str, Any] = {name: getattr(self, name) for name in fields if getattr(self, name) is not None}
         if self.by is not None and self.preset is not None:
             options["by"] = self.by
