@@ -9,6 +9,7 @@ import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from html import escape
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.prometheus
 SLOW = "http_requests_total"
 
 
-def settings_for(url: str, tmp_path) -> Settings:
+def settings_for(url: str, tmp_path: Path) -> Settings:
     return Settings.model_validate(
         {
             "server": {"bind_address": "127.0.0.1", "secure_port": 0, "http_port": 0, "shutdown_grace": "1s"},
@@ -66,7 +67,7 @@ class Service:
 
 
 @pytest.fixture
-async def service(fault_proxy: FaultProxy, tmp_path) -> AsyncIterator[Service]:
+async def service(fault_proxy: FaultProxy, tmp_path: Path) -> AsyncIterator[Service]:
     # Held past the 4 s timeout from the first request on: the first refresh serves the other signals.
     fault_proxy.set_mode(ProxyMode.DELAY, delay_s=6.0, matching=SLOW)
     settings = settings_for(fault_proxy.url, tmp_path)
@@ -134,6 +135,7 @@ async def test_readyz_names_the_query_that_times_out_until_it_answers(
     fault_proxy.set_mode(ProxyMode.PASS_THROUGH)
     service.refresher.wake()
 
+    assert prometheus.trace is not None
     services = len(prometheus.trace.requests_total.columns)
 
     async def recovered() -> bool:
