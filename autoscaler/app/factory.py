@@ -381,9 +381,8 @@ async def _running(refresher: Refresher, readiness: Readiness) -> AsyncIterator[
     """Run the refresher while the generator is suspended; stop it and its workers when it resumes."""
 
     def mark_ready() -> None:
-        if not readiness.ready:
-            log.info("first forecast served; ready")
-        readiness.ready, readiness.reason = True, "forecasts served"
+        if (served := readiness.forecast_served()) is not None:
+            log.info("%s", served)
 
     task = asyncio.create_task(refresher.run(ready=mark_ready), name="refresher")
     try:

@@ -82,8 +82,24 @@ class Readiness:
     # Each metric's state, computed when shown (``metric_states``); informative like ``checks``.
     metrics: Callable[[], Sequence[MetricState]] | None = None
 
+    # The metrics with no value after the last forecast served (None: none served yet).
+    _missing: set[str] | None = field(default=None, repr=False)
+
     def metric_states(self) -> Sequence[MetricState]:
         return self.metrics() if self.metrics is not None else ()
+
+    def forecast_served(self) -> str | None:
+        """Ready on a refresh that served values; returns what to log: the first such refresh, naming the
+        metrics with no value yet, then each refresh that gives some of them their first value."""
+        first, self.ready, self.reason = not self.ready, True, "forecasts served"
+        missing = {state.metric for state in self.metric_states() if state.missing is not None}
+        gained, self._missing = sorted((self._missing or set()) - missing), missing
+        still = f"no value yet: {', '.join(sorted(missing))} (see /readyz?verbose)" if missing else ""
+        if first:
+            return "first forecast served; ready" + (f"; {still}" if still else "")
+        if gained:
+            return f"first values of {', '.join(gained)}; " + (still or "every metric has a value now")
+        return None
 
     def _gate_problems(self) -> dict[str, str | None]:
         return {name: gate() for name, gate in sorted(self.gates.items())}

@@ -5,6 +5,7 @@ holds readiness back."""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -89,8 +90,9 @@ def stamp(service: Service, signal: str) -> str:
 
 
 async def test_readyz_names_the_query_that_times_out_until_it_answers(
-    service: Service, fault_proxy: FaultProxy, prometheus: PrometheusServer
+    service: Service, fault_proxy: FaultProxy, prometheus: PrometheusServer, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="autoscaler.app.factory")
     stats = service.refresher.stats
 
     async def query_running() -> str:
@@ -127,6 +129,8 @@ async def test_readyz_names_the_query_that_times_out_until_it_answers(
     )
     # The probe itself: served values make the pod ready; the signal with no series does not hold it.
     assert await service.get("/readyz") == (200, "ok")
+    missing = "no value yet: absent_demand, request_demand (see /readyz?verbose)"
+    assert f"first forecast served; ready; {missing}" in caplog.messages
     status, page = await service.get("/")
     assert status == 200
     assert f'<span class="muted">{escape(f"no value yet: signal requests: {error}")}</span>' in page
@@ -158,3 +162,4 @@ async def test_readyz_names_the_query_that_times_out_until_it_answers(
     await eventually(recovered, message="the request-rate signal to be served", timeout=60, interval=0.1)
     status, page = await service.get("/")
     assert status == 200 and "no value yet" not in page
+    assert "first values of request_demand; no value yet: absent_demand (see /readyz?verbose)" in caplog.messages

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from autoscaler.serving.provider import MetricInfo, ServedSeries, Snapshot, empty_snapshot
 from autoscaler.targets.plans import MetricPlan, RefreshStats
-from autoscaler.web.readiness import Readiness, metric_states
+from autoscaler.web.readiness import MetricState, Readiness, metric_states
 
 NOW = datetime(2026, 12, 6, 8, 30, tzinfo=UTC)
 PLANS = (
@@ -88,3 +88,24 @@ def test_the_verdict_is_what_is_served_not_the_metric_lines() -> None:
         "[-]metric request_rate_forecast failed: no value yet: waiting for the first refresh",
         "readyz check passed",
     ]
+
+
+def test_what_is_logged_first_forecast_then_each_metric_s_first_value() -> None:
+    served: list[str] = []
+    readiness = Readiness()
+    readiness.metrics = lambda: [MetricState(m, 1) if m in served else MetricState(m, 0, "no value yet") for m in "abc"]
+    served.append("a")
+    assert readiness.forecast_served() == "first forecast served; ready; no value yet: b, c (see /readyz?verbose)"
+    assert readiness.state() == (True, "forecasts served")
+    assert readiness.forecast_served() is None  # nothing new
+    served.append("c")
+    assert readiness.forecast_served() == "first values of c; no value yet: b (see /readyz?verbose)"
+    served.append("b")
+    assert readiness.forecast_served() == "first values of b; every metric has a value now"
+
+
+def test_values_restored_before_the_first_forecast_log_no_first_forecast() -> None:
+    readiness = Readiness(ready=True, reason="serving values saved at ...")
+    readiness.metrics = lambda: [MetricState("a", 1)]
+    assert readiness.forecast_served() is None
+    assert readiness.state() == (True, "forecasts served")
