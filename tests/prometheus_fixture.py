@@ -430,6 +430,7 @@ class FaultProxy:
         self.delay_s = 0.0
         self.requests_seen = 0
         self._times_left: int | None = None
+        self._matching: str | None = None
         self._lock = threading.Lock()
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -441,14 +442,19 @@ class FaultProxy:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def set_mode(self, mode: ProxyMode, delay_s: float = 0.0, times: int | None = None) -> None:
-        """Inject ``mode`` into every following request, or only into the next ``times`` of them."""
+    def set_mode(
+        self, mode: ProxyMode, delay_s: float = 0.0, times: int | None = None, matching: str | None = None
+    ) -> None:
+        """Inject ``mode`` into every following request, or only into the next ``times`` of them; with
+        ``matching``, only into requests whose query string holds it (one signal's PromQL)."""
         with self._lock:
-            self.mode, self.delay_s, self._times_left = mode, delay_s, times
+            self.mode, self.delay_s, self._times_left, self._matching = mode, delay_s, times, matching
 
-    def _next_mode(self) -> ProxyMode:
+    def _next_mode(self, query: str) -> ProxyMode:
         with self._lock:
             self.requests_seen += 1
+            if self._matching is not None and self._matching not in query:
+                return ProxyMode.PASS_THROUGH
             mode = self.mode
             if self._times_left is not None:
                 self._times_left -= 1
@@ -500,7 +506,7 @@ class FaultProxy:
         await asyncio.gather(*stragglers, return_exceptions=True)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        mode = self._next_mode()
+        mode = self._next_mode(urllib.parse.unquote_plus(request.query_string))
         if mode is ProxyMode.HTTP_500:
             return web.Response(status=500, text="fault proxy: injected failure")
         if mode is ProxyMode.INVALID_JSON:

@@ -284,6 +284,8 @@ def unavailable(error: Exception, what: str, timeout_s: float) -> PrometheusUnav
     MaxRetryError around the ReadTimeoutError: the innermost reason decides.
     """
     reason = _reason(error)
+    if isinstance(reason, urllib3.exceptions.NewConnectionError):  # refused: a ConnectTimeoutError by its class
+        return PrometheusUnavailable(f"{what}: cannot reach Prometheus: {reason}")
     if isinstance(error, requests.ConnectTimeout) or isinstance(reason, urllib3.exceptions.ConnectTimeoutError):
         return PrometheusUnavailable(f"{what}: cannot reach Prometheus: connecting timed out after {timeout_s:g} s")
     if isinstance(error, requests.Timeout) or isinstance(reason, urllib3.exceptions.ReadTimeoutError):

@@ -57,7 +57,7 @@ from autoscaler.web.launch_metrics import LaunchMetrics
 from autoscaler.web.middleware import authenticate, authenticate_plain_port, errors_and_metrics
 from autoscaler.web.page import add_page_routes
 from autoscaler.web.probes import add_metrics_route, add_probe_routes
-from autoscaler.web.readiness import Readiness
+from autoscaler.web.readiness import Readiness, metric_states
 from autoscaler.web.self_metrics import SelfMetrics
 
 log = logging.getLogger(__name__)
@@ -288,6 +288,7 @@ def create_app(
         return refresher.stats if refresher is not None else None
 
     self_metrics.watch_refreshes(refresh_stats)
+    readiness.metrics = lambda: metric_states(pipeline.plans, api_app[PROVIDER].snapshot, refresh_stats())
     self_metrics.watch_publication(lambda: api_app.get(PUBLISHER))
     scoring.attach(pipeline.scorecard, pipeline.plans, ops_app, self_metrics)
     if pipeline.launches is not None:
@@ -381,9 +382,8 @@ async def _running(refresher: Refresher, readiness: Readiness) -> AsyncIterator[
 
     def mark_ready() -> None:
         refresher.pools.lower_priority()  # the first forecast is served: from now on fits yield to the API
-        if not readiness.ready:
-            log.info("first forecast served; ready")
-        readiness.ready, readiness.reason = True, "forecasts served"
+        if (served := readiness.forecast_served()) is not None:
+            log.info("%s", served)
 
     task = asyncio.create_task(refresher.run(ready=mark_ready), name="refresher")
     try:

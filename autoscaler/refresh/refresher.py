@@ -39,6 +39,8 @@ from autoscaler.targets.tuners import TargetLevels
 
 log = logging.getLogger(__name__)
 
+NO_SERIES = "pull returned no series"  # a source answered with nothing (no exporter, say): not an outage
+
 
 def series_key(signal: Signal) -> SeriesKey:
     return (signal.name, tuple(sorted(signal.labels.items())))
@@ -231,12 +233,13 @@ class Refresher:
 
     async def _pull(self, source: SignalSource, now: datetime) -> list[Signal]:
         try:
-            signals = await source.pull(now)
+            with self.stats.working(source.name, "query", now):
+                signals = await source.pull(now)
         except AdapterError as error:
             self._failed(source.name, f"pull failed: {type(error).__name__}: {error}")
             return []
         if not signals:
-            self._failed(source.name, "pull returned no series")
+            self._failed(source.name, NO_SERIES)
         return signals
 
     def _forget_gone(self, pulled: Mapping[SeriesKey, Signal]) -> None:
@@ -290,8 +293,8 @@ class Refresher:
 
     async def _fit(self, signal: Signal, request: WorkRequest, now: datetime) -> _Fitted | None:
         try:
-            # Looked up at call time: the module's function is the seam tests replace.
-            result = await self.pools.run(request.key, fitting.work_in_worker, request, request.timeout_s or 0.0)
+            with self.stats.working(signal.name, "forecast", now):  # fitting.work_in_worker: a seam of tests
+                result = await self.pools.run(request.key, fitting.work_in_worker, request, request.timeout_s or 0.0)
         except WorkFailed as error:
             self._failed(signal.name, f"forecast failed: {error}")
             return None
@@ -367,12 +370,9 @@ class Refresher:
         )
 
     def _requested_now(self, signal: Signal) -> tuple[float, str]:
-        """GPUs requested now in the series' pool, and what besides its signal that holds.
-
-        The signal joins pods to pools through their node, so a pod waiting for one is in the
-        pool-less series (``nodepool=""``). The GPUs of those Karpenter would place in a pool count
-        in that pool; the pool-less series then leaves them out, so no pod is counted twice.
-        """
+        """GPUs requested now in the series' pool, and what besides its signal that holds. A pod waiting
+        for a node is in the pool-less series (``nodepool=""``); the GPUs of those Karpenter would place in
+        a pool count in that pool, and the pool-less series leaves them out: no pod is counted twice."""
         observed = policy.last_observed(signal.series)
         pending = self.inputs.pending_gpus
         if math.isnan(observed) or pending is None or NODEPOOL_LABEL not in signal.labels:

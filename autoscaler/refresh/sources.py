@@ -10,7 +10,16 @@ from datetime import datetime, timedelta
 import pandas as pd
 
 from adapters.prometheus import presets
-from adapters.prometheus.client import PrometheusClientSettings, PrometheusSource
+from adapters.prometheus.client import (
+    PrometheusAnswerTooLarge,
+    PrometheusAuthError,
+    PrometheusBadResponse,
+    PrometheusClientSettings,
+    PrometheusError,
+    PrometheusQueryError,
+    PrometheusSource,
+    PrometheusTimeout,
+)
 from adapters.prometheus.promql import SignalQuery, grid_end, merge_signals
 from adapters.types import AdapterError, Signal
 from autoscaler.config.prometheus_settings import PrometheusSettings
@@ -64,6 +73,33 @@ def client_settings(settings: PrometheusSettings) -> PrometheusClientSettings:
 
 class SourceDown(AdapterError):
     """The exporter behind a signal shows no sign of life at the newest point: nothing new to serve."""
+
+
+class QueryFailed(AdapterError):
+    """One of a signal's queries failed: names the query (``NAME``, ``NAME:alive``, ``NAME:pools``) and
+    the kind of failure (``failure_kind``) before the client's own message."""
+
+    def __init__(self, query: str, error: PrometheusError) -> None:
+        super().__init__(f"query {query!r} failed ({failure_kind(error)}): {error}")
+        self.query = query
+        self.kind = failure_kind(error)
+
+
+def failure_kind(error: PrometheusError) -> str:
+    """timeout (ours, or Prometheus's 503 "query timed out"), unreachable, error answer (5xx, 429), bad
+    answer (not an API result), too large (past a bound of hostile input), rejected (the query) or
+    refused (401, 403)."""
+    kinds: tuple[tuple[type[PrometheusError], str], ...] = (
+        (PrometheusAuthError, "refused"),
+        (PrometheusQueryError, "rejected"),
+        (PrometheusTimeout, "timeout"),
+        (PrometheusAnswerTooLarge, "too large"),
+        (PrometheusBadResponse, "bad answer"),
+    )
+    for kind, name in kinds:
+        if isinstance(error, kind):
+            return name
+    return "error answer" if "http " in str(error).lower() else "unreachable"
 
 
 class PrometheusSignalSource:
@@ -137,10 +173,13 @@ class PrometheusSignalSource:
         return fill_absent(self.name, history, alive, known, step, self.query.label_offset)
 
     async def _read(self, query: SignalQuery, now: datetime) -> list[Signal]:
-        if self._pulled_until is None:
-            return await self.prometheus.backfill(query, now - self.lookback, now)
-        since = self._pulled_until - query.step * REREAD_STEPS
-        return await self.prometheus.pull_incremental(query, since, now)
+        try:
+            if self._pulled_until is None:
+                return await self.prometheus.backfill(query, now - self.lookback, now)
+            since = self._pulled_until - query.step * REREAD_STEPS
+            return await self.prometheus.pull_incremental(query, since, now)
+        except PrometheusError as error:
+            raise QueryFailed(query.name, error) from error
 
     def _known_pools(self) -> set[str]:
         pools = newest_pools(self._histories[self._pools.name]) if self._pools is not None else set()

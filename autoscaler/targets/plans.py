@@ -5,7 +5,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -65,6 +66,22 @@ class RefreshStats:
     last_success: dict[str, datetime] = field(default_factory=dict)
     last_error: dict[str, str] = field(default_factory=dict)
     last_duration_s: float = 0.0
+    # What runs now per source or signal ("query" or "forecast") and since when, for /readyz?verbose.
+    running: dict[str, tuple[str, datetime]] = field(default_factory=dict)
+    _under_way: dict[str, int] = field(default_factory=dict, repr=False)
+
+    @contextmanager
+    def working(self, name: str, what: str, since: datetime) -> Iterator[None]:
+        """Record ``what`` as running for ``name`` while the block runs; a signal's series are fitted
+        concurrently, so it shows from the first start until the last of them ends."""
+        self.running.setdefault(name, (what, since))
+        self._under_way[name] = self._under_way.get(name, 0) + 1
+        try:
+            yield
+        finally:
+            self._under_way[name] -= 1
+            if not self._under_way[name]:
+                del self._under_way[name], self.running[name]
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from autoscaler.quantity import format_quantity
 from autoscaler.serving.provider import MetricInfo, Snapshot, not_served
 from autoscaler.web.buffer_views import buffers_section
 from autoscaler.web.charts import ZOOM_HOURS, ChartCache, band_level, format_labels, number, render_chart, with_unit
-from autoscaler.web.keys import BUFFERS, CLOCK, LAUNCHES, NOTICE, SCORECARD, SNAPSHOTS, UNPLACED
+from autoscaler.web.keys import BUFFERS, CLOCK, LAUNCHES, NOTICE, READINESS, SCORECARD, SNAPSHOTS, UNPLACED
 from autoscaler.web.launch_views import launch_panel, launches_json
 from autoscaler.web.notes import notes_html
 from autoscaler.web.scorecard_views import scorecard_panel, series_target_json, target_panel
@@ -113,7 +113,10 @@ def _unplaced(request: web.Request) -> Sequence[UnplacedDemand]:
     return source() if source is not None else ()
 
 
-def index_body(snapshot: Snapshot, now: datetime, unplaced: Sequence[UnplacedDemand] = ()) -> str:
+def index_body(
+    snapshot: Snapshot, now: datetime, unplaced: Sequence[UnplacedDemand] = (), missing: Mapping[str, str] | None = None
+) -> str:
+    """The metrics table; ``missing`` says why a metric has no value (``readiness.metric_states``)."""
     rows = []
     for info in snapshot.metrics.values():
         views = views_of(snapshot, info, now, timedelta(0))
@@ -123,7 +126,7 @@ def index_body(snapshot: Snapshot, now: datetime, unplaced: Sequence[UnplacedDem
                 f'<span class="muted">{escape(format_labels(view.labels))}</span>'
                 for view in views
             )
-            or '<span class="muted">no values yet</span>'
+            or f'<span class="muted">{escape((missing or {}).get(info.name, "no values yet"))}</span>'
         )
         models = ", ".join(sorted({view.model for view in views if view.model})) or "-"
         oldest = max((view.stale_seconds for view in views), default=None)
@@ -350,7 +353,10 @@ async def index_page(request: web.Request) -> web.Response:
     snapshot = request.app[SNAPSHOTS].snapshot
     actuator = request.app.get(BUFFERS)
     buffers = buffers_section(actuator) if actuator is not None else ""
-    return page(request, "forecasts", index_body(snapshot, request.app[CLOCK](), _unplaced(request)) + buffers)
+    states = request.app[READINESS].metric_states() if READINESS in request.app else ()
+    missing = {state.metric: state.missing for state in states if state.missing is not None}
+    body = index_body(snapshot, request.app[CLOCK](), _unplaced(request), missing)
+    return page(request, "forecasts", body + buffers)
 
 
 def _error_body(title: str, message: str) -> str:

@@ -4,6 +4,7 @@ within seconds of start; kills, restarts, slow and garbage answers never blank a
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -156,8 +157,12 @@ async def test_prometheus_killed_then_restarted(prometheus_restartable, refreshe
     # Still served, unchanged and non-zero; the age shows the outage and so does readiness detail.
     assert served(provider, "a100") == (value, stamp)
     assert refresher.stats.failures["gpus_requested"] == 1
-    assert refresher.stats.last_error["gpus_requested"].startswith("pull failed: PrometheusUnavailable: query ")
-    assert ": cannot reach Prometheus: " in refresher.stats.last_error["gpus_requested"]
+    # Whichever of the signal's three queries failed first is named (gpus_requested, its :alive or :pools).
+    assert re.fullmatch(
+        r"pull failed: QueryFailed: query 'gpus_requested(:alive|:pools)?' failed \(unreachable\): "
+        r"query '.+': cannot reach Prometheus: .+Connection refused",
+        refresher.stats.last_error["gpus_requested"],
+    )
     readiness = Readiness(ready=True)
     update_readiness(readiness, refresher, harness.pipeline)
     assert readiness.checks["signal gpus_requested"].startswith("failing: ")
@@ -171,16 +176,16 @@ async def test_prometheus_killed_then_restarted(prometheus_restartable, refreshe
 
 
 @pytest.mark.parametrize(
-    ("mode", "delay_s"),
+    ("mode", "delay_s", "kind"),
     [
-        (ProxyMode.HTTP_500, 0.0),
-        (ProxyMode.INVALID_JSON, 0.0),
-        (ProxyMode.TRUNCATED, 0.0),
-        (ProxyMode.CONNECTION_DROP, 0.0),
-        (ProxyMode.DELAY, 12.0),  # past the 10 s timeout
+        (ProxyMode.HTTP_500, 0.0, "error answer"),
+        (ProxyMode.INVALID_JSON, 0.0, "bad answer"),
+        (ProxyMode.TRUNCATED, 0.0, "bad answer"),
+        (ProxyMode.CONNECTION_DROP, 0.0, "bad answer"),
+        (ProxyMode.DELAY, 12.0, "timeout"),  # past the 10 s timeout
     ],
 )
-async def test_bad_answers_keep_the_last_good_values(fault_proxy, refresher_on, mode, delay_s):
+async def test_bad_answers_keep_the_last_good_values(fault_proxy, refresher_on, mode, delay_s, kind):
     harness = await refresher_on(fault_proxy.url)
     refresher, provider = harness.refresher, harness.provider
     await refresher.refresh_once()
@@ -191,6 +196,11 @@ async def test_bad_answers_keep_the_last_good_values(fault_proxy, refresher_on, 
     assert served(provider, "h100") == before
     assert before[0] > 0
     assert refresher.stats.failures["gpus_requested"] == 1
+    # The error names the kind of failure (and the query: whichever of the three failed first).
+    assert re.match(
+        rf"pull failed: QueryFailed: query 'gpus_requested[:a-z]*' failed \({kind}\): ",
+        refresher.stats.last_error["gpus_requested"],
+    )
     fault_proxy.set_mode(ProxyMode.PASS_THROUGH)
     await refresher.refresh_once()
     assert refresher.stats.last_success["gpus_requested"] > succeeded
