@@ -28,6 +28,7 @@ GPU counts are ``zero_when_absent``; split by ``nodepool`` alone they also name 
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -114,7 +115,7 @@ def gpus_requested(
     name: str = "gpus_requested",
     per_step: PerStep = "peak",
     liveness: str | None = KSM_LIVENESS,
-    recorded: bool = False,
+    recorded: bool | None = None,
 ) -> SignalQuery:
     """GPUs (physical equivalents) requested by Pending or Running pods outside ``exclude_namespaces``;
     ``by`` is drawn from namespace, pod, node, nodepool.
@@ -122,10 +123,20 @@ def gpus_requested(
     Each point is the step's peak by default: the nodes must have covered it, and a pod that came
     and went between two samples still needed a GPU. ``recorded``: read each pod's GPUs from the
     shipped recording rule (``RECORDED_GPUS_REQUESTED``) instead of working them out of the raw
-    series at every point of every query; it counts the default GPU units only.
+    series at every point of every query (True), never (False), or when Prometheus holds the rule's
+    series over the whole lookback (None: the raw query, with the recorded one beside it). The rule
+    counts the default GPU units only.
     """
     _check_by(by, allowed=("namespace", "pod", "node", NODEPOOL_LABEL))
     units = GpuUnits.of(resource, mig, time_slicing)
+    if recorded is None and units == RECORDED_UNITS:
+        same = functools.partial(
+            gpus_requested, by=by, resource=resource, mig=mig, time_slicing=time_slicing,
+            exclude_namespaces=exclude_namespaces, aggregation=aggregation, step=step,
+            nodepool_label=nodepool_label, name=name, per_step=per_step, liveness=liveness,
+        )  # fmt: skip
+        raw: SignalQuery = same(recorded=False)
+        return replace(raw, recorded=same(recorded=True), recorded_series=RECORDED_GPUS_REQUESTED)
     if not recorded:
         demand = gpus_requested_per_pod(units, excluding(exclude_namespaces))
     elif units != RECORDED_UNITS:
@@ -158,7 +169,7 @@ def gpus_requested_per_pod(units: GpuUnits, matchers: str = "") -> str:
 
 
 def recording_rules() -> list[dict[str, str]]:
-    """The rules a preset can read instead of raw series (``recorded: true``), as the manifests ship them."""
+    """The rules a preset can read instead of raw series (``recorded``), as the manifests ship them."""
     return [{"record": RECORDED_GPUS_REQUESTED, "expr": gpus_requested_per_pod(RECORDED_UNITS)}]
 
 

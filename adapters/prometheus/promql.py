@@ -64,6 +64,10 @@ class SignalQuery:
     liveness: str | None = None
     zero_when_absent: bool = False
     pools: str | None = None
+    # The same signal read from a recording rule, and the series that rule records: read it instead
+    # when Prometheus holds that series for the whole lookback (PrometheusSignalSource).
+    recorded: SignalQuery | None = None
+    recorded_series: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name:

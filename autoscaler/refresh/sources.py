@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pandas as pd
@@ -133,6 +134,8 @@ class PrometheusSignalSource:
         self._served: set[Identity] = set()
 
     async def pull(self, now: datetime) -> list[Signal]:
+        if self._pulled_until is None and self.query.recorded is not None:
+            await self._choose_recorded(now)
         tasks = [asyncio.create_task(self._read(query, now)) for query in self._queries]
         try:
             updates = await asyncio.gather(*tasks)
@@ -180,6 +183,21 @@ class PrometheusSignalSource:
             return await self.prometheus.pull_incremental(query, since, now)
         except PrometheusError as error:
             raise QueryFailed(query.name, error) from error
+
+    async def _choose_recorded(self, now: datetime) -> None:
+        """Read the signal from its recording rule from now on when Prometheus holds the rule's series
+        a lookback ago (a rule installed later would give a shorter history than the raw series);
+        chosen once, at the first pull."""
+        recorded, series = self.query.recorded, self.query.recorded_series
+        since = grid_end(now - self.lookback, self.query.step)
+        try:
+            found = await self.prometheus.query_range(f"count({series})", since, since, self.query.step)
+        except PrometheusError as error:
+            raise QueryFailed(self.name, error) from error
+        use = recorded if found and recorded is not None else replace(self.query, recorded=None)
+        how = "the recording rule" if use is recorded else "the raw series: nothing recorded"
+        log.info("signal %s: read from %s (%s, %s of lookback)", self.name, how, series, self.lookback)
+        self.query = self._queries[0] = use
 
     def _known_pools(self) -> set[str]:
         pools = newest_pools(self._histories[self._pools.name]) if self._pools is not None else set()
