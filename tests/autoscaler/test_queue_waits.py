@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler.app import scoring
@@ -19,8 +20,10 @@ from autoscaler.app.factory import build_ops_app
 from autoscaler.config.settings import Settings
 from autoscaler.refresh.pipeline import Pipeline, open_pipeline
 from autoscaler.scorecard.live import LiveScorecard
+from autoscaler.scorecard.pools import PoolScorecard
 from autoscaler.serving.provider import ServedSeries, Snapshot, SnapshotProvider, empty_snapshot
 from autoscaler.web.readiness import Readiness
+from autoscaler.web.scorecard_metrics import ScorecardMetrics
 from autoscaler.web.self_metrics import SelfMetrics
 from tests.autoscaler.test_kueue_demand import A100_FLAVOR, TRAIN, job_pod
 from tests.autoscaler.test_pool_resolution import A100, H100
@@ -173,6 +176,21 @@ async def test_a_workload_shows_its_quota_admission_check_and_capacity_waits_exa
     assert histogram(metrics, "quota")["count"] == 1.0
 
 
-def buckets_for(seconds: float) -> dict[str, float]:
+def buckets_for(seconds: float | None) -> dict[str, float]:
+    """A histogram's cumulative buckets holding one wait of ``seconds`` (None: none)."""
     bounds = (15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
-    return {f"bucket{float(bound)!r}": float(seconds <= bound) for bound in bounds} | {"bucket+Inf": 1.0}
+    held = {f"bucket{float(bound)!r}": float(seconds is not None and seconds <= bound) for bound in bounds}
+    return held | {"bucket+Inf": float(seconds is not None)}
+
+
+def test_a_pool_without_workload_waits_exports_no_queue_wait_histograms() -> None:
+    """Most clusters run no Kueue: 3 histograms of 15 series per pool would say nothing."""
+    queued, plain = PoolScorecard(), PoolScorecard()
+    queued.record_queue_wait("capacity", NOW.timestamp(), 510.0)
+    registry = CollectorRegistry()
+    registry.register(ScorecardMetrics(lambda: {"a100": queued, "h100": plain}, {}))
+    exported = generate_latest(registry).decode()
+    assert histogram(exported, "capacity") == {"count": 1.0, "sum": 510.0, **buckets_for(510.0)}
+    assert histogram(exported, "quota") == {"count": 0.0, "sum": 0.0, **buckets_for(None)}
+    assert 'nodepool="h100",wait=' not in exported
+    assert 'gpu_autoscaler_capacity_wait_seconds_count{nodepool="h100"}' in exported  # the pods' waits still are
