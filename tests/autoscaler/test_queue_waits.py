@@ -60,8 +60,9 @@ async def service(state_dir: Path, kube_api: Any) -> AsyncIterator[tuple[Pipelin
     async with open_pipeline(settings(state_dir), kube_api) as pipeline:
         assert pipeline.scorecard is not None and pipeline.health is not None
         health = pipeline.health
-        await eventually(lambda: all(health()[f"watch {kind}"] == "synced" for kind in ("pending pods", "workloads",
-                         "nodepools")), message="the watches synced", timeout=10)  # fmt: skip
+        watches = ("pending pods", "workloads", "resourceflavors", "nodepools")
+        await eventually(lambda: all(health()[f"watch {kind}"] == "synced" for kind in watches),
+                         message="the watches synced", timeout=10)  # fmt: skip
         yield pipeline, pipeline.scorecard
 
 
@@ -130,7 +131,10 @@ async def through_quota_checks_and_a_late_node(fake_kube: FakeKube, scorecard: L
     await eventually(lambda: len(scorecard.cards["a100"].queue.events["admission_check"]) == 1,
                      message="admission-check wait", timeout=10)  # fmt: skip
     fake_kube.modify("pods", running(pods[0], RUNNING[0]))
-    await eventually(lambda: fake_kube.get("pods", "train-0", "ml") is not None, message="stored")
+    outcomes = scorecard.workloads
+    assert outcomes is not None
+    await eventually(lambda: [len(state.running) for state in outcomes.admitted.values()] == [1],
+                     message="one pod seen running", timeout=10)  # fmt: skip
     assert not scorecard.cards["a100"].queue.events["capacity"]  # one of its two pods runs: not yet
     fake_kube.modify("pods", running(pods[1], RUNNING[1]))
     await eventually(lambda: len(scorecard.cards["a100"].queue.events["capacity"]) == 1, message="capacity wait",
