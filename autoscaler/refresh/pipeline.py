@@ -286,7 +286,8 @@ class NodeClaimInputs(TypedDict, total=False):
 def live_scorecard(
     settings: Settings, inputs: KubernetesInputs | None, prometheus: PrometheusSource | None
 ) -> LiveScorecard:
-    """The live scorecard, fed by the Pending-pod watch (GPUs short, waits, window starts) and by
+    """The live scorecard, fed by the Pending-pod watch (GPUs short, waits, window starts), the Kueue
+    Workload watch (queue waits, with the Pending-pod watch) and by
     Prometheus (GPUs held and used, in the units and pools of the ``gpus_requested`` signals);
     restored from the state directory."""
     plans = metric_plans(settings)
