@@ -10,14 +10,10 @@ API_VERSION = "kueue.x-k8s.io/v1beta2"
 GPU = "nvidia.com/gpu"
 
 
-def condition(kind: str, status: str = "True", reason: str = "Test") -> dict[str, str]:
-    return {
-        "type": kind,
-        "status": status,
-        "reason": reason,
-        "message": "",
-        "lastTransitionTime": "2026-11-20T08:00:00Z",
-    }
+def condition(
+    kind: str, status: str = "True", reason: str = "Test", at: str = "2026-11-20T08:00:00Z"
+) -> dict[str, str]:
+    return {"type": kind, "status": status, "reason": reason, "message": "", "lastTransitionTime": at}
 
 
 def resource_flavor(
@@ -108,14 +104,33 @@ def workload(
     return {"apiVersion": API_VERSION, "kind": "Workload", "metadata": metadata, "spec": spec}
 
 
-def admitted(found: Mapping[str, Any], cluster: str, flavor: str) -> dict[str, Any]:
-    """The Workload once Kueue admitted it on ``flavor`` (QuotaReserved, then Admitted)."""
+def admitted(
+    found: Mapping[str, Any],
+    cluster: str,
+    flavor: str,
+    *,
+    reserved_at: str = "2026-11-20T08:00:00Z",
+    admitted_at: str | None = "2026-11-20T08:00:00Z",
+    checks: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The Workload once Kueue reserved quota for it on ``flavor`` at ``reserved_at`` and admitted it at
+    ``admitted_at`` (None: not yet, its admission ``checks`` pending; they are Ready once it is)."""
     pod_set = found["spec"]["podSets"][0]
     assignment = {"name": pod_set["name"], "flavors": {GPU: flavor}, "count": pod_set["count"]}
-    status = {
+    conditions = [condition("QuotaReserved", at=reserved_at)]
+    if admitted_at is not None:
+        conditions.append(condition("Admitted", at=admitted_at))
+    else:
+        conditions.append(condition("Admitted", "False", "UnsatisfiedChecks", at=reserved_at))
+    status: dict[str, Any] = {
         "admission": {"clusterQueue": cluster, "podSetAssignments": [assignment]},
-        "conditions": [condition("QuotaReserved"), condition("Admitted")],
+        "conditions": conditions,
     }
+    if checks:
+        state, at = ("Ready", admitted_at) if admitted_at is not None else ("Pending", reserved_at)
+        status["admissionChecks"] = [
+            {"name": check, "state": state, "lastTransitionTime": at, "message": ""} for check in checks
+        ]
     return {**found, "status": status}
 
 

@@ -203,6 +203,24 @@ def queued_gpus(
     return found
 
 
+def admitted_pools(
+    workload: Mapping[str, Any],
+    state: KueueState,
+    units: GpuUnits,
+    nodepools: Sequence[NodePool] | None,
+    claims: ClaimLookup | None = None,
+) -> list[str]:
+    """The pools an admitted (quota-reserved) Workload's GPUs land in, as ``queued_gpus`` places them,
+    most GPUs first; none for a Workload not admitted, of no GPU, or that fits no pool."""
+    if not (workload.get("status") or {}).get("admission"):
+        return []
+    gpus: dict[str, float] = {}
+    for item in _admitted(workload, state, _Placing(units, claims, nodepools)):
+        if item.choice.pool:
+            gpus[item.choice.pool] = gpus.get(item.choice.pool, 0.0) + item.gpus
+    return sorted(gpus, key=lambda pool: (-gpus[pool], pool))
+
+
 def started_workloads(workloads: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> set[str]:
     """The uids of the Workloads some of whose pods are among ``pods`` (matched by owner: ``kueue.pod_links``)."""
     links = set().union(*(kueue.pod_links(pod) for pod in pods))

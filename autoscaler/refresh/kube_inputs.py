@@ -175,6 +175,10 @@ class KubernetesInputs:
             observed.append(with_observations(nodepool, sizes, failing.get(name)))
         return observed
 
+    def nodepools_listing(self) -> bool:
+        """Whether the NodePools are watched and not listed yet (until then, pools are not resolved fully)."""
+        return self._nodepools is not None and not (self._nodepools.synced or self._nodepools.absent)
+
     def windows(self, start: datetime, horizon: timedelta) -> list[ScheduledWindow]:
         """Windows open at ``start`` or starting within ``horizon`` after it (past or future)."""
         found = declared_windows(self.declared, start, horizon)

@@ -19,9 +19,9 @@ from kubernetes_asyncio.client import ApiClient
 from adapters.gpu_units import GpuUnits
 from adapters.kubernetes import kueue
 from adapters.kubernetes.dra_claims import ClaimLookup
-from adapters.kubernetes.kueue_demand import KueueState, QueuedGpus, queued_gpus, started_workloads
+from adapters.kubernetes.kueue_demand import KueueState, QueuedGpus, admitted_pools, queued_gpus, started_workloads
 from adapters.kubernetes.pool_matching import NodePool
-from adapters.kubernetes.watch import WatchCache, WatchEvent, WatchGroup
+from adapters.kubernetes.watch import OnChange, WatchCache, WatchEvent, WatchGroup
 from adapters.types import NODEPOOL_LABEL, QUEUED_SOURCE, ScheduledWindow
 
 
@@ -33,10 +33,43 @@ class KueueInputs:
         self.default_duration = default_duration  # a window's length, when the Workload sets no maximum
         self.caches: dict[str, WatchCache] = {}
         self._started: set[str] = set()  # uids of admitted Workloads whose pods were seen
+        self._workload_listeners: list[OnChange] = []  # told of every change of a Workload (queue waits)
 
     def start(self, group: WatchGroup, api: ApiClient) -> None:
         for plural in kueue.PLURALS:
-            self.caches[plural] = group.start(kueue.kueue_resource(api, plural))
+            changed = self._workload_changed if plural == kueue.WORKLOADS else None
+            self.caches[plural] = group.start(kueue.kueue_resource(api, plural), on_change=changed)
+
+    def _workload_changed(self, cache: WatchCache, event: WatchEvent | None) -> None:
+        for listener in self._workload_listeners:
+            listener(cache, event)
+
+    def add_workload_listener(self, listener: OnChange) -> None:
+        """Tell ``listener`` of every change of a Workload, and of the Workloads listed already, if any."""
+        self._workload_listeners.append(listener)
+        cache = self.caches.get(kueue.WORKLOADS)
+        if cache is not None and cache.synced:
+            listener(cache, None)
+
+    def state(self) -> KueueState:
+        """What the Kueue watches hold now."""
+        return KueueState(
+            workloads=self._objects(kueue.WORKLOADS),
+            local_queues=self._objects(kueue.LOCAL_QUEUES),
+            cluster_queues=self._objects(kueue.CLUSTER_QUEUES),
+            flavors=self._objects(kueue.RESOURCE_FLAVORS),
+            admission_checks=self._objects(kueue.ADMISSION_CHECKS),
+        )
+
+    def workload_pools(
+        self, workload: Mapping[str, Any], nodepools: Sequence[NodePool] | None, claims: ClaimLookup | None
+    ) -> list[str] | None:
+        """The pools an admitted Workload's GPUs land in, as the demand count places them; None while the
+        ResourceFlavors are not listed yet."""
+        flavors = self.caches.get(kueue.RESOURCE_FLAVORS)
+        if flavors is not None and not (flavors.synced or flavors.absent):
+            return None
+        return admitted_pools(workload, self.state(), self.units, nodepools, claims)
 
     def on_pod_change(self, cache: WatchCache, event: WatchEvent | None) -> None:
         """A Pending-pod watch listener: remember the Workloads whose pods it shows."""
@@ -54,13 +87,7 @@ class KueueInputs:
         claims: ClaimLookup | None,
     ) -> list[QueuedGpus]:
         """The pod sets counted now, given the Pending pods the pod watch holds."""
-        state = KueueState(
-            workloads=self._objects(kueue.WORKLOADS),
-            local_queues=self._objects(kueue.LOCAL_QUEUES),
-            cluster_queues=self._objects(kueue.CLUSTER_QUEUES),
-            flavors=self._objects(kueue.RESOURCE_FLAVORS),
-            admission_checks=self._objects(kueue.ADMISSION_CHECKS),
-        )
+        state = self.state()
         reserved = {
             str((w.get("metadata") or {}).get("uid"))
             for w in state.workloads.values()

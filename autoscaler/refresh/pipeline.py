@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from kubernetes_asyncio.client import ApiClient
 
@@ -31,11 +31,13 @@ from autoscaler.refresh import claimed_demand, demo
 from autoscaler.refresh.claimed_demand import ClaimedDemandSource
 from autoscaler.refresh.demo_cluster import DemoCluster, LedgerReplay
 from autoscaler.refresh.kube_inputs import KubernetesInputs, declared_windows, watch_settings
+from autoscaler.refresh.kueue_inputs import KueueInputs
 from autoscaler.refresh.sources import KnownPools, PrometheusSignalSource, client_settings, signal_query
 from autoscaler.scorecard.capacity import PoolCapacity
 from autoscaler.scorecard.live import LiveScorecard
 from autoscaler.scorecard.pods import PodOutcomes
 from autoscaler.scorecard.store import FILE_NAME as SCORECARD_FILE
+from autoscaler.scorecard.workloads import WorkloadOutcomes, WorkloadPools
 from autoscaler.serving.provider import MetricInfo
 from autoscaler.targets.launches import LearnedLaunchesFunction
 from autoscaler.targets.plans import (
@@ -284,7 +286,8 @@ class NodeClaimInputs(TypedDict, total=False):
 def live_scorecard(
     settings: Settings, inputs: KubernetesInputs | None, prometheus: PrometheusSource | None
 ) -> LiveScorecard:
-    """The live scorecard, fed by the Pending-pod watch (GPUs short, waits, window starts) and by
+    """The live scorecard, fed by the Pending-pod watch (GPUs short, waits, window starts), the Kueue
+    Workload watch (queue waits, with the Pending-pod watch) and by
     Prometheus (GPUs held and used, in the units and pools of the ``gpus_requested`` signals);
     restored from the state directory."""
     plans = metric_plans(settings)
@@ -308,8 +311,25 @@ def live_scorecard(
     if watching and inputs is not None:
         scorecard.pods = PodOutcomes(pod_pool=inputs.pod_gpus_and_pool, job=inputs.job, record=scorecard.record)
         inputs.pod_listeners.append(scorecard.pods.on_change)
+    kueue = inputs.kueue if inputs is not None else None
+    if inputs is not None and kueue is not None:  # Kueue Workloads' queue waits
+        scorecard.workloads = WorkloadOutcomes(pools=_workload_pools(inputs, kueue), record=scorecard.record_queue_wait)
+        inputs.pod_listeners.append(scorecard.workloads.on_pod_change)
     scorecard.restore()
+    if scorecard.workloads is not None and kueue is not None:  # after what was counted is restored
+        kueue.add_workload_listener(scorecard.workloads.on_workload_change)
     return scorecard
+
+
+def _workload_pools(inputs: KubernetesInputs, kueue: KueueInputs) -> WorkloadPools:
+    """An admitted Workload's pools, as the demand count places it; None until the watches it reads listed."""
+
+    def pools(workload: Mapping[str, Any]) -> Sequence[str] | None:
+        if inputs.nodepools_listing():
+            return None
+        return kueue.workload_pools(workload, inputs.nodepools(), inputs.claim_lookup())
+
+    return pools
 
 
 async def _start_kubernetes_inputs(

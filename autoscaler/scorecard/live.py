@@ -31,6 +31,8 @@ from autoscaler.scorecard.capacity import PodWait
 from autoscaler.scorecard.figures import MinuteLedger
 from autoscaler.scorecard.pods import MAX_TRACKED, Outcome, PodOutcomes
 from autoscaler.scorecard.pools import PoolScorecard
+from autoscaler.scorecard.queue_waits import QueueWait
+from autoscaler.scorecard.workloads import WorkloadOutcomes
 from autoscaler.serving.provider import Snapshot
 from autoscaler.state_files import Dropped
 
@@ -70,6 +72,7 @@ class LiveScorecard:
         self.state_path = state_path
         self.cards: dict[str, PoolScorecard] = {}
         self.pods: PodOutcomes | None = None
+        self.workloads: WorkloadOutcomes | None = None  # Kueue Workloads' queue waits
         # With shards: whether this replica scores a pool (owns its headroom series); None: every pool.
         self.owns_pool: Callable[[str], bool] | None = None
         # (metric, pool) -> (decided at, due at, headroom served, GPUs requested at the decision)
@@ -107,6 +110,11 @@ class LiveScorecard:
         else:
             self.card(pool).record_window_delay(at_s, seconds)
 
+    def record_queue_wait(self, pool: str, kind: QueueWait, at_s: float, seconds: float) -> None:
+        """A Kueue Workload's quota, admission-check or capacity wait (from ``scorecard.workloads``)."""
+        if self.owns(pool):
+            self.card(pool).record_queue_wait(kind, at_s, seconds)
+
     async def collect(self, now: datetime, snapshot: Snapshot | None = None) -> None:
         """One sample per owned pool at ``now``, and the judgments that have come due; skipped (and said)
         while the previous collection still waits for Prometheus, so samples stay in time order."""
@@ -121,6 +129,8 @@ class LiveScorecard:
 
     async def _collect(self, now: datetime, snapshot: Snapshot | None) -> None:
         now_s = now.timestamp()
+        if self.workloads is not None:  # Workloads listed before the watches that place them
+            self.workloads.retry()
         # Without a Pending-pod watch no pod waiting for capacity is seen: GPUs short are unknown (None).
         short = dict(self.short_gpus()) if self.short_gpus is not None else None
         held: dict[str, float] = {}
@@ -222,7 +232,8 @@ class LiveScorecard:
     def document(self) -> dict[str, Any]:
         pods = self.pods.document() if self.pods is not None else {}
         pools = {pool: card.document() for pool, card in self.cards.items()}
-        return {"pools": pools, "pods": pods, "waited_in_prometheus": list(self._waited)}
+        workloads = self.workloads.document() if self.workloads is not None else {}
+        return {"pools": pools, "pods": pods, "workloads": workloads, "waited_in_prometheus": list(self._waited)}
 
     def save(self, document: dict[str, Any]) -> None:
         """Write ``document()`` (taken on the event loop) to the state directory; off the loop is fine."""
@@ -256,12 +267,13 @@ class LiveScorecard:
             self._waited.update((uid, None) for uid in waited[-MAX_TRACKED:])
         else:
             log.error("scorecard: %s: waited_in_prometheus is not a list of pod uids", self.state_path)
-        pods = document.get("pods")
-        if self.pods is not None and isinstance(pods, dict):
-            try:
-                self.pods.restore(pods)
-            except ValueError as error:
-                log.error("scorecard: %s: pods: %s", self.state_path, error)
+        for name, outcomes in (("pods", self.pods), ("workloads", self.workloads)):
+            counted = document.get(name)
+            if outcomes is not None and isinstance(counted, dict):
+                try:
+                    outcomes.restore(counted)
+                except ValueError as error:
+                    log.error("scorecard: %s: %s: %s", self.state_path, name, error)
         log.info("scorecard: restored %d pools from %s", len(self.cards), self.state_path)
 
 

@@ -17,13 +17,25 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from autoscaler.quantity import is_normal_number
+from autoscaler.scorecard.columns import (
+    EVENT_COLUMNS,
+    KEEP_S,
+    MAX_EVENTS,
+    Histogram,
+    as_columns,
+    checked_rows,
+    histogram,
+    mapping,
+    non_negative,
+    numbers,
+    waits_json,
+)
 from autoscaler.scorecard.figures import (
     MINUTE_S,
     MinuteLedger,
@@ -35,39 +47,13 @@ from autoscaler.scorecard.figures import (
     short_figures,
     wait_figures,
 )
+from autoscaler.scorecard.queue_waits import QueueWait, QueueWaits
 
-KEEP_S = 7 * 86400.0
-MAX_EVENTS = 20_000
 MAX_HOLD_S = 180.0
-# Upper bounds of the wait histograms (seconds), from a scheduling blip to a day's queue.
-WAIT_BUCKETS_S: tuple[float, ...] = (15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
 PERIODS_S: Mapping[str, float] = {"1h": 3600.0, "24h": 86400.0, "7d": KEEP_S}
 MINUTE_COLUMNS = ("start", "short_gpu_seconds", "held_gpu_seconds", "used_gpu_seconds")
-EVENT_COLUMNS = ("at", "seconds")
 BUSY_COLUMNS = ("at", "fraction")
 JUDGMENT_COLUMNS = ("at", "served", "realized")
-
-
-@dataclass
-class Histogram:
-    """Cumulative like Prometheus's: ``counts[i]`` observations at most ``WAIT_BUCKETS_S[i]``, plus the rest."""
-
-    counts: list[int] = field(default_factory=lambda: [0] * (len(WAIT_BUCKETS_S) + 1))
-    total_s: float = 0.0
-
-    def observe(self, value_s: float) -> None:
-        index = int(np.searchsorted(WAIT_BUCKETS_S, value_s, side="left"))
-        self.counts[index] += 1
-        self.total_s += value_s
-
-    @property
-    def count(self) -> int:
-        return sum(self.counts)
-
-    def cumulative(self) -> list[tuple[float, int]]:
-        """(upper bound, observations at most it), the last bound infinite."""
-        bounds = [*WAIT_BUCKETS_S, math.inf]
-        return list(zip(bounds, np.cumsum(self.counts).tolist(), strict=True))
 
 
 @dataclass
@@ -110,6 +96,7 @@ class PoolScorecard:
         self.wait_histogram = Histogram()
         self.delay_histogram = Histogram()
         self.coverage_totals: dict[str, list[int]] = {}  # metric -> [covered, judged]
+        self.queue = QueueWaits()  # Kueue Workloads' queue waits
         # The ledger and the events as arrays, built once per change (each sample or event bumps
         # the version), not at every request for the figures.
         self._version = 0
@@ -166,6 +153,10 @@ class PoolScorecard:
         self.delay_histogram.observe(delay_s)
         self._version += 1
 
+    def record_queue_wait(self, kind: QueueWait, at_s: float, wait_s: float) -> None:
+        """A Kueue Workload's quota, admission-check or capacity wait, ended at ``at_s``."""
+        self.queue.record(kind, at_s, wait_s)
+
     def record_busy(self, at_s: float, fraction: float) -> None:
         """The pool's GPUs' mean busy share (DCGM utilization, 0 to 1) at ``at_s``."""
         if not (math.isfinite(fraction) and 0.0 <= fraction <= 1.0):
@@ -195,6 +186,7 @@ class PoolScorecard:
             self.window_delays,
             self.busy,
         ]
+        self.queue.trim(oldest)
         for events in [*lists, *self.judgments.values()]:
             while events and events[0][0] < oldest:
                 events.popleft()
@@ -242,8 +234,9 @@ class PoolScorecard:
             "idle_gpu_hours": _rounded(idle_gpu_hours(minutes)),
             "gpu_allocation": None if allocation is None else _rounded(allocation),
             "busy_utilization": _rounded(float(busy.mean())) if len(busy) else None,
-            "capacity_wait_seconds": _waits(waits),
-            "window_start_delay_seconds": _waits(delays),
+            "capacity_wait_seconds": waits_json(waits),
+            "window_start_delay_seconds": waits_json(delays),
+            "queue_wait_seconds": self.queue.figures(start_s, end_s),
             "coverage": judged,
         }
 
@@ -251,16 +244,19 @@ class PoolScorecard:
         """Everything, as JSON-ready columns (a week of minutes is 10,080 rows: lists of rows cost more
         to build and to write). Copies: it may be written by another thread while sampling goes on."""
         return {
-            "minutes": _columns((start, _known(row[0]), row[1], row[2]) for start, row in self.minutes.items()),
+            "minutes": as_columns(
+                ((start, _known(row[0]), row[1], row[2]) for start, row in self.minutes.items()), MINUTE_COLUMNS
+            ),
             "last_sample": None if self.last_sample is None else [_known(value) for value in self.last_sample],
-            "waits": _columns(self.waits, EVENT_COLUMNS),
-            "window_delays": _columns(self.window_delays, EVENT_COLUMNS),
-            "busy": _columns(self.busy, BUSY_COLUMNS),
-            "judgments": {m: _columns(e, JUDGMENT_COLUMNS) for m, e in self.judgments.items()},
+            "waits": as_columns(self.waits, EVENT_COLUMNS),
+            "window_delays": as_columns(self.window_delays, EVENT_COLUMNS),
+            "busy": as_columns(self.busy, BUSY_COLUMNS),
+            "judgments": {m: as_columns(e, JUDGMENT_COLUMNS) for m, e in self.judgments.items()},
             "totals": dict(vars(self.totals)),
             "wait_histogram": {"counts": list(self.wait_histogram.counts), "total_s": self.wait_histogram.total_s},
             "delay_histogram": {"counts": list(self.delay_histogram.counts), "total_s": self.delay_histogram.total_s},
             "coverage_totals": {metric: list(counts) for metric, counts in self.coverage_totals.items()},
+            **self.queue.document(),
         }
 
     @classmethod
@@ -269,36 +265,39 @@ class PoolScorecard:
         if not isinstance(document, dict):
             raise ValueError("not a JSON object")
         card = cls()
-        minutes = _rows(document, "minutes", MINUTE_COLUMNS, unknown=("short_gpu_seconds",))
+        minutes = checked_rows(document, "minutes", MINUTE_COLUMNS, unknown=("short_gpu_seconds",))
         if [row[0] for row in minutes] != sorted(row[0] for row in minutes):
             raise ValueError("minutes.start: not in time order")
         card.minutes = {row[0]: list(row[1:]) for row in minutes}
         last = document.get("last_sample")
         if last is not None:
-            at_s, short, held, used = _numbers(last, 4, "last_sample", unknown=True)
+            at_s, short, held, used = numbers(last, 4, "last_sample", unknown=True)
             if math.isnan(at_s) or math.isnan(held) or math.isnan(used):
                 raise ValueError("last_sample: only its GPUs short may be unknown (null)")
             card.last_sample = (at_s, short, held, used)
-        card.waits.extend((at, seconds) for at, seconds in _rows(document, "waits", EVENT_COLUMNS))
-        card.window_delays.extend((at, seconds) for at, seconds in _rows(document, "window_delays", EVENT_COLUMNS))
-        for at, fraction in _rows(document, "busy", BUSY_COLUMNS):
+        card.waits.extend((at, seconds) for at, seconds in checked_rows(document, "waits", EVENT_COLUMNS))
+        card.window_delays.extend(
+            (at, seconds) for at, seconds in checked_rows(document, "window_delays", EVENT_COLUMNS)
+        )
+        card.queue = QueueWaits.from_document(document)
+        for at, fraction in checked_rows(document, "busy", BUSY_COLUMNS):
             card.record_busy(at, fraction)
-        judgments = _mapping(document, "judgments")
+        judgments = mapping(document, "judgments")
         for metric in judgments:
             # A rise of demand is negative when demand fell: only finite.
-            rows = _rows(judgments, metric, JUDGMENT_COLUMNS, where="judgments.", signed=("realized",))
+            rows = checked_rows(judgments, metric, JUDGMENT_COLUMNS, where="judgments.", signed=("realized",))
             card.judgments[str(metric)] = deque(((at, s, r) for at, s, r in rows), maxlen=MAX_EVENTS)
-        totals = _mapping(document, "totals")
+        totals = mapping(document, "totals")
         unknown = set(totals) - set(vars(Totals()))
         if unknown:
             raise ValueError(f"totals: unknown fields {sorted(unknown)}")
         for name, value in totals.items():
-            number = _non_negative(value, f"totals.{name}")
+            number = non_negative(value, f"totals.{name}")
             setattr(card.totals, name, int(number) if name in ("minutes_short", "minutes_scored") else number)
-        card.wait_histogram = _histogram(document, "wait_histogram")
-        card.delay_histogram = _histogram(document, "delay_histogram")
-        for metric, counts in _mapping(document, "coverage_totals").items():
-            covered, judged = (int(n) for n in _numbers(counts, 2, f"coverage_totals.{metric}"))
+        card.wait_histogram = histogram(document, "wait_histogram")
+        card.delay_histogram = histogram(document, "delay_histogram")
+        for metric, counts in mapping(document, "coverage_totals").items():
+            covered, judged = (int(n) for n in numbers(counts, 2, f"coverage_totals.{metric}"))
             if covered > judged:
                 raise ValueError(f"coverage_totals.{metric}: {covered} covered of {judged} judged")
             card.coverage_totals[str(metric)] = [covered, judged]
@@ -309,70 +308,6 @@ def _rounded(value: float) -> float:
     return round(value, 6)
 
 
-def _waits(figures: Any) -> dict[str, Any]:
-    return {"count": figures.count, "p50": figures.p50_s, "p95": figures.p95_s, "max": figures.max_s}
-
-
-def _non_negative(value: Any, where: str, *, signed: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not is_normal_number(value):
-        raise ValueError(f"{where}: {value!r} is not a finite number (nor subnormal)")
-    if value < 0 and not signed:
-        raise ValueError(f"{where}: {value!r} is not a finite number >= 0")
-    return float(value)
-
-
 def _known(value: float) -> float | None:
     """NaN (unknown GPUs short) as JSON's null."""
     return None if math.isnan(value) else value
-
-
-def _numbers(entry: Any, length: int | None, where: str, *, signed: bool = False, unknown: bool = False) -> list[float]:
-    """``length`` numbers (None: up to a week of minutes and the event bound); ``unknown``: null, read
-    as NaN, is one too."""
-    limit = int(KEEP_S / MINUTE_S) + MAX_EVENTS
-    if not isinstance(entry, list) or (len(entry) != length if length is not None else len(entry) > limit):
-        raise ValueError(f"{where}: not a list of {length if length is not None else f'at most {limit}'} numbers")
-    return [math.nan if unknown and value is None else _non_negative(value, where, signed=signed) for value in entry]
-
-
-def _mapping(document: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    value = document.get(key, {})
-    if not isinstance(value, dict):
-        raise ValueError(f"{key}: not a JSON object")
-    return value
-
-
-def _columns(
-    rows: Iterable[Sequence[float | None]], names: Sequence[str] = MINUTE_COLUMNS
-) -> dict[str, list[float | None]]:
-    columns = [list(column) for column in zip(*rows, strict=True)] or [[] for _ in names]
-    return dict(zip(names, columns, strict=True))
-
-
-def _rows(
-    document: Mapping[str, Any],
-    key: str,
-    names: Sequence[str],
-    *,
-    where: str = "",
-    signed: Sequence[str] = (),
-    unknown: Sequence[str] = (),
-) -> list[tuple[float, ...]]:
-    """The rows of columns ``names`` of ``document[key]``, each checked: finite, and not negative unless
-    the column is ``signed``, or null (NaN) where it is ``unknown``; the columns of one length."""
-    columns = _mapping(document, key)
-    checked = [
-        _numbers(columns.get(name, []), None, f"{where}{key}.{name}", signed=name in signed, unknown=name in unknown)
-        for name in names
-    ]
-    if len({len(column) for column in checked}) > 1:
-        raise ValueError(f"{where}{key}: columns {', '.join(names)} differ in length")
-    return list(zip(*checked, strict=True))
-
-
-def _histogram(document: Mapping[str, Any], key: str) -> Histogram:
-    value = _mapping(document, key)
-    if not value:
-        return Histogram()
-    counts = _numbers(value.get("counts"), len(WAIT_BUCKETS_S) + 1, f"{key}.counts")
-    return Histogram([int(c) for c in counts], _non_negative(value.get("total_s"), f"{key}.total_s"))

@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from autoscaler.scorecard.queue_waits import SAVED_EVENTS
 from autoscaler.state_files import (
     Dropped,
     UnusableFile,
@@ -25,7 +26,9 @@ log = logging.getLogger(__name__)
 FILE_NAME = "scorecard.json"
 FORMAT_VERSION = 1
 # Each list of rows a pool's entry holds, and its column of times.
-TIMED_ROWS = {"minutes": "start", "waits": "at", "window_delays": "at", "busy": "at"}
+TIMED_ROWS = {"minutes": "start", "waits": "at", "window_delays": "at", "busy": "at"} | {
+    key: "at" for key in SAVED_EVENTS.values()
+}
 
 
 def save(path: Path, document: dict[str, Any]) -> None:

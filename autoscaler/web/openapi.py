@@ -188,6 +188,8 @@ def _scorecard_schemas() -> dict[str, Any]:
             "busy_utilization": _nullable({"type": "number", "minimum": 0, "maximum": 1}),
             "capacity_wait_seconds": waits,
             "window_start_delay_seconds": waits,
+            "queue_wait_seconds": {**_object({"quota": waits, "admission_check": waits, "capacity": waits}),
+                                   "description": "Kueue Workloads' waits, by the period they ended in"},
             "coverage": {"type": "object", "description": "per headroom metric", "additionalProperties": coverage},
         }
     )  # fmt: skip

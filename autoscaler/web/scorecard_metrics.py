@@ -84,7 +84,7 @@ class ScorecardMetrics(Collector):
                 judged.add_metric([pool, metric], count)
                 if metric in self._quantiles:
                     target.add_metric([pool, metric], self._quantiles[metric])
-        yield from (covered, judged, target)
+        yield from (covered, judged, target, _queue_waits(cards))
 
 
 def _reported(cards: Mapping[str, PoolScorecard], counter: str) -> list[tuple[str, PoolScorecard]]:
@@ -95,6 +95,24 @@ def _reported(cards: Mapping[str, PoolScorecard], counter: str) -> list[tuple[st
         for pool, card in sorted(cards.items())
         if counter not in _SHORT_COUNTERS or card.totals.minutes_scored
     ]
+
+
+def _queue_waits(cards: Mapping[str, PoolScorecard]) -> HistogramMetricFamily:
+    """Kueue Workloads' waits, one histogram per pool and kind (``scorecard.queue_waits``); absent for a
+    pool no Workload's wait was recorded in (most clusters run no Kueue: 45 series per pool saved)."""
+    histogram = HistogramMetricFamily(
+        "gpu_autoscaler_workload_queue_wait_seconds",
+        "Seconds a Kueue Workload waited: for quota (creation to QuotaReserved), for its admission checks "
+        "(to Admitted), for capacity (to the last of its pods running)",
+        labels=[*_POOL, "wait"],
+    )
+    for pool, card in sorted(cards.items()):
+        if not any(counts.count for counts in card.queue.histograms.values()):
+            continue
+        for kind, counts in card.queue.histograms.items():
+            buckets = [(_bound(bound), count) for bound, count in counts.cumulative()]
+            histogram.add_metric([pool, kind], buckets, counts.total_s)
+    return histogram
 
 
 def _bound(seconds: float) -> str:

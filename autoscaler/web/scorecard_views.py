@@ -22,6 +22,7 @@ from autoscaler.serving.provider import Snapshot
 from autoscaler.web.keys import CLOCK, SCORECARD, SNAPSHOTS
 
 SCORECARD_PATH = "/api/v1/scorecard"
+_QUEUE_WAITS = {"quota": "Quota wait", "admission_check": "Admission-check wait", "capacity": "Capacity wait"}
 _SHORT_UNKNOWN = (
     '<p class="note">GPUs short are unknown: no Pending-pod watch runs (<code>inputs.pending_pods</code> off, or no '
     "Kubernetes API), so no pod waiting for capacity is seen. GPUs held, used and idle are still measured.</p>"
@@ -140,7 +141,28 @@ def scorecard_panel(periods: Mapping[str, Mapping[str, Any]] | None) -> str:
     unknown = any(figures["minutes_short"] is None for figures in periods.values())
     return (
         '<div class="scorecard table-wrap"><h3>What happened in this pool (live scorecard)</h3>'
-        f'<table class="scorecard">{header}{"".join(rows)}</table>{_SHORT_UNKNOWN if unknown else ""}</div>'
+        f'<table class="scorecard">{header}{"".join(rows)}</table>{_SHORT_UNKNOWN if unknown else ""}'
+        f"{_queue_waits(periods)}</div>"
+    )
+
+
+def _queue_waits(periods: Mapping[str, Mapping[str, Any]]) -> str:
+    """Kueue Workloads' queue waits per period (docs/scorecard.md); empty while none is recorded."""
+    if not any(wait["count"] for figures in periods.values() for wait in figures["queue_wait_seconds"].values()):
+        return ""
+    header = "".join(f"<th>{escape(title)} p50 / p95 / max</th>" for title in _QUEUE_WAITS.values())
+    rows = []
+    for name, figures in periods.items():
+        queued = figures["queue_wait_seconds"]
+        cells = [name] + [
+            " / ".join(_minutes(queued[kind][key]) for key in ("p50", "p95", "max"))
+            + _count(queued[kind]["count"], "Workload")
+            for kind in _QUEUE_WAITS
+        ]
+        rows.append("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in cells) + "</tr>")
+    return (
+        "<h3>Kueue Workloads' queue waits</h3>"
+        f'<table class="scorecard"><tr><th>Last</th>{header}</tr>{"".join(rows)}</table>'
     )
 
 

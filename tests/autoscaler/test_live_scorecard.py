@@ -132,6 +132,7 @@ def period(
     coverage: dict[str, Any] | None = None,
     *,
     busy: float | None,
+    queue: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     return {
         "minutes_scored": scored,
@@ -143,6 +144,7 @@ def period(
         "busy_utilization": busy,
         "capacity_wait_seconds": capacity_wait or waits(),
         "window_start_delay_seconds": window or waits(),
+        "queue_wait_seconds": queue or {"quota": waits(), "admission_check": waits(), "capacity": waits()},
         "coverage": coverage or {},
     }
 

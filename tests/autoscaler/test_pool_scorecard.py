@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from autoscaler.scorecard.pools import KEEP_S, MAX_HOLD_S, MINUTE_COLUMNS, WAIT_BUCKETS_S, PoolScorecard
+from autoscaler.scorecard.columns import KEEP_S, WAIT_BUCKETS_S
+from autoscaler.scorecard.pools import MAX_HOLD_S, MINUTE_COLUMNS, PoolScorecard
 
 T0 = 1_800_000_000.0  # a whole minute
 COLUMNS = MINUTE_COLUMNS[1:]
@@ -47,6 +48,9 @@ def test_figures_have_every_field_for_each_period() -> None:
     card.record_wait(T0 + 60, 90.0)
     card.record_wait(T0 + 120, 30.0)
     card.record_window_delay(T0 + 300, 420.0)
+    card.record_queue_wait("quota", T0 + 60, 600.0)
+    card.record_queue_wait("quota", T0 + 120, 200.0)
+    card.record_queue_wait("capacity", T0 + 180, 240.0)
     card.record_judgment("gpu_headroom", T0, 10.0, 12.0)
     card.record_judgment("gpu_headroom", T0 + 60, 10.0, 8.0)
     card.record_judgment("gpu_headroom", T0 + 120, 10.0, float("nan"))  # not judged
@@ -67,8 +71,14 @@ def test_figures_have_every_field_for_each_period() -> None:
         "busy_utilization": 0.25,  # the mean of DCGM's samples in the period
         "capacity_wait_seconds": {"count": 2, "p50": 60.0, "p95": 87.0, "max": 90.0},
         "window_start_delay_seconds": {"count": 1, "p50": 420.0, "p95": 420.0, "max": 420.0},
+        "queue_wait_seconds": {
+            "quota": {"count": 2, "p50": 400.0, "p95": 580.0, "max": 600.0},
+            "admission_check": {"count": 0, "p50": None, "p95": None, "max": None},
+            "capacity": {"count": 1, "p50": 240.0, "p95": 240.0, "max": 240.0},
+        },
         "coverage": {"gpu_headroom": {"covered": 1, "judged": 2, "coverage": 0.5}},
     }
+    assert card.queue.histograms["quota"].cumulative()[5:7] == [(600, 2), (900, 2)]
     assert card.coverage_totals == {"gpu_headroom": [1, 2]}
     assert card.wait_histogram.cumulative()[:4] == [(15, 0), (30, 1), (60, 1), (120, 2)]
     assert card.wait_histogram.cumulative()[-1] == (float("inf"), 2)
@@ -86,8 +96,9 @@ def test_the_hour_leaves_out_what_is_older() -> None:
 def test_minutes_and_events_older_than_seven_days_are_dropped() -> None:
     card = short_for_twenty_minutes()
     card.record_wait(T0, 10.0)
+    card.record_queue_wait("admission_check", T0, 10.0)
     card.sample(T0 + KEEP_S + 3600, 0.0, 1.0, 1.0)
-    assert (len(card.minutes), len(card.waits)) == (0, 0)
+    assert (len(card.minutes), len(card.waits), len(card.queue.events["admission_check"])) == (0, 0, 0)
     assert card.totals.minutes_short == 20  # the counters keep counting
 
 
@@ -102,6 +113,7 @@ def test_a_sample_that_is_not_a_count_is_refused_by_name(bad: float) -> None:
 def test_the_document_round_trips_through_json() -> None:
     card = short_for_twenty_minutes()
     card.record_wait(T0 + 60, 90.0)
+    card.record_queue_wait("admission_check", T0 + 60, 45.0)
     card.record_judgment("gpu_headroom", T0, 10.0, 12.0)
     card.record_judgment("gpu_headroom", T0 + 60, 10.0, -3.0)  # demand fell over the lead time
     restored = PoolScorecard.from_document(json.loads(json.dumps(card.document())))
@@ -125,6 +137,8 @@ def test_the_document_round_trips_through_json() -> None:
         ({"totals": {"bogus": 1.0}}, "totals: unknown fields"),
         ({"wait_histogram": {"counts": [1], "total_s": 1.0}}, "wait_histogram.counts"),
         ({"coverage_totals": {"m": [3, 2]}}, "coverage_totals.m: 3 covered of 2 judged"),
+        ({"queue_quota_waits": {"at": [T0], "seconds": [None]}}, "queue_quota_waits.seconds: None is not a finite"),
+        ({"queue_capacity_wait_histogram": {"counts": [1]}}, "queue_capacity_wait_histogram.counts"),
         ({"judgments": []}, "judgments: not a JSON object"),
         ({"judgments": {"m": {"at": [T0], "served": [1.0], "realized": [float("inf")]}}}, "judgments.m.realized: inf"),
         ({"totals": {"short_gpu_seconds": 1e-320}}, r"totals.short_gpu_seconds: 1e-320 is not a finite number \(nor "),

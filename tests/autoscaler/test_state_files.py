@@ -158,6 +158,7 @@ async def test_a_scorecard_saved_with_a_sample_in_2099_carries_on_without_it(
     pool["minutes"] = {name: [*column, column[-1]] for name, column in pool["minutes"].items()}
     pool["minutes"]["start"][-1] = FUTURE_S
     pool["waits"] = {"at": [NOW.timestamp(), FUTURE_S, FUTURE_S], "seconds": [30.0, 60.0, 90.0]}
+    pool["queue_capacity_waits"] = {"at": [FUTURE_S, NOW.timestamp()], "seconds": [510.0, 120.0]}
     path.write_text(json.dumps(document))
 
     restored = scorecard({"a100": 2.0}, capacity, path)
@@ -169,12 +170,14 @@ async def test_a_scorecard_saved_with_a_sample_in_2099_carries_on_without_it(
         rf"dropped pool a100: last sample: last_sample\.at 4070908800 {ahead}",
         rf"dropped pool a100: 1 rows of minutes: minutes\.start 4070908800 {ahead}",
         rf"dropped pool a100: 2 rows of waits: waits\.at 4070908800 {ahead}",
+        rf"dropped pool a100: 1 rows of queue_capacity_waits: queue_capacity_waits\.at 4070908800 {ahead}",
     ]
     assert len(said) == len(expected), said
     for line, pattern in zip(said, expected, strict=True):
         assert line.startswith(f"{path}: ") and re.search(pattern, line), line
     a100 = restored.cards["a100"]
     assert a100.last_sample is None and list(a100.waits) == [(NOW.timestamp(), 30.0)]
+    assert list(a100.queue.events["capacity"]) == [(NOW.timestamp(), 120.0)]
     scored = a100.totals.minutes_scored
     caplog.clear()
     with caplog.at_level(logging.ERROR):

@@ -285,8 +285,10 @@ def test_the_scorecard_gives_each_period_of_each_pool(ops_server: OpsServer):
         "busy_utilization": None,  # no dcgm-exporter here
         "capacity_wait_seconds": {"count": 1, "p50": 45.0, "p95": 45.0, "max": 45.0},
         "window_start_delay_seconds": {"count": 1, "p50": 420.0, "p95": 420.0, "max": 420.0},
+        "queue_wait_seconds": {kind: {"count": 0, "p50": None, "p95": None, "max": None}
+                               for kind in ("quota", "admission_check", "capacity")},
         "coverage": {"gpu_headroom": {"covered": 0, "judged": 1, "coverage": 0.0}},
-    }
+    }  # fmt: skip
     assert (code, body) == (
         200,
         {

@@ -329,8 +329,10 @@ def test_the_scorecard_panel_counts_pods_and_runs_and_escapes_metric_names():
         "minutes_scored": 0, "minutes_short": 0, "minutes_short_fraction": 0.0, "short_gpu_minutes": 0.0,
         "idle_gpu_hours": 0.0, "gpu_allocation": None, "busy_utilization": 0.356, "capacity_wait_seconds": waits,
         "window_start_delay_seconds": none, "coverage": {"<b>": {"covered": 0, "judged": 0, "coverage": None}},
+        "queue_wait_seconds": {"quota": none, "admission_check": none, "capacity": none},
     }  # fmt: skip
     html = scorecard_panel({"1h": figures})
+    assert "Kueue" not in html  # no Workload's queue wait recorded: no table of them
     assert "<td>0.5 min / 0.9 min / 1.0 min (2 pods)</td><td>- (0 runs)</td>" in html
     # Allocation unknown; GPUs busy, from DCGM; the metric's name escaped.
     assert "<td>-</td><td>36 %</td><td>&lt;b&gt;: 0/0</td>" in html
