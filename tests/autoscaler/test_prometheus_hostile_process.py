@@ -82,14 +82,16 @@ def test_report_ends_with_one_line_naming_the_query_and_the_bound(mode: str, tmp
     assert peak_kib < PEAK_RSS_LIMIT_KIB, peak
 
 
-def _page_once_it_shows(page: str, text: str, timeout_s: float = 60) -> str:
-    """The trial's page, fetched until it shows ``text`` (the snapshot after the failed pull)."""
+def _page_once_it_shows(page: str, *texts: str, timeout_s: float = 60) -> str:
+    """The trial's page, fetched until it shows every one of ``texts`` (the snapshot after the failed
+    pull: each metric's line names the error as soon as the pull fails, the snapshot's line once the
+    refresh that failed has published)."""
     deadline = time.monotonic() + timeout_s
     while True:
         with urllib.request.urlopen(f"{page}/", timeout=10) as response:  # noqa: S310 - loopback
             assert response.status == 200
             html = response.read().decode()
-        if text in html or time.monotonic() > deadline:
+        if all(text in html for text in texts) or time.monotonic() > deadline:
             return html
         time.sleep(0.5)
 
@@ -129,7 +131,7 @@ def test_serve_keeps_serving_and_logs_the_error(mode: str, tmp_path: Path) -> No
                 if "signal gpus_requested: pull failed: " in line:
                     error = line
             assert page is not None and error is not None, "".join(lines)
-            shown = _page_once_it_shows(page, CASES[mode])
+            shown = _page_once_it_shows(page, "Last refresh problem", CASES[mode])
             assert process.poll() is None
             peak = _peak_rss_kib(process.pid)
         finally:
