@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,38 @@ def test_the_publication_sizes_and_requests_in_high_availability_are_bench_publi
         row = re.search(rf"\| 1,000 \| {shards} \| (\d+) KiB \| (\d+)[^|]*\| (\d+) \(([\d.]+)/s[^|]*\| (\d+) \|", text)
         assert row, shards
         assert row.groups() == (largest, first, changed, per_second, unchanged)
+
+
+@pytest.mark.slow
+@pytest.mark.traces
+def test_the_hourly_buffer_figures_in_the_service_levels_note_are_hourly_buffers(tmp_path: Path) -> None:
+    from tests.data_helpers import trace, write_csv
+
+    # (mean buffer, share missed) per trace, target and rule, as the command prints them
+    printed: dict[tuple[str, str, str], tuple[float, Decimal]] = {}
+    for name in ("helios_running_gpus", "alibaba_running_gpus"):
+        path = write_csv(trace(name, "1min"), tmp_path / f"{name}.csv.gz")
+        output = run_benchmark("benchmarks.hourly_buffer", str(path))
+        for target, rule, buffer, missed in re.findall(
+            r"target ([\d.]+)%, (one buffer|a buffer per hour): mean buffer ([\d.]+) GPUs, ([\d.]+)% of minutes missed",
+            output,
+        ):
+            printed[name, f"{float(target):g}", rule] = (float(buffer), Decimal(missed))
+    assert len(printed) == 8, printed
+
+    def saved(name: str, target: str) -> str:
+        return f"{1 - printed[name, target, 'a buffer per hour'][0] / printed[name, target, 'one buffer'][0]:.0%}"
+
+    def missed_range(target: str, rule: str) -> str:
+        # the page rounds the printed thousandths half up, as a reader does (1.065 is 1.07)
+        shares = [printed[name, target, rule][1] for name in ("helios_running_gpus", "alibaba_running_gpus")]
+        low, high = (share.quantize(Decimal("0.01"), ROUND_HALF_UP) for share in (min(shares), max(shares)))
+        return f"{low}-{high} %"
+
+    text = one_line("docs/service-levels.md")
+    assert (
+        f"It held {saved('helios_running_gpus', '1')[:-1]} % (Helios, 1 %) to "
+        f"{saved('alibaba_running_gpus', '0.3')[:-1]} % (Alibaba, 0.3 %) less buffer, but missed "
+        f"{missed_range('1', 'a buffer per hour')} of minutes at a 1 % target (one buffer: {missed_range('1', 'one buffer')})"
+        f" and {missed_range('0.3', 'a buffer per hour')} at 0.3 % (one buffer: {missed_range('0.3', 'one buffer')})"
+    ) in text
