@@ -154,6 +154,7 @@ def test_the_hourly_buffer_figures_in_the_service_levels_note_are_hourly_buffers
     assert (
         f"It held {saved('helios_running_gpus', '1')[:-1]} % (Helios, 1 %) to "
         f"{saved('alibaba_running_gpus', '0.3')[:-1]} % (Alibaba, 0.3 %) less buffer, but missed "
-        f"{missed_range('1', 'a buffer per hour')} of minutes at a 1 % target (one buffer: {missed_range('1', 'one buffer')})"
-        f" and {missed_range('0.3', 'a buffer per hour')} at 0.3 % (one buffer: {missed_range('0.3', 'one buffer')})"
+        f"{missed_range('1', 'a buffer per hour')} of minutes at a 1 % target "
+        f"(one buffer: {missed_range('1', 'one buffer')}) and {missed_range('0.3', 'a buffer per hour')} at 0.3 % "
+        f"(one buffer: {missed_range('0.3', 'one buffer')})"
     ) in text
