@@ -2,10 +2,12 @@
 ``gpu_headroom`` driving the simulator's placeholder HPA and Karpenter-like node pool.
 
     PYTHONPATH=. .venv/bin/python benchmarks/idle_pool.py
-    git worktree add /tmp/before dba5e2f && PYTHONPATH=/tmp/before .venv/bin/python benchmarks/idle_pool.py
+    git archive dba5e2f | tar -x -C /tmp/before && git archive 015dfbb | tar -x -C /tmp/bench
+    cd /tmp/bench && PYTHONPATH=/tmp/before python benchmarks/idle_pool.py
 
-The second line measures the same scenario with the service as it was before issue #15 (``PYTHONPATH``
-chooses the service's code; the scenario helpers always come from this tree). The scenario
+The last two lines measure the same scenario with the service as it was before issue #15 (``PYTHONPATH``
+chooses the service's code; the scenario helpers always come from the script's tree). They run the
+script as first committed, since this one imports modules that dba5e2f does not have. The scenario
 (``tests.cluster_scenario``): pool ``a100`` trains every night for about three hours, two or three
 8-GPU pods whose starts and ends are staggered (a Karpenter node per pod, from 5 minutes before it
 to 10 minutes after it); kube-state-metrics reports throughout. The service (Prometheus only,
