@@ -34,20 +34,6 @@ def one_line(path: str) -> str:
 
 @pytest.mark.slow
 @pytest.mark.traces
-def test_the_fitted_selection_sizes_in_the_architecture_are_bench_refits() -> None:
-    output = run_benchmark("benchmarks.bench_refit")
-    pickled = [float(size) for size in re.findall(r"([\d.]+) MB pickled", output)]
-    unpickled = [float(size) for size in re.findall(r"([\d.]+) MB unpickled", output)]
-    assert len(pickled) == len(unpickled) == 6, output
-    text = one_line("docs/architecture.md")
-    assert f"pickles to {min(pickled):.2f}-{max(pickled):.2f} MB" in text
-    # What unpickling allocates moves by a few kilobytes from run to run (tracemalloc counts the allocator's).
-    low, high = map(float, re.search(r"takes ([\d.]+)-([\d.]+) MB once unpickled", text).groups())  # type: ignore[union-attr]
-    assert low == pytest.approx(min(unpickled), abs=0.02) and high == pytest.approx(max(unpickled), abs=0.02)
-
-
-@pytest.mark.slow
-@pytest.mark.traces
 def test_the_stitching_figures_in_the_service_levels_note_are_slo_stitchings(tmp_path: Path) -> None:
     output = run_benchmark("benchmarks.slo_stitching", "--out", str(tmp_path))
     apart = re.findall(r"total held GPU-h: run [\d,.]+, candidates [\d,.]+, apart \+([\d.]+)", output)

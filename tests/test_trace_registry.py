@@ -192,7 +192,10 @@ def _clone(tmp_path: Path) -> Path:
 
 
 def _without_trace_settings(tmp_path: Path) -> dict[str, str]:
-    environment = {key: value for key, value in os.environ.items() if key not in {traces.VARIABLE, "MAKEFLAGS"}}
+    # Run as a top-level make would be: under `make test` the parent's MAKELEVEL makes this one a sub-make
+    # that prints "Entering directory" lines.
+    inherited = {traces.VARIABLE, "MAKEFLAGS", "MFLAGS", "MAKELEVEL"}
+    environment = {key: value for key, value in os.environ.items() if key not in inherited}
     return environment | {"XDG_CACHE_HOME": str(tmp_path / "cache")}
 
 

@@ -27,7 +27,7 @@ from tests.prometheus_fixture import FaultProxy, PrometheusServer, ProxyMode
 
 pytestmark = pytest.mark.prometheus
 
-# What the proxy holds: the request-rate signal's queries (its PromQL and its liveness query's).
+# What the proxy holds: the request-rate signal's queries.
 SLOW = "http_requests_total"
 
 
@@ -39,7 +39,16 @@ def settings_for(url: str, tmp_path: Path) -> Settings:
             "prometheus": {"url": url, "timeout": "4s", "retries": 0},
             "signals": [
                 {"name": "gpus_requested", "preset": "gpus_requested", "by": ["nodepool"], "step": "5m"},
-                {"name": "requests", "preset": "request_rate", "metric": SLOW, "by": ["service"], "step": "5m"},
+                # No liveness: the session's counters end where its backfill does, and a test that runs
+                # minutes later would see their exporter as dead; what is tested is the query's timeout.
+                {
+                    "name": "requests",
+                    "preset": "request_rate",
+                    "metric": SLOW,
+                    "by": ["service"],
+                    "step": "5m",
+                    "liveness": False,
+                },
                 # No exporter writes this: the query answers, with no series.
                 {"name": "absent", "query": "sum by (nodepool) (no_such_exporter_metric)", "by": ["nodepool"]},
             ],
