@@ -12,6 +12,7 @@ import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from aiohttp import web
 from kubernetes_asyncio.client import ApiClient
@@ -19,6 +20,7 @@ from kubernetes_asyncio.client import ApiClient
 from adapters.kubernetes.client import KubeClientSettings, create_api_client
 from adapters.kubernetes.leases import own_identity
 from autoscaler import __version__
+from autoscaler.app.api_loop import ApiLoopRunner, LoopThread, reviews_on, start_app, stop_app
 from autoscaler.app.factory import buffer_actuator, build_access, client_ca_pems, create_app, needs_kubernetes_api
 from autoscaler.checks.preflight import PreflightFailed, run_checks
 from autoscaler.config.server_settings import DEMO_GRPC_PORT
@@ -37,6 +39,8 @@ from autoscaler.web.tls import ServerTLS, ServingFiles, ensure_self_signed
 from autoscaler.web.tls_accept import TLSAcceptSite
 
 log = logging.getLogger(__name__)
+# The secure port's start on its own loop (set-up and listen) takes milliseconds; this only ends a hang.
+START_TIMEOUT_S = 30.0
 
 
 def _serving_files(settings: Settings) -> ServingFiles:
@@ -119,25 +123,35 @@ async def running(
     # Closes connections that send no complete request (or handshake) for this long: idle or slowloris.
     idle = server.idle_timeout.total_seconds()
     limits = ParserLimits(server.max_request_line_bytes, server.max_header_field_bytes, server.max_headers)
-    runners = [
-        StatusAppRunner(app, limits=limits, shutdown_timeout=grace, access_log=None, keepalive_timeout=idle)
-        for app in (api_app, ops_app)
-    ]
+    runner_kwargs = {"shutdown_timeout": grace, "access_log": None, "keepalive_timeout": idle}
+    # The external metrics API runs on a loop of its own (see api_loop); the ops port on this one.
+    api_loop = LoopThread("external-metrics-api")
+    api_runner = ApiLoopRunner(api_app, limits=limits, **runner_kwargs)
+    ops_runner = StatusAppRunner(ops_app, limits=limits, **runner_kwargs)
+    api_app[ACCESS] = reviews_on(api_app[ACCESS], asyncio.get_running_loop())
     api_app[READINESS].gates["tls"] = tls.problem
     refused = api_app[SELF_METRICS].auth_failures.labels("tls")
     host = server.bind_address
     secure_socket = _bind(host, server.secure_port)
     http_socket = _bind(host, server.http_port) if server.http_port is not None else None
     stack = contextlib.AsyncExitStack()
+    app_started = False
     try:
         grpc = await _start_grpc(stack, settings, api_app, tls)
-        await runners[0].setup()
-        await TLSAcceptSite(
-            runners[0], secure_socket, context=lambda: tls.context, handshake_timeout_s=idle, on_refused=refused.inc
-        ).start()
+        api_loop.start()
+        app_started = True
+        await start_app(api_app)  # the refresher and the writer: on this loop
+        # Blocking this loop for the few ms the start takes: nothing here (the refresher's first
+        # cycle) runs between the app's start and the port's, as when both ran on this loop.
+        api_loop.wait_for(
+            _start_secure_site(
+                api_runner, secure_socket, context=lambda: tls.context, handshake_timeout_s=idle, on_refused=refused.inc
+            ),
+            timeout_s=START_TIMEOUT_S,
+        )
         if http_socket is not None:
-            await runners[1].setup()
-            await web.SockSite(runners[1], http_socket).start()
+            await ops_runner.setup()
+            await web.SockSite(ops_runner, http_socket).start()
         async with tls.watching(settings.server.tls.reload_interval.total_seconds()):
             yield Listening(
                 secure_port=secure_socket.getsockname()[1],
@@ -147,10 +161,20 @@ async def running(
             )
     finally:
         log.info("shutting down: draining in-flight requests for up to %.0f s", grace)
-        await asyncio.gather(stack.aclose(), *(runner.cleanup() for runner in runners))
+        api_cleanup = api_loop.run(api_runner.cleanup()) if api_loop.running else api_runner.cleanup()
+        await asyncio.gather(stack.aclose(), api_cleanup, ops_runner.cleanup())
+        if app_started:
+            await stop_app(api_app)
+        await api_loop.stop()
         for sock in (secure_socket, http_socket):
             if sock is not None:
                 sock.close()
+
+
+async def _start_secure_site(runner: web.BaseRunner, sock: socket.socket, **site: Any) -> None:
+    """Set the runner up and start its TLS site, on the loop that will serve them."""
+    await runner.setup()
+    await TLSAcceptSite(runner, sock, **site).start()
 
 
 async def _start_grpc(

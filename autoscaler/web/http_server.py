@@ -170,5 +170,8 @@ class StatusAppRunner(web.AppRunner):
     async def _make_server(self) -> web.Server:
         # aiohttp's runner starts and freezes the app and makes its server; the connections of the
         # server used instead are StatusRequestHandlers with the same handler and request factory.
-        made = await super()._make_server()
+        return self.status_server(await super()._make_server())
+
+    def status_server(self, made: web.Server) -> StatusServer:
+        """The server whose connections answer parser faults with a Status, for aiohttp's ``made``."""
         return StatusServer(made, limits=self._limits, **self._handler_kwargs)
