@@ -25,6 +25,7 @@ the flavor's node labels and tolerations into the template. Pure functions over 
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -74,9 +75,14 @@ class KueueState:
     flavors: Objects
     admission_checks: Objects = dataclass_field(default_factory=dict)
 
+    @functools.cached_property
+    def _provisioning_checks(self) -> set[str]:
+        # Once per state, not once per Workload: the same AdmissionChecks answer for every one.
+        return kueue.provisioning_checks(self.admission_checks)
+
     def provisioned(self, workload: Mapping[str, Any], cluster_queue: str) -> bool:
         """Whether an admission check of a provisioning controller stands for the Workload's capacity."""
-        checks = kueue.provisioning_checks(self.admission_checks)
+        checks = self._provisioning_checks
         if not checks:
             return False
         own = {str(c.get("name")) for c in (workload.get("status") or {}).get("admissionChecks") or []}

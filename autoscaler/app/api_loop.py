@@ -77,7 +77,7 @@ class LoopThread:
         if not self.running:
             work.close()
             raise RuntimeError(f"the event loop of thread {self._thread.name} is not running")
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self.loop))
+        return await _on(self.loop, work)
 
     def wait_for(self, work: Coroutine[Any, Any, T], timeout_s: float) -> T:
         """Run ``work`` on this loop, blocking the calling thread (and its loop) until it ends."""
@@ -130,6 +130,11 @@ async def stop_app(app: web.Application) -> None:
     await app.cleanup()
 
 
+async def _on(loop: asyncio.AbstractEventLoop, work: Coroutine[Any, Any, T]) -> T:
+    """``work`` run on ``loop`` (another thread's), awaited from the calling loop."""
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, loop))
+
+
 class _TokenReviewsOn:
     """A token reviewer whose reviews run on ``loop`` (where its API client's session lives)."""
 
@@ -137,8 +142,7 @@ class _TokenReviewsOn:
         self._reviewer, self._loop = reviewer, loop
 
     async def review_token(self, token: str) -> User | None:
-        future = asyncio.run_coroutine_threadsafe(self._reviewer.review_token(token), self._loop)
-        return await asyncio.wrap_future(future)
+        return await _on(self._loop, self._reviewer.review_token(token))
 
 
 class _AccessReviewsOn:
@@ -149,7 +153,7 @@ class _AccessReviewsOn:
 
     async def review_access(self, user: User, *, verb: str, group: str, resource: str, namespace: str) -> bool:
         review = self._reviewer.review_access(user, verb=verb, group=group, resource=resource, namespace=namespace)
-        allowed: bool = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(review, self._loop))
+        allowed: bool = await _on(self._loop, review)
         return allowed
 
 
@@ -160,8 +164,7 @@ class _AuthorizerOn:
         self._authorizer, self._loop = authorizer, loop
 
     async def authorize(self, user: User, *, namespace: str, metric: str) -> None:
-        check = self._authorizer.authorize(user, namespace=namespace, metric=metric)
-        await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(check, self._loop))
+        await _on(self._loop, self._authorizer.authorize(user, namespace=namespace, metric=metric))
 
 
 def reviews_on(access: AccessControl, loop: asyncio.AbstractEventLoop) -> AccessControl:
