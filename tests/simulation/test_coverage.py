@@ -28,10 +28,11 @@ def test_a_headroom_covers_a_step_when_it_reaches_the_peak_over_the_lead_time():
     assert headroom_coverage(workload, np.full(10, 4.0), 2 * STEP_S, period) == 1.0
     assert headroom_coverage(workload, np.full(10, 3.0), 2 * STEP_S, period) == pytest.approx(6 / 8)
     assert headroom_coverage(workload, np.zeros(10), 2 * STEP_S, period) == pytest.approx(6 / 8)
-    # A headroom that could not be served covers nothing.
-    unserved = np.full(10, 4.0)
-    unserved[:4] = np.nan
-    assert headroom_coverage(workload, unserved, 2 * STEP_S, period) == pytest.approx(4 / 8)
+    # A headroom that could not be served is not judged (as the live scorecard): 3 too small of 6 judged.
+    unserved = np.full(10, 3.0)
+    unserved[:2] = np.nan
+    assert headroom_coverage(workload, unserved, 2 * STEP_S, period) == pytest.approx(4 / 6)
+    assert headroom_coverage(workload, np.full(10, np.nan), 2 * STEP_S, period) is None
 
 
 def test_only_scored_steps_with_a_whole_lead_time_after_them_count():
