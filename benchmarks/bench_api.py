@@ -50,14 +50,15 @@ ADAPTER_QUERY = 'sum(kube_pod_container_resource_requests{resource="nvidia_com_g
 def serve(series_count: int, pki_dir: Path, prometheus_url: str | None) -> None:
     from aiohttp import web
 
-    from autoscaler.app.factory import build_access, build_api_app, build_ops_app, client_ca_pems
+    from autoscaler.app.access import build_access, client_ca_pems
+    from autoscaler.app.factory import build_api_app, build_ops_app
     from autoscaler.app.serving import running, settle_heap
     from autoscaler.config.settings import Settings
     from autoscaler.serving.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
-    from autoscaler.web.readiness import Readiness
-    from autoscaler.web.responses import status_response
-    from autoscaler.web.self_metrics import SelfMetrics
-    from autoscaler.web.tls import ServerTLS, ServingFiles
+    from autoscaler.web.security.tls import ServerTLS, ServingFiles
+    from autoscaler.web.shared.readiness import Readiness
+    from autoscaler.web.shared.responses import status_response
+    from autoscaler.web.shared.self_metrics import SelfMetrics
 
     now = datetime.now(UTC)
     info = MetricInfo("gpu_demand_forecast", "bench")

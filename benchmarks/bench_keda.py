@@ -41,14 +41,15 @@ SELECTOR = "nodepool=pool-7"
 
 
 def serve(series_count: int, pki_dir: Path) -> None:
-    from autoscaler.app.factory import build_access, build_api_app, build_ops_app, client_ca_pems
+    from autoscaler.app.access import build_access, client_ca_pems
+    from autoscaler.app.factory import build_api_app, build_ops_app
     from autoscaler.app.serving import running, settle_heap
     from autoscaler.config.settings import Settings
     from autoscaler.serving.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
-    from autoscaler.web.keys import PROVIDER
-    from autoscaler.web.readiness import Readiness
-    from autoscaler.web.self_metrics import SelfMetrics
-    from autoscaler.web.tls import ServerTLS, ServingFiles
+    from autoscaler.web.security.tls import ServerTLS, ServingFiles
+    from autoscaler.web.shared.keys import PROVIDER
+    from autoscaler.web.shared.readiness import Readiness
+    from autoscaler.web.shared.self_metrics import SelfMetrics
 
     now = datetime.now(UTC)
     info = MetricInfo("gpu_demand_forecast", "bench")

@@ -30,7 +30,8 @@ import numpy as np
 import pandas as pd
 
 from adapters.types import Signal
-from autoscaler.app.factory import build_access, client_ca_pems, create_app
+from autoscaler.app.access import build_access, client_ca_pems
+from autoscaler.app.factory import create_app
 from autoscaler.app.serving import running
 from autoscaler.config.settings import Settings
 from autoscaler.refresh.pipeline import Pipeline
@@ -38,8 +39,8 @@ from autoscaler.refresh.refresher import Refresher
 from autoscaler.refresh.workers import ForecastPools, default_workers, forecast_pools
 from autoscaler.serving.provider import MetricInfo, SnapshotProvider, empty_snapshot
 from autoscaler.targets.plans import MetricPlan, RefreshInputs, RefreshSettings
-from autoscaler.web.readiness import Readiness
-from autoscaler.web.tls import ServerTLS, ServingFiles
+from autoscaler.web.security.tls import ServerTLS, ServingFiles
+from autoscaler.web.shared.readiness import Readiness
 from benchmarks.bench_api import PATH, Result, load_in_this_process
 from tests.pki import make_pki
 from tests.service_replicas import real_series

@@ -27,8 +27,8 @@ from autoscaler.scorecard.live import LiveScorecard
 from autoscaler.scorecard.pools import PoolScorecard
 from autoscaler.scorecard.target_status import target_status
 from autoscaler.serving.provenance import TargetChoice
-from autoscaler.web.scorecard_metrics import ScorecardMetrics
-from autoscaler.web.target_metrics import TargetMetrics
+from autoscaler.web.ops.scorecard_metrics import ScorecardMetrics
+from autoscaler.web.ops.target_metrics import TargetMetrics
 
 T0 = 1_800_000_000.0
 MINUTES = 7 * 24 * 60

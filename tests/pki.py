@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from autoscaler.web.certificates import KeyPair, generate_ca, issue_certificate
+from autoscaler.web.security.certificates import KeyPair, generate_ca, issue_certificate
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import uvloop
 from aiohttp import web
 
-from autoscaler.web.auth import (
+from autoscaler.web.security.auth import (
     AccessControl,
     AllowAuthenticated,
     Authenticator,
@@ -36,7 +36,7 @@ from autoscaler.web.auth import (
     TokenReviewer,
     User,
 )
-from autoscaler.web.http_server import StatusAppRunner
+from autoscaler.web.shared.http_server import StatusAppRunner
 
 T = TypeVar("T")
 # The threads share the GIL: a thread that wants it waits until the holder lets go, or until this

@@ -14,14 +14,15 @@ import signal
 
 from aiohttp import web
 
-from autoscaler.app.factory import create_app, needs_kubernetes_api
+from autoscaler.app.access import needs_kubernetes_api
+from autoscaler.app.factory import create_app
 from autoscaler.app.serving import settle_heap
 from autoscaler.config.settings import Settings
 from autoscaler.refresh.pipeline import open_pipeline
 from autoscaler.simulation.replay import replay_ledgers
 from autoscaler.state_files import remove_stale_temporaries
-from autoscaler.web.auth import AccessControl
-from autoscaler.web.keys import NOTICE
+from autoscaler.web.security.auth import AccessControl
+from autoscaler.web.shared.keys import NOTICE
 
 log = logging.getLogger(__name__)
 

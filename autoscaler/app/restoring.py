@@ -17,7 +17,7 @@ from autoscaler.serving import persistence
 from autoscaler.serving.provider import Snapshot
 from autoscaler.targets import target_store
 from autoscaler.targets.candidates import CANDIDATE_LEVELS
-from autoscaler.web.readiness import Readiness
+from autoscaler.web.shared.readiness import Readiness
 
 log = logging.getLogger(__name__)
 

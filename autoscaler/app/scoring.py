@@ -13,10 +13,10 @@ from autoscaler.scorecard.live import LiveScorecard
 from autoscaler.scorecard.target_status import statuses
 from autoscaler.serving.provider import Snapshot
 from autoscaler.targets.plans import MetricPlan
-from autoscaler.web.keys import CLOCK, SCORECARD, SNAPSHOTS
-from autoscaler.web.scorecard_metrics import ScorecardMetrics
-from autoscaler.web.self_metrics import SelfMetrics
-from autoscaler.web.target_metrics import TargetMetrics
+from autoscaler.web.ops.scorecard_metrics import ScorecardMetrics
+from autoscaler.web.ops.target_metrics import TargetMetrics
+from autoscaler.web.shared.keys import CLOCK, SCORECARD, SNAPSHOTS
+from autoscaler.web.shared.self_metrics import SelfMetrics
 
 log = logging.getLogger(__name__)
 

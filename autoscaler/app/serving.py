@@ -20,8 +20,9 @@ from kubernetes_asyncio.client import ApiClient
 from adapters.kubernetes.client import KubeClientSettings, create_api_client
 from adapters.kubernetes.leases import own_identity
 from autoscaler import __version__
+from autoscaler.app.access import build_access, client_ca_pems, needs_kubernetes_api
 from autoscaler.app.api_loop import ApiLoopRunner, LoopThread, reviews_on, start_app, stop_app
-from autoscaler.app.factory import buffer_actuator, build_access, client_ca_pems, create_app, needs_kubernetes_api
+from autoscaler.app.factory import buffer_actuator, create_app
 from autoscaler.checks.preflight import PreflightFailed, run_checks
 from autoscaler.config.server_settings import DEMO_GRPC_PORT
 from autoscaler.config.settings import Settings
@@ -30,13 +31,14 @@ from autoscaler.refresh.kube_inputs import watch_settings
 from autoscaler.refresh.pipeline import open_pipeline
 from autoscaler.simulation.replay import replay_ledgers
 from autoscaler.state_files import remove_stale_temporaries
-from autoscaler.web import demo_pki, kubernetes_auth
-from autoscaler.web.auth import AccessControl
-from autoscaler.web.certificates import CertificateFileError
-from autoscaler.web.http_server import ParserLimits, StatusAppRunner
-from autoscaler.web.keys import ACCESS, HTTP_AUTH, PROVIDER, READINESS, SELF_METRICS
-from autoscaler.web.tls import ServerTLS, ServingFiles, ensure_self_signed
-from autoscaler.web.tls_accept import TLSAcceptSite
+from autoscaler.web.security import kubernetes_auth
+from autoscaler.web.security.auth import AccessControl
+from autoscaler.web.security.certificates import CertificateFileError
+from autoscaler.web.security.tls import ServerTLS, ServingFiles, ensure_self_signed
+from autoscaler.web.security.tls_accept import TLSAcceptSite
+from autoscaler.web.shared import demo_pki
+from autoscaler.web.shared.http_server import ParserLimits, StatusAppRunner
+from autoscaler.web.shared.keys import ACCESS, HTTP_AUTH, PROVIDER, READINESS, SELF_METRICS
 
 log = logging.getLogger(__name__)
 # The secure port's start on its own loop (set-up and listen) takes milliseconds; this only ends a hang.

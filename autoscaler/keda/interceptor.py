@@ -30,7 +30,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from autoscaler.throttled_log import ThrottledLog
-from autoscaler.web.self_metrics import SelfMetrics
+from autoscaler.web.shared.self_metrics import SelfMetrics
 
 log = logging.getLogger(__name__)
 

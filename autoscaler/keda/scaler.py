@@ -41,9 +41,9 @@ from autoscaler.keda.metadata import (
     trigger_fields,
 )
 from autoscaler.serving.provider import MetricNotFound, MetricUnavailable, SnapshotProvider, not_served
-from autoscaler.web.auth import AccessDenied, Authorizer, User
-from autoscaler.web.certificates import common_name, organizations
-from autoscaler.web.external_metrics import namespace_fault
+from autoscaler.web.api.external_metrics import namespace_fault
+from autoscaler.web.security.auth import AccessDenied, Authorizer, User
+from autoscaler.web.security.certificates import common_name, organizations
 
 log = logging.getLogger(__name__)
 

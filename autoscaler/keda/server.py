@@ -23,10 +23,10 @@ from autoscaler.keda.externalscaler_pb2_grpc import add_ExternalScalerServicer_t
 from autoscaler.keda.interceptor import MAX_REQUEST_BYTES, RequestMetrics
 from autoscaler.keda.scaler import RECHECK_INTERVAL_S, ExternalScaler
 from autoscaler.serving.provider import SnapshotProvider
-from autoscaler.web.auth import Authorizer
-from autoscaler.web.certificates import CertificateFileError, check_pair, read_certificates
-from autoscaler.web.self_metrics import SelfMetrics
-from autoscaler.web.tls import ServingFiles
+from autoscaler.web.security.auth import Authorizer
+from autoscaler.web.security.certificates import CertificateFileError, check_pair, read_certificates
+from autoscaler.web.security.tls import ServingFiles
+from autoscaler.web.shared.self_metrics import SelfMetrics
 
 log = logging.getLogger(__name__)
 

@@ -1,18 +1,13 @@
-"""Everything that answers HTTP, one concept per module (``app.factory`` mounts the routes):
+"""Everything that answers HTTP, in four rooms (``app.factory`` mounts the routes; ``app.api_loop`` runs the
+HPA's path on a thread and event loop of its own):
 
-- ``external_metrics``: the ``external.metrics.k8s.io/v1beta1`` API on the secure port;
-  ``responses`` builds its Kubernetes documents (discovery, ``metav1.Status``, metric lists).
-- ``inspection`` (JSON, described by ``openapi``) and ``page`` (HTML, with ``charts``, and ``notes``:
-  the forecast's notes in plain words): what is served and why, both reading ``views`` of the current
-  snapshot.
-- ``probes``: ``/healthz``, ``/livez``, ``/readyz`` (state in ``readiness``) and ``/metrics``
-  (``self_metrics``: the service's own registry).
-- ``middleware``: Kubernetes-style errors, request metrics and authentication for every request;
-  ``auth`` and ``kubernetes_auth`` decide who a caller is and what it may read.
-- ``tls`` and ``certificates``: serving certificates (checked at start, reloaded when rotated) and
-  cipher suites; ``demo_pki`` is the demo's local CA and kubeconfig, repaired when damaged;
-  ``tls_accept`` runs the secure port's handshakes so refused client certificates are counted.
-- ``http_server``: aiohttp's server answering what its parser refuses with ``metav1.Status`` (414,
-  431, 501, 400) and no ``Server`` header; ``autoscaler.throttled_log`` bounds how often strangers are logged.
-- ``keys``: the typed app state the routes share.
+- ``api``: the HPA's path, the ``external.metrics.k8s.io/v1beta1`` API on the secure port. Nothing the ops
+  port does is imported here, so nothing of it can sit on this path.
+- ``ops``: the plain port's pages and data: the inspection API, the page and its charts, the views of the
+  current snapshot they read, and the collectors that put the scorecard, targets and launches on
+  ``/metrics``.
+- ``shared``: what both ports run: the server (``http_server``), middleware, ``metav1.Status`` documents,
+  probes and readiness, the service's own metrics and the typed app state.
+- ``security``: TLS, certificates and who a caller is and what it may read, imported by both ports and by
+  KEDA's gRPC port.
 """

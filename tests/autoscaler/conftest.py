@@ -8,15 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.app.factory import build_access, client_ca_pems, create_app
+from autoscaler.app.access import build_access, client_ca_pems
+from autoscaler.app.factory import create_app
 from autoscaler.app.serving import Listening, running
 from autoscaler.config.settings import Settings
 from autoscaler.refresh.pipeline import Pipeline
 from autoscaler.serving.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
 from autoscaler.targets.plans import RefreshSettings
-from autoscaler.web.auth import AccessControl, Authorizer
-from autoscaler.web.readiness import Readiness
-from autoscaler.web.tls import ServerTLS, ServingFiles
+from autoscaler.web.security.auth import AccessControl, Authorizer
+from autoscaler.web.security.tls import ServerTLS, ServingFiles
+from autoscaler.web.shared.readiness import Readiness
 from tests.pki import PKI, Client, make_pki
 
 NOW = datetime(2026, 11, 22, 8, 0, tzinfo=UTC)

@@ -19,14 +19,15 @@ from pathlib import Path
 
 from aiohttp import web
 
-from autoscaler.app.factory import build_access, client_ca_pems, create_app
+from autoscaler.app.access import build_access, client_ca_pems
+from autoscaler.app.factory import create_app
 from autoscaler.app.serving import Listening, running
 from autoscaler.refresh.pipeline import Pipeline
 from autoscaler.serving.provider import SnapshotProvider
 from autoscaler.targets.plans import RefreshSettings
-from autoscaler.web.auth import AccessControl, AccessDenied, Authorizer, User
-from autoscaler.web.readiness import Readiness
-from autoscaler.web.tls import ServerTLS, ServingFiles
+from autoscaler.web.security.auth import AccessControl, AccessDenied, Authorizer, User
+from autoscaler.web.security.tls import ServerTLS, ServingFiles
+from autoscaler.web.shared.readiness import Readiness
 from tests.autoscaler.conftest import METRICS, NOW, fixed_snapshot, server_settings
 from tests.pki import PKI
 

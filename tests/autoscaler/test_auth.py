@@ -7,7 +7,7 @@ import ssl
 import aiohttp
 import pytest
 
-from autoscaler.web.auth import AccessDenied, User
+from autoscaler.web.security.auth import AccessDenied, User
 from tests.autoscaler.conftest import RunningServer
 
 METRIC_PATH = "/apis/external.metrics.k8s.io/v1beta1/namespaces/default/gpu_demand_forecast"

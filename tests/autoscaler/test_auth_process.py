@@ -31,7 +31,7 @@ import yaml
 from autoscaler.keda import externalscaler_pb2 as pb
 from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerStub
 from autoscaler.serving import persistence
-from autoscaler.web.responses import status
+from autoscaler.web.shared.responses import status
 from tests.autoscaler.demo_process import DemoProcess
 from tests.fakekube import FakeKube
 from tests.pki import PKI, Client

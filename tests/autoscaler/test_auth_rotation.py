@@ -16,7 +16,7 @@ import pytest
 
 from autoscaler.app.serving import serve
 from autoscaler.config.settings import Settings
-from autoscaler.web.certificates import generate_ca, issue_certificate
+from autoscaler.web.security.certificates import generate_ca, issue_certificate
 from tests.eventually import eventually
 from tests.fakekube import FakeKube
 from tests.pki import PKI, Client, make_pki

@@ -10,12 +10,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from autoscaler.actuation.writer import BufferActuator
-from autoscaler.app.factory import buffer_actuator, create_app, needs_kubernetes_api
+from autoscaler.app.access import needs_kubernetes_api
+from autoscaler.app.factory import buffer_actuator, create_app
 from autoscaler.config.actuator_settings import ActuatorSettings
 from autoscaler.config.settings import Settings
 from autoscaler.refresh.pipeline import Pipeline
 from autoscaler.targets.plans import RefreshSettings
-from autoscaler.web.auth import AccessControl
+from autoscaler.web.security.auth import AccessControl
 from tests import fakekube
 from tests.autoscaler.buffer_helpers import HEADROOM, PLURAL, WATCH, buffer_settings, headroom, show
 from tests.eventually import eventually

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from autoscaler.echoes import MAX_ECHO_BYTES, echo
-from autoscaler.web.auth import REVIEW_ENTRY_OVERHEAD_BYTES, ReviewCache, SubjectAccessReviewAuthorizer, User
+from autoscaler.web.security.auth import REVIEW_ENTRY_OVERHEAD_BYTES, ReviewCache, SubjectAccessReviewAuthorizer, User
 from tests.autoscaler.conftest import RunningServer
 
 PREFIX = "/apis/external.metrics.k8s.io/v1beta1"

@@ -11,7 +11,7 @@ import time
 import aiohttp
 import pytest
 
-from autoscaler.web.responses import status
+from autoscaler.web.shared.responses import status
 from tests.autoscaler.conftest import RunningServer
 from tests.eventually import eventually
 from tests.hostile_clients import pipeline_without_reading
@@ -216,11 +216,11 @@ async def test_a_certificate_without_a_user_is_401(api_server, tmp_path):
 
 
 async def test_a_proxy_name_not_allowed_is_counted_each_time_and_logged_once(api_server, caplog):
-    with caplog.at_level(logging.INFO, logger="autoscaler.web.auth"):
+    with caplog.at_level(logging.INFO, logger="autoscaler.web.security.auth"):
         for _ in range(5):
             answer = await get_as(api_server, api_server.pki.proxy_not_allowed, {"X-Remote-User": "bob"})
             assert answer == (401, status(401, "Unauthorized"))
-    assert [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "autoscaler.web.auth"] == [
+    assert [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "autoscaler.web.security.auth"] == [
         (
             "WARNING",
             "request-header client certificate CN 'someone-else' is not in the allowed names: its headers are ignored",
@@ -237,7 +237,7 @@ def send_without_reading(server: RunningServer, limit_s: float) -> tuple[float, 
 
 
 async def test_a_client_that_never_reads_is_cut_off_after_the_idle_timeout(api_server, caplog):
-    with caplog.at_level(logging.WARNING, logger="autoscaler.web.tls_accept"):
+    with caplog.at_level(logging.WARNING, logger="autoscaler.web.security.tls_accept"):
         elapsed, how = await asyncio.to_thread(send_without_reading, api_server, 15.0)
     assert how in ("ConnectionResetError", "SSLEOFError", "BrokenPipeError"), how
     assert elapsed < 6  # idle_timeout is 1 s in the fixture: stalled for 1 s, seen within the next 0.5 s
@@ -285,7 +285,7 @@ class _Transport:
 
 
 async def test_a_broken_connection_does_not_end_the_write_stall_guard(caplog):
-    from autoscaler.web.tls_accept import WriteStallGuard
+    from autoscaler.web.security.tls_accept import WriteStallGuard
 
     guard = WriteStallGuard(0.2)
     broken, stalled = _Transport(100, broken=True), _Transport(100)

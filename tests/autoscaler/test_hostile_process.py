@@ -29,8 +29,8 @@ from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerStub
 from autoscaler.keda.interceptor import UNAUTHENTICATED_MESSAGE
 from autoscaler.keda.scaler import TRIGGER_OVERHEAD_BYTES
 from autoscaler.serving import persistence
-from autoscaler.web.certificates import load_authority
-from autoscaler.web.responses import status
+from autoscaler.web.security.certificates import load_authority
+from autoscaler.web.shared.responses import status
 from tests.autoscaler.demo_process import DemoProcess
 from tests.eventually import eventually
 from tests.hostile_clients import pipeline_without_reading

@@ -13,15 +13,16 @@ import aiohttp
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
-from autoscaler.app.factory import build_access, client_ca_pems, create_app
+from autoscaler.app.access import build_access, client_ca_pems
+from autoscaler.app.factory import create_app
 from autoscaler.app.serving import guard_plain_port, running
 from autoscaler.config.settings import Settings
 from autoscaler.refresh.pipeline import Pipeline
 from autoscaler.serving.provider import SnapshotProvider
 from autoscaler.targets.plans import RefreshSettings
-from autoscaler.web.readiness import Readiness
-from autoscaler.web.responses import status
-from autoscaler.web.tls import ServerTLS, ServingFiles
+from autoscaler.web.security.tls import ServerTLS, ServingFiles
+from autoscaler.web.shared.readiness import Readiness
+from autoscaler.web.shared.responses import status
 from tests.autoscaler.conftest import METRICS, NOW, fixed_snapshot
 from tests.fakekube import FakeKube
 from tests.pki import PKI

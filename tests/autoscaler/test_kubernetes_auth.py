@@ -9,14 +9,15 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from autoscaler.app.factory import build_access, client_ca_pems, create_app
+from autoscaler.app.access import build_access, client_ca_pems
+from autoscaler.app.factory import create_app
 from autoscaler.app.serving import running
 from autoscaler.config.settings import Settings
 from autoscaler.refresh.pipeline import Pipeline
 from autoscaler.serving.provider import SnapshotProvider
 from autoscaler.targets.plans import RefreshSettings
-from autoscaler.web.readiness import Readiness
-from autoscaler.web.tls import ServerTLS, ServingFiles
+from autoscaler.web.security.tls import ServerTLS, ServingFiles
+from autoscaler.web.shared.readiness import Readiness
 from tests.autoscaler.conftest import METRICS, NOW, fixed_snapshot
 from tests.fakekube import FakeKube
 from tests.pki import PKI
@@ -136,7 +137,7 @@ async def test_missing_configmap_stops_start_up(fake_kube, kube_api, tmp_path):
 async def test_allow_authenticated_asks_no_review_though_kubernetes_serves_other_checks(pki, kube_api, tmp_path):
     """auth.authorization: allow-authenticated with the Kubernetes API in use for the gRPC port's
     reviews: the HTTPS API still asks no SubjectAccessReview (docs/configuration.md)."""
-    from autoscaler.web.auth import AllowAuthenticated
+    from autoscaler.web.security.auth import AllowAuthenticated
 
     def settings(authorization: str) -> Settings:
         return Settings.model_validate(

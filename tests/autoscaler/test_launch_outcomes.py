@@ -27,8 +27,8 @@ from autoscaler.selectors import parse_selector
 from autoscaler.serving.provider import SnapshotProvider, empty_snapshot
 from autoscaler.targets.launches import LearnedLaunches
 from autoscaler.targets.plans import RefreshInputs, RefreshSettings
-from autoscaler.web.auth import AccessControl
-from autoscaler.web.launch_views import launch_panel, pool_json
+from autoscaler.web.ops.launch_views import launch_panel, pool_json
+from autoscaler.web.security.auth import AccessControl
 from tests.adapters.test_cronjobs import make_cronjob
 from tests.adapters.test_launch_record import T0, Feed
 from tests.autoscaler.test_kubernetes_inputs import METRICS, PLANS, wait_synced

@@ -18,7 +18,7 @@ from autoscaler.refresh.workers import ForecastPools
 from autoscaler.replication import lead_time_store
 from autoscaler.serving.provider import SnapshotProvider, empty_snapshot
 from autoscaler.targets.plans import RefreshSettings
-from autoscaler.web.readiness import Readiness
+from autoscaler.web.shared.readiness import Readiness
 from tests.autoscaler.test_kubernetes_inputs import METRICS, PLANS
 
 T0 = datetime(2026, 11, 20, 8, tzinfo=UTC)

@@ -30,9 +30,9 @@ from autoscaler.refresh.pipeline import known_pools
 from autoscaler.refresh.sources import PrometheusSignalSource, SourceDown, signal_query
 from autoscaler.serving.provider import MetricNotFound
 from autoscaler.simulation.hpa import SYNC_PERIOD_S, HPASpec, milli_value, placeholder_replicas
-from autoscaler.web.auth import AccessControl
-from autoscaler.web.readiness import Readiness
-from autoscaler.web.self_metrics import SelfMetrics
+from autoscaler.web.security.auth import AccessControl
+from autoscaler.web.shared.readiness import Readiness
+from autoscaler.web.shared.self_metrics import SelfMetrics
 from tests.autoscaler.live_cluster import (
     MIG_POOL_GPUS,
     MINUTE,

@@ -27,9 +27,9 @@ from autoscaler.config.settings import Settings
 from autoscaler.refresh.pipeline import Pipeline, open_pipeline
 from autoscaler.scorecard.live import LiveScorecard
 from autoscaler.serving.provider import SnapshotProvider, empty_snapshot
-from autoscaler.web.readiness import Readiness
-from autoscaler.web.scorecard_views import scorecard_panel
-from autoscaler.web.self_metrics import SelfMetrics
+from autoscaler.web.ops.scorecard_views import scorecard_panel
+from autoscaler.web.shared.readiness import Readiness
+from autoscaler.web.shared.self_metrics import SelfMetrics
 from tests.autoscaler.live_cluster import HOUR, MINUTE, PLACEHOLDERS
 from tests.cluster_scenario import BUSY_UTILIZATION, Node, Pod, Scenario, start_prometheus
 from tests.eventually import eventually

@@ -20,9 +20,9 @@ from autoscaler.refresh.workers import ForecastPools
 from autoscaler.selectors import parse_selector
 from autoscaler.serving.provider import MetricInfo, ServedSeries, SnapshotProvider, empty_snapshot
 from autoscaler.targets.plans import MetricPlan, RefreshInputs, RefreshSettings
-from autoscaler.web.keys import UNPLACED
-from autoscaler.web.readiness import Readiness
-from autoscaler.web.self_metrics import SelfMetrics
+from autoscaler.web.shared.keys import UNPLACED
+from autoscaler.web.shared.readiness import Readiness
+from autoscaler.web.shared.self_metrics import SelfMetrics
 from tests.adapters.test_cronjobs import make_cronjob
 from tests.autoscaler.test_refresher import FlakySource
 from tests.eventually import eventually

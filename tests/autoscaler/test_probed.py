@@ -17,7 +17,7 @@ from urllib.parse import quote
 import aiohttp
 import pytest
 
-from autoscaler.web.certificates import issue_certificate, load_authority
+from autoscaler.web.security.certificates import issue_certificate, load_authority
 from tests.autoscaler.demo_process import DemoProcess
 from tests.autoscaler.test_api import status
 from tests.pki import make_pki

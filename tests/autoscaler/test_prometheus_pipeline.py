@@ -14,7 +14,8 @@ import aiohttp
 import pandas as pd
 import pytest
 
-from autoscaler.app.factory import build_access, client_ca_pems, create_app, update_readiness
+from autoscaler.app.access import build_access, client_ca_pems
+from autoscaler.app.factory import create_app, update_readiness
 from autoscaler.app.serving import running
 from autoscaler.config.settings import Settings
 from autoscaler.refresh.pipeline import Pipeline, open_pipeline
@@ -23,8 +24,8 @@ from autoscaler.refresh.workers import ForecastPools
 from autoscaler.selectors import EVERYTHING, parse_selector
 from autoscaler.serving.provider import SnapshotProvider, empty_snapshot
 from autoscaler.targets.plans import RefreshInputs
-from autoscaler.web.readiness import Readiness
-from autoscaler.web.tls import ServerTLS, ensure_self_signed
+from autoscaler.web.security.tls import ServerTLS, ensure_self_signed
+from autoscaler.web.shared.readiness import Readiness
 from tests.eventually import eventually
 from tests.prometheus_fixture import ProxyMode
 

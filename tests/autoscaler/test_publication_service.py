@@ -14,13 +14,14 @@ from typing import Any
 
 import aiohttp
 
-from autoscaler.app.factory import build_access, client_ca_pems, create_app
+from autoscaler.app.access import build_access, client_ca_pems
+from autoscaler.app.factory import create_app
 from autoscaler.app.serving import Listening, running
 from autoscaler.config.settings import Settings
 from autoscaler.refresh.pipeline import Pipeline
 from autoscaler.targets.plans import RefreshSettings
-from autoscaler.web.readiness import Readiness
-from autoscaler.web.tls import ServerTLS, ensure_self_signed
+from autoscaler.web.security.tls import ServerTLS, ensure_self_signed
+from autoscaler.web.shared.readiness import Readiness
 from tests.autoscaler.test_publication import HOME, METRICS, NAMESPACE, PLANS, SHARDS, TraceSource
 from tests.eventually import eventually
 

@@ -22,9 +22,9 @@ from autoscaler.refresh.pipeline import Pipeline, open_pipeline
 from autoscaler.scorecard.live import LiveScorecard
 from autoscaler.scorecard.pools import PoolScorecard
 from autoscaler.serving.provider import ServedSeries, Snapshot, SnapshotProvider, empty_snapshot
-from autoscaler.web.readiness import Readiness
-from autoscaler.web.scorecard_metrics import ScorecardMetrics
-from autoscaler.web.self_metrics import SelfMetrics
+from autoscaler.web.ops.scorecard_metrics import ScorecardMetrics
+from autoscaler.web.shared.readiness import Readiness
+from autoscaler.web.shared.self_metrics import SelfMetrics
 from tests.autoscaler.test_kueue_demand import A100_FLAVOR, TRAIN, job_pod
 from tests.autoscaler.test_pool_resolution import A100, H100
 from tests.eventually import eventually

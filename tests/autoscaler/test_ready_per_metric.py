@@ -15,13 +15,14 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from autoscaler.app.factory import REFRESHER, build_access, client_ca_pems, create_app
+from autoscaler.app.access import build_access, client_ca_pems
+from autoscaler.app.factory import REFRESHER, create_app
 from autoscaler.app.serving import running
 from autoscaler.config.settings import Settings
 from autoscaler.refresh.pipeline import open_pipeline
 from autoscaler.refresh.refresher import Refresher
-from autoscaler.web.readiness import Readiness
-from autoscaler.web.tls import ServerTLS, ensure_self_signed
+from autoscaler.web.security.tls import ServerTLS, ensure_self_signed
+from autoscaler.web.shared.readiness import Readiness
 from tests.eventually import eventually
 from tests.prometheus_fixture import FaultProxy, PrometheusServer, ProxyMode
 

@@ -28,7 +28,7 @@ from autoscaler.scorecard.pods import PodOutcomes
 from autoscaler.serving.provenance import Provenance
 from autoscaler.serving.provider import MetricInfo, ServedSeries, Snapshot
 from autoscaler.targets.plans import MetricPlan
-from autoscaler.web.scorecard_metrics import ScorecardMetrics
+from autoscaler.web.ops.scorecard_metrics import ScorecardMetrics
 from forecast.types import Forecast
 
 NOW = datetime(2026, 11, 20, 9, 0, tzinfo=UTC)

@@ -15,7 +15,7 @@ from autoscaler.refresh.pipeline import open_pipeline
 from autoscaler.refresh.refresher import Refresher
 from autoscaler.refresh.workers import ForecastPools
 from autoscaler.serving.provider import SnapshotProvider, empty_snapshot
-from autoscaler.web.readiness import Readiness
+from autoscaler.web.shared.readiness import Readiness
 from tests.autoscaler.live_cluster import Clock
 from tests.autoscaler.test_live_scorecard import (
     MINUTE,

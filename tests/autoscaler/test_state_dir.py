@@ -20,8 +20,8 @@ import aiohttp
 import pytest
 import yaml
 
-from autoscaler.web import demo_pki
-from autoscaler.web.certificates import generate_ca, issue_certificate, load_authority
+from autoscaler.web.security.certificates import generate_ca, issue_certificate, load_authority
+from autoscaler.web.shared import demo_pki
 from tests.autoscaler.demo_process import DemoProcess
 from tests.autoscaler.test_real_clients import kubectl_raw
 from tests.pki import make_pki

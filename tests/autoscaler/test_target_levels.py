@@ -315,7 +315,7 @@ async def test_the_refresher_serves_a_target_at_the_level_its_replay_chose(tmp_p
     from autoscaler.refresh.workers import ForecastPools
     from autoscaler.serving.provider import MetricInfo, SnapshotProvider, empty_snapshot
     from autoscaler.targets.plans import RefreshSettings
-    from autoscaler.web.readiness import Readiness
+    from autoscaler.web.shared.readiness import Readiness
     from tests.autoscaler.test_refresher import Clock, FlakySource
 
     metrics = (MetricInfo("gpu_headroom", "headroom"),)

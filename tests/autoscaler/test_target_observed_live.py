@@ -26,8 +26,8 @@ from autoscaler.app import scoring
 from autoscaler.app.factory import build_ops_app
 from autoscaler.scorecard.live import LiveScorecard
 from autoscaler.serving.provider import Snapshot, SnapshotProvider
-from autoscaler.web.readiness import Readiness
-from autoscaler.web.self_metrics import SelfMetrics
+from autoscaler.web.shared.readiness import Readiness
+from autoscaler.web.shared.self_metrics import SelfMetrics
 from tests.inspection.conftest import TARGET, build_real_forecast
 from tests.prometheus_fixture import BackfillSeries, PrometheusServer, binaries_or_skip, write_blocks
 

@@ -19,7 +19,7 @@ from autoscaler.serving.provider import SnapshotProvider, empty_snapshot
 from autoscaler.simulation.replay import replay_levels
 from autoscaler.targets.plans import RefreshSettings
 from autoscaler.targets.target_store import TunerState
-from autoscaler.web.readiness import Readiness
+from autoscaler.web.shared.readiness import Readiness
 from tests.autoscaler import test_publication
 from tests.autoscaler.test_publication import (
     HOME,

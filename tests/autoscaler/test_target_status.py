@@ -17,7 +17,7 @@ from autoscaler.scorecard.pools import PoolScorecard
 from autoscaler.scorecard.target_status import attained, budget_remaining, statuses, target_status
 from autoscaler.serving.provenance import TargetChoice
 from autoscaler.serving.provider import MetricInfo, ServedSeries, Snapshot
-from autoscaler.web.target_metrics import TargetMetrics
+from autoscaler.web.ops.target_metrics import TargetMetrics
 from tests.inspection.conftest import TARGET, build_real_forecast
 
 T0 = 1_780_000_020.0 - 1_780_000_020.0 % 60  # a whole minute

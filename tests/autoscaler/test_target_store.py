@@ -27,7 +27,7 @@ from autoscaler.targets.service_levels import ReplayRequest, ShiftWatch, TuningS
 from autoscaler.targets.target_levels import CANDIDATE_LEVELS, FIRST_LEVEL, LevelTuner
 from autoscaler.targets.target_store import TunerState
 from autoscaler.targets.tuners import TargetLevels
-from autoscaler.web.readiness import Readiness
+from autoscaler.web.shared.readiness import Readiness
 from tests.autoscaler.test_kubernetes_inputs import METRICS, PLANS
 from tests.autoscaler.test_target_levels import DAY_MINUTES, STEP_S, _a_tuned_headroom, _surges_of
 

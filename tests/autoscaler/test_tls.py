@@ -8,8 +8,8 @@ import ssl
 
 from cryptography import x509
 
-from autoscaler.web.certificates import issue_certificate
-from autoscaler.web.tls import ServerTLS, ensure_self_signed
+from autoscaler.web.security.certificates import issue_certificate
+from autoscaler.web.security.tls import ServerTLS, ensure_self_signed
 from tests.eventually import eventually
 
 
@@ -42,7 +42,7 @@ async def test_rotated_certificate_is_served_without_restart(api_server, tmp_pat
 def test_a_half_written_rotation_keeps_the_current_certificate(pki, tmp_path, caplog):
     import shutil
 
-    from autoscaler.web.tls import ServingFiles
+    from autoscaler.web.security.tls import ServingFiles
 
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     shutil.copy(pki.serving_cert, cert)
@@ -120,7 +120,7 @@ async def test_rotation_under_load_fails_no_request(api_server):
 
 def test_every_configurable_cipher_suite_is_an_ecdhe_aead_one_openssl_knows():
     from autoscaler.config.server_settings import AEAD_CIPHER_SUITES
-    from autoscaler.web.tls import OPENSSL_CIPHERS
+    from autoscaler.web.security.tls import OPENSSL_CIPHERS
 
     assert set(OPENSSL_CIPHERS) == set(AEAD_CIPHER_SUITES)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -134,7 +134,7 @@ def test_a_rotation_to_an_expired_certificate_keeps_the_current_one(pki, tmp_pat
     import shutil
     from datetime import UTC, datetime, timedelta
 
-    from autoscaler.web.tls import ServingFiles
+    from autoscaler.web.security.tls import ServingFiles
 
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     shutil.copy(pki.serving_cert, cert)

@@ -25,8 +25,8 @@ import pytest
 from autoscaler.keda import externalscaler_pb2 as pb
 from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerStub
 from autoscaler.throttled_log import ThrottledLog
-from autoscaler.web import tls_accept
-from autoscaler.web.tls_accept import WriteStallGuard
+from autoscaler.web.security import tls_accept
+from autoscaler.web.security.tls_accept import WriteStallGuard
 from tests.autoscaler.demo_process import DemoProcess
 from tests.hostile_clients import pipeline_without_reading
 

@@ -29,9 +29,9 @@ from autoscaler.policy import PlanKind
 from autoscaler.scorecard.live import LiveScorecard
 from autoscaler.serving.provenance import Provenance, TargetChoice
 from autoscaler.serving.provider import MetricInfo, ServedSeries, Snapshot, SnapshotProvider
-from autoscaler.web.keys import SCORECARD
-from autoscaler.web.readiness import Readiness
-from autoscaler.web.self_metrics import SelfMetrics
+from autoscaler.web.shared.keys import SCORECARD
+from autoscaler.web.shared.readiness import Readiness
+from autoscaler.web.shared.self_metrics import SelfMetrics
 from forecast.engine import EngineResult, fit_select_predict
 from forecast.io import read_series_csv
 

@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 import pytest
 
-from autoscaler.web.keys import SCORECARD
+from autoscaler.web.shared.keys import SCORECARD
 from tests.autoscaler.test_api import status as kubernetes_status
 from tests.inspection.conftest import (
     GAP_POSITIONS,

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from autoscaler.serving.provider import MetricInfo, ServedSeries, Snapshot, empty_snapshot
 from autoscaler.targets.plans import MetricPlan, RefreshStats
-from autoscaler.web.readiness import MetricState, Readiness, metric_states
+from autoscaler.web.shared.readiness import MetricState, Readiness, metric_states
 
 NOW = datetime(2026, 12, 6, 8, 30, tzinfo=UTC)
 PLANS = (

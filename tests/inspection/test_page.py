@@ -18,8 +18,8 @@ import pytest
 
 from autoscaler.serving.provider import MetricInfo, ServedSeries, Snapshot
 from autoscaler.web import page as ui
-from autoscaler.web.notes import plain_notes
-from autoscaler.web.scorecard_views import scorecard_panel, target_panel
+from autoscaler.web.ops.notes import plain_notes
+from autoscaler.web.ops.scorecard_views import scorecard_panel, target_panel
 from tests import ci
 from tests.eventually import eventually_sync
 from tests.inspection.conftest import NOW, TARGET, WINDOW, OpsServer, RealForecast, build_app, serve_in_thread

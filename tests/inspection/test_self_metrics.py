@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler.refresh.refresher import RefreshStats
 from autoscaler.serving.provider import ServedSeries, Snapshot
-from autoscaler.web.self_metrics import RefreshCollector, SnapshotCollector
+from autoscaler.web.shared.self_metrics import RefreshCollector, SnapshotCollector
 from tests.inspection.conftest import LEAD_TIME, NOW, QUANTILE, SCRAPE_DELAY, OpsServer
 
 

@@ -15,8 +15,8 @@ from autoscaler.keda import externalscaler_pb2 as pb
 from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerStub
 from autoscaler.keda.server import GrpcListening, serving_grpc
 from autoscaler.serving.provider import SnapshotProvider
-from autoscaler.web.self_metrics import SelfMetrics
-from autoscaler.web.tls import ServingFiles
+from autoscaler.web.security.tls import ServingFiles
+from autoscaler.web.shared.self_metrics import SelfMetrics
 from tests.autoscaler.conftest import NOW, SettableClock, fixed_snapshot
 from tests.pki import PKI, Client, make_pki
 

@@ -16,9 +16,9 @@ from autoscaler.config.server_settings import ServerSettings
 from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerStub
 from autoscaler.keda.server import serving_grpc
 from autoscaler.serving.provider import SnapshotProvider
-from autoscaler.web import kubernetes_auth
-from autoscaler.web.self_metrics import SelfMetrics
-from autoscaler.web.tls import ServingFiles
+from autoscaler.web.security import kubernetes_auth
+from autoscaler.web.security.tls import ServingFiles
+from autoscaler.web.shared.self_metrics import SelfMetrics
 from tests.autoscaler.conftest import NOW, SettableClock, fixed_snapshot
 from tests.eventually import eventually
 from tests.fakekube import FakeKube

@@ -14,7 +14,8 @@ from datetime import timedelta
 import aiohttp
 import grpc
 
-from autoscaler.app.factory import build_access, create_app
+from autoscaler.app.access import build_access
+from autoscaler.app.factory import create_app
 from autoscaler.app.serving import running
 from autoscaler.keda import externalscaler_pb2 as pb
 from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerStub
@@ -22,7 +23,7 @@ from autoscaler.quantity import parse_quantity
 from autoscaler.refresh.pipeline import Pipeline
 from autoscaler.serving.provider import SnapshotProvider
 from autoscaler.targets.plans import RefreshSettings
-from autoscaler.web.tls import ServerTLS, ServingFiles
+from autoscaler.web.security.tls import ServerTLS, ServingFiles
 from tests.autoscaler.conftest import METRICS, NOW, SettableClock, fixed_snapshot, server_settings
 from tests.autoscaler.demo_process import DemoProcess
 from tests.test_repository import ROOT

@@ -14,8 +14,8 @@ from autoscaler.keda import externalscaler_pb2 as pb
 from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerStub
 from autoscaler.keda.server import serving_grpc
 from autoscaler.serving.provider import ServedSeries, SnapshotProvider
-from autoscaler.web.self_metrics import SelfMetrics
-from autoscaler.web.tls import ServingFiles
+from autoscaler.web.security.tls import ServingFiles
+from autoscaler.web.shared.self_metrics import SelfMetrics
 from tests.autoscaler.conftest import NOW, SettableClock, fixed_snapshot
 from tests.eventually import eventually
 from tests.keda.conftest import Scaler, grpc_settings, ref

@@ -10,9 +10,9 @@ import pytest
 from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerStub
 from autoscaler.keda.server import serving_grpc
 from autoscaler.serving.provider import SnapshotProvider
-from autoscaler.web.certificates import CertificateFileError, generate_ca, issue_certificate
-from autoscaler.web.self_metrics import SelfMetrics
-from autoscaler.web.tls import ServingFiles
+from autoscaler.web.security.certificates import CertificateFileError, generate_ca, issue_certificate
+from autoscaler.web.security.tls import ServingFiles
+from autoscaler.web.shared.self_metrics import SelfMetrics
 from tests.autoscaler.conftest import NOW, SettableClock, fixed_snapshot
 from tests.eventually import eventually
 from tests.keda.conftest import Scaler, grpc_settings, ref

@@ -24,13 +24,12 @@ from aiohttp import web
 from adapters.kubernetes.pool_matching import UnplacedDemand
 from autoscaler.quantity import format_quantity
 from autoscaler.serving.provider import MetricInfo, Snapshot, not_served
-from autoscaler.web.buffer_views import buffers_section
-from autoscaler.web.charts import ZOOM_HOURS, ChartCache, band_level, format_labels, number, render_chart, with_unit
-from autoscaler.web.keys import BUFFERS, CLOCK, LAUNCHES, NOTICE, READINESS, SCORECARD, SNAPSHOTS, UNPLACED
-from autoscaler.web.launch_views import launch_panel, launches_json
-from autoscaler.web.notes import notes_html
-from autoscaler.web.scorecard_views import scorecard_panel, series_target_json, target_panel
-from autoscaler.web.views import (
+from autoscaler.web.ops.buffer_views import buffers_section
+from autoscaler.web.ops.charts import ZOOM_HOURS, ChartCache, band_level, format_labels, number, render_chart, with_unit
+from autoscaler.web.ops.launch_views import launch_panel, launches_json
+from autoscaler.web.ops.notes import notes_html
+from autoscaler.web.ops.scorecard_views import scorecard_panel, series_target_json, target_panel
+from autoscaler.web.ops.views import (
     DEFAULT_HISTORY,
     InspectionError,
     SeriesView,
@@ -38,6 +37,7 @@ from autoscaler.web.views import (
     parse_history,
     views_of,
 )
+from autoscaler.web.shared.keys import BUFFERS, CLOCK, LAUNCHES, NOTICE, READINESS, SCORECARD, SNAPSHOTS, UNPLACED
 
 REFRESH_SECONDS = 30
 CHARTS = web.AppKey("ui_charts", ChartCache)

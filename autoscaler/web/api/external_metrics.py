@@ -13,11 +13,11 @@ from aiohttp import web
 from autoscaler.echoes import echo
 from autoscaler.selectors import SelectorError, parse_selector
 from autoscaler.serving.provider import MetricNotFound, MetricUnavailable, MetricWarmingUp
-from autoscaler.web import responses
-from autoscaler.web.auth import AccessDenied
-from autoscaler.web.keys import ACCESS, METRICS_PROVIDER, SELF_METRICS, USER
-from autoscaler.web.middleware import method_not_allowed
-from autoscaler.web.responses import status_response, warming_up_response
+from autoscaler.web.security.auth import AccessDenied
+from autoscaler.web.shared import responses
+from autoscaler.web.shared.keys import ACCESS, METRICS_PROVIDER, SELF_METRICS, USER
+from autoscaler.web.shared.middleware import method_not_allowed
+from autoscaler.web.shared.responses import status_response, warming_up_response
 
 PREFIX = f"/apis/{responses.GROUP}/{responses.VERSION}"
 # Namespace names are DNS-1123 labels; kube-apiserver's message for one that is not.

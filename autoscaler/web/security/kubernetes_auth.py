@@ -16,7 +16,7 @@ from adapters.kubernetes import auth as kube_auth
 from adapters.kubernetes.client import KubeError
 from adapters.kubernetes.watch import WatchCache, WatchedResource, WatchEvent, WatchGroup, WatchSettings
 from autoscaler.config.settings import AuthSettings
-from autoscaler.web.auth import (
+from autoscaler.web.security.auth import (
     Authenticator,
     DelegatedHTTPAuth,
     RequestHeaderConfig,
@@ -24,7 +24,7 @@ from autoscaler.web.auth import (
     SubjectAccessReviewAuthorizer,
     User,
 )
-from autoscaler.web.certificates import load_certificates
+from autoscaler.web.security.certificates import load_certificates
 
 log = logging.getLogger(__name__)
 

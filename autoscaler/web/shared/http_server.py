@@ -28,7 +28,7 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
 from autoscaler.throttled_log import ThrottledLog
-from autoscaler.web import responses
+from autoscaler.web.shared import responses
 
 log = logging.getLogger(__name__)
 _malformed = ThrottledLog(log)

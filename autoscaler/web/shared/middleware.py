@@ -9,10 +9,10 @@ from collections.abc import Awaitable, Callable
 from aiohttp import hdrs, web
 
 from autoscaler.echoes import echo
-from autoscaler.web.auth import AccessDenied
-from autoscaler.web.keys import ACCESS, HTTP_AUTH, SELF_METRICS, USER
-from autoscaler.web.probes import PROBE_PATHS
-from autoscaler.web.responses import status_response
+from autoscaler.web.security.auth import AccessDenied
+from autoscaler.web.shared.keys import ACCESS, HTTP_AUTH, SELF_METRICS, USER
+from autoscaler.web.shared.probes import PROBE_PATHS
+from autoscaler.web.shared.responses import status_response
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from multidict import MultiMapping
 from adapters.kubernetes.auth import UserInfo as User
 from autoscaler.echoes import echo
 from autoscaler.throttled_log import ThrottledLog
-from autoscaler.web.certificates import common_name, issued_by, organizations
+from autoscaler.web.security.certificates import common_name, issued_by, organizations
 
 log = logging.getLogger(__name__)
 

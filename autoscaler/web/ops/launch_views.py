@@ -13,7 +13,7 @@ import numpy as np
 from aiohttp import web
 
 from adapters.kubernetes.launch_record import LaunchRecord, PoolLaunches
-from autoscaler.web.keys import CLOCK, LAUNCHES
+from autoscaler.web.shared.keys import CLOCK, LAUNCHES
 
 LAUNCHES_PATH = "/api/v1/launches"
 

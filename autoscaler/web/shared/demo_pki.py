@@ -16,8 +16,7 @@ from pathlib import Path
 import aiohttp
 import yaml
 
-from autoscaler.web import responses
-from autoscaler.web.certificates import (
+from autoscaler.web.security.certificates import (
     CertificateFileError,
     KeyPair,
     check_pair,
@@ -26,6 +25,7 @@ from autoscaler.web.certificates import (
     load_authority,
     write_private,
 )
+from autoscaler.web.shared import responses
 
 log = logging.getLogger(__name__)
 

@@ -20,13 +20,13 @@ from aiohttp import web
 from adapters.types import ScheduledWindow
 from autoscaler.selectors import EVERYTHING, Selector, SelectorError, parse_selector
 from autoscaler.serving.provider import Snapshot, not_served
-from autoscaler.web.buffer_views import buffers_json
-from autoscaler.web.keys import BUFFERS, CLOCK, SCORECARD, SNAPSHOTS
-from autoscaler.web.launch_views import add_launch_routes
-from autoscaler.web.openapi import openapi_document
-from autoscaler.web.responses import invalid_parameter_response, status_response
-from autoscaler.web.scorecard_views import add_scorecard_routes, series_target_json
-from autoscaler.web.views import InspectionError, SeriesView, find_metric, parse_history, views_of
+from autoscaler.web.ops.buffer_views import buffers_json
+from autoscaler.web.ops.launch_views import add_launch_routes
+from autoscaler.web.ops.openapi import openapi_document
+from autoscaler.web.ops.scorecard_views import add_scorecard_routes, series_target_json
+from autoscaler.web.ops.views import InspectionError, SeriesView, find_metric, parse_history, views_of
+from autoscaler.web.shared.keys import BUFFERS, CLOCK, SCORECARD, SNAPSHOTS
+from autoscaler.web.shared.responses import invalid_parameter_response, status_response
 from forecast.types import Forecast
 
 FORECASTS_PATH = "/api/v1/forecasts"

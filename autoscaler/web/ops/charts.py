@@ -18,7 +18,7 @@ from matplotlib.ticker import FuncFormatter, MultipleLocator
 
 from autoscaler.policy import figure
 from autoscaler.serving.provider import Snapshot
-from autoscaler.web.views import SeriesView
+from autoscaler.web.ops.views import SeriesView
 
 MAX_CACHED_CHARTS = 256
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from autoscaler.web.keys import READINESS, SELF_METRICS
+from autoscaler.web.shared.keys import READINESS, SELF_METRICS
 
 PROBE_PATHS = frozenset({"/healthz", "/livez", "/readyz"})
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from cryptography import x509
 
 from autoscaler.config.server_settings import AEAD_CIPHER_SUITES, TLSCipherSuite
-from autoscaler.web.certificates import (
+from autoscaler.web.security.certificates import (
     CertificateFileError,
     check_pair,
     generate_ca,

@@ -19,7 +19,7 @@ from autoscaler.scorecard.live import LiveScorecard
 from autoscaler.scorecard.target_status import TUNE_WINDOW, TargetStatus, statuses, target_status
 from autoscaler.serving.provenance import TargetChoice
 from autoscaler.serving.provider import Snapshot
-from autoscaler.web.keys import CLOCK, SCORECARD, SNAPSHOTS
+from autoscaler.web.shared.keys import CLOCK, SCORECARD, SNAPSHOTS
 
 SCORECARD_PATH = "/api/v1/scorecard"
 _QUEUE_WAITS = {"quota": "Quota wait", "admission_check": "Admission-check wait", "capacity": "Capacity wait"}

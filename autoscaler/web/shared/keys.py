@@ -17,9 +17,9 @@ from adapters.types import Clock
 from autoscaler.actuation.writer import BufferActuator
 from autoscaler.scorecard.live import LiveScorecard
 from autoscaler.serving.provider import MetricsProvider, SnapshotProvider, SnapshotSource
-from autoscaler.web.auth import AccessControl, DelegatedHTTPAuth, User
-from autoscaler.web.readiness import Readiness
-from autoscaler.web.self_metrics import SelfMetrics
+from autoscaler.web.security.auth import AccessControl, DelegatedHTTPAuth, User
+from autoscaler.web.shared.readiness import Readiness
+from autoscaler.web.shared.self_metrics import SelfMetrics
 
 Unplaced = Callable[[], Sequence[UnplacedDemand]]
 
