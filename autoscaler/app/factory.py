@@ -36,7 +36,7 @@ from autoscaler.serving import persistence
 from autoscaler.serving.provider import MetricsProvider, Snapshot, SnapshotProvider, empty_snapshot
 from autoscaler.simulation.replay import replay_levels
 from autoscaler.targets.plans import RefreshStats
-from autoscaler.web import kubernetes_auth
+from autoscaler.web import kubernetes_auth, queued_views
 from autoscaler.web.auth import AccessControl, AllowAuthenticated, Authenticator, Authorizer, RequestHeaderConfig
 from autoscaler.web.certificates import CertificateFileError, common_name, read_certificates, validity_fault
 from autoscaler.web.external_metrics import add_external_metrics_routes
@@ -294,6 +294,7 @@ def create_app(
     if pipeline.launches is not None:
         ops_app[LAUNCHES] = launches = pipeline.launches
         self_metrics.registry.register(LaunchMetrics(lambda: launches))
+    queued_views.attach(pipeline.queued_workloads, ops_app, self_metrics)  # Kueue's waiting GPUs, if watched
     if pipeline.unplaced is not None:
         self_metrics.watch_unplaced(pipeline.unplaced)
         ops_app[UNPLACED] = pipeline.unplaced

@@ -201,6 +201,13 @@ class KubernetesInputs:
         pods = self._pending.objects.values() if self._pending is not None else ()
         return self.kueue.windows(now, self.kueue.queued(pods, self.nodepools(), self.claim_lookup()))
 
+    def kueue_waiting(self) -> dict[str, float]:
+        """GPUs of the Kueue Workloads waiting with no pod yet per pool, whatever their quota (none without Kueue)."""
+        if self.kueue is None:
+            return {}
+        pods = self._pending.objects.values() if self._pending is not None else ()
+        return self.kueue.waiting(pods, self.nodepools(), self.claim_lookup())
+
     def is_placeholder(self, pod: Mapping[str, Any]) -> bool:
         metadata = pod.get("metadata") or {}
         if metadata.get("namespace") in self.inputs.placeholder_namespaces:

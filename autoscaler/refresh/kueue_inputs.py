@@ -10,7 +10,7 @@ the watches are absent and nothing is counted.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -88,6 +88,29 @@ class KueueInputs:
     ) -> list[QueuedGpus]:
         """The pod sets counted now, given the Pending pods the pod watch holds."""
         state = self.state()
+        return queued_gpus(state, self._pods_started(state, pending_pods), self.units, nodepools, claims)
+
+    def waiting(
+        self,
+        pending_pods: Iterable[Mapping[str, Any]],
+        nodepools: Sequence[NodePool] | None,
+        claims: ClaimLookup | None,
+    ) -> dict[str, float]:
+        """GPUs of the Workloads waiting with no pod yet per pool, whatever their quota ("" for those
+        that fit no pool): the uncensored demand, a series of its own (docs/kueue.md)."""
+        state = self.state()
+        started = self._pods_started(state, pending_pods)
+        gpus: dict[str, float] = {}
+        for item in queued_gpus(state, started, self.units, nodepools, claims, uncensored=True):
+            pool = item.choice.pool or ""
+            gpus[pool] = gpus.get(pool, 0.0) + item.gpus
+        return gpus
+
+    def _pods_started(
+        self, state: KueueState, pending_pods: Iterable[Mapping[str, Any]]
+    ) -> Callable[[Mapping[str, Any]], bool]:
+        """Whether a Workload's pods exist: seen by the pod watch while Kueue keeps it admitted, or
+        ``PodsReady``."""
         reserved = {
             str((w.get("metadata") or {}).get("uid"))
             for w in state.workloads.values()
@@ -99,7 +122,7 @@ class KueueInputs:
             uid = str((workload.get("metadata") or {}).get("uid"))
             return uid in self._started or kueue.has_condition(workload, "PodsReady")
 
-        return queued_gpus(state, pods_started, self.units, nodepools, claims)
+        return pods_started
 
     def windows(self, now: datetime, counted: Sequence[QueuedGpus]) -> list[ScheduledWindow]:
         """Each counted pod set as a window open from ``now`` in its pool (none: the pool-less series)."""

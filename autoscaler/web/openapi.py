@@ -37,6 +37,7 @@ def _object(properties: dict[str, Any], *, required: bool = True) -> dict[str, A
 _NUMBER_OR_NULL = _nullable({"type": "number"})
 _TIMESTAMP = {"type": "string", "format": "date-time", "description": "RFC 3339, UTC"}
 _LABELS = {"type": "object", "additionalProperties": {"type": "string"}}
+_KUEUE = "GPUs of Kueue Workloads waiting with no pod in the series' pool at each refresh (null: no Kueue)"
 
 
 def _status_schema() -> dict[str, Any]:
@@ -122,6 +123,7 @@ def _series_schemas() -> dict[str, Any]:
                 "lead_time_seconds": _nullable({"type": "integer"}),
                 "backtest": _ref("Backtest"),
                 "target": _nullable({"allOf": [_ref("Target")], "description": "null: served without a target"}),
+                "kueue_waiting_gpus": _nullable({"allOf": [_ref("History")], "description": _KUEUE}),
             }
         ),
     }

@@ -25,6 +25,7 @@ from tests.inspection.conftest import (
 
 DETAIL_KEYS = {
     "target",
+    "kueue_waiting_gpus",
     "metric",
     "labels",
     "value",
@@ -148,6 +149,7 @@ def test_metric_detail_exact_shape(ops_server: OpsServer):
         "lead_time_seconds": 1800,
         "backtest": expected_backtest(forecast.result.scores),
         "target": None,  # a demand forecast has no target
+        "kueue_waiting_gpus": None,  # no Kueue watched
     }
     assert full["history"]["timestamps"][0] == "2020-05-28T17:55:00Z"
     assert full["history"]["timestamps"][-1] == "2020-05-28T23:55:00Z"
@@ -172,6 +174,7 @@ def test_metric_detail_exact_shape(ops_server: OpsServer):
         "lead_time_seconds": None,
         "backtest": {"quantile": None, "scores": {}},
         "target": None,
+        "kueue_waiting_gpus": None,
     }
 
 
