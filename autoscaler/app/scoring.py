@@ -14,6 +14,7 @@ from autoscaler.scorecard.target_status import statuses
 from autoscaler.serving.provider import Snapshot
 from autoscaler.targets.plans import MetricPlan
 from autoscaler.web.keys import CLOCK, SCORECARD, SNAPSHOTS
+from autoscaler.web.queued_metrics import KueueWaitMetrics
 from autoscaler.web.scorecard_metrics import ScorecardMetrics
 from autoscaler.web.self_metrics import SelfMetrics
 from autoscaler.web.target_metrics import TargetMetrics
@@ -62,6 +63,8 @@ def attach(
     self_metrics.registry.register(
         TargetMetrics(lambda: statuses(snapshots.snapshot, scorecard.owned_cards(), clock().timestamp()))
     )
+    if scorecard.kueue_histograms is not None:  # no Workload watched: Kueue's own wait histograms
+        self_metrics.registry.register(KueueWaitMetrics(lambda: scorecard.cluster_queue_waits))
 
 
 def follow_shards(

@@ -35,6 +35,7 @@ from autoscaler.refresh.kueue_inputs import KueueInputs
 from autoscaler.refresh.queued_record import QueuedWorkloadRecord
 from autoscaler.refresh.sources import KnownPools, PrometheusSignalSource, client_settings, signal_query
 from autoscaler.scorecard.capacity import PoolCapacity
+from autoscaler.scorecard.kueue_histograms import KueueWaitHistograms
 from autoscaler.scorecard.live import LiveScorecard
 from autoscaler.scorecard.pods import PodOutcomes
 from autoscaler.scorecard.store import FILE_NAME as SCORECARD_FILE
@@ -338,6 +339,8 @@ def live_scorecard(
     if inputs is not None and kueue is not None:  # Kueue Workloads' queue waits
         scorecard.workloads = WorkloadOutcomes(pools=_workload_pools(inputs, kueue), record=scorecard.record_queue_wait)
         inputs.pod_listeners.append(scorecard.workloads.on_pod_change)
+    elif prometheus is not None:  # no Workload watched: Kueue's own wait histograms, where it is scraped
+        scorecard.kueue_histograms = KueueWaitHistograms(prometheus)
     scorecard.restore()
     if scorecard.workloads is not None and kueue is not None:  # after what was counted is restored
         kueue.add_workload_listener(scorecard.workloads.on_workload_change)

@@ -38,7 +38,7 @@ from autoscaler.web.keys import BUFFERS, CLOCK, LAUNCHES, NOTICE, READINESS, SCO
 from autoscaler.web.launch_views import launch_panel, launches_json
 from autoscaler.web.notes import notes_html
 from autoscaler.web.queued_views import queued_histories, queued_panel
-from autoscaler.web.scorecard_views import scorecard_panel, series_target_json, target_panel
+from autoscaler.web.scorecard_views import cluster_queue_panel, scorecard_panel, series_target_json, target_panel
 from autoscaler.web.views import (
     DEFAULT_HISTORY,
     InspectionError,
@@ -354,7 +354,7 @@ async def index_page(request: web.Request) -> web.Response:
     states = request.app[READINESS].metric_states() if READINESS in request.app else ()
     missing = {state.metric: state.missing for state in states if state.missing is not None}
     body = index_body(snapshot, request.app[CLOCK](), _unplaced(request), missing)
-    return page(request, "forecasts", body + buffers)
+    return page(request, "forecasts", body + buffers + cluster_queue_panel(request.app.get(SCORECARD)))
 
 
 def _error_body(title: str, message: str) -> str:

@@ -329,9 +329,11 @@ async def test_the_pipeline_serves_what_kueue_queues_unless_it_is_off(
     fake_kube.add("workloads", TRAIN)
     settings = Settings.model_validate(
         {"server": {"bind_address": "127.0.0.1"}, "auth": {"mode": "none"}, "state_dir": str(tmp_path),
-         "inputs": {"kueue": kueue_on}}
+         "inputs": {"kueue": kueue_on}, "prometheus": {"url": "http://127.0.0.1:9", "timeout": "1s", "retries": 0}}
     )  # fmt: skip
     async with open_pipeline(settings, kube_api) as pipeline:
+        # Without the Workload watch, the scorecard reads Kueue's own wait histograms from Prometheus.
+        assert pipeline.scorecard is not None and (pipeline.scorecard.kueue_histograms is None) == kueue_on
         if kueue_on:
             await eventually(lambda: [w.gpus for w in pipeline.queued(NOW)] == [16], message="the Workload served")
             assert pipeline.queued_workloads is not None and pipeline.record_queued == pipeline.queued_workloads.record
