@@ -243,9 +243,12 @@ def admitted_pools(
     return sorted(gpus, key=lambda pool: (-gpus[pool], pool))
 
 
-def started_workloads(workloads: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> set[str]:
-    """The uids of the Workloads some of whose pods are among ``pods`` (matched by owner: ``kueue.pod_links``)."""
-    links = set().union(*(kueue.pod_links(pod) for pod in pods))
+def started_workloads(
+    workloads: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], jobs: kueue.JobLookup | None = None
+) -> set[str]:
+    """The uids of the Workloads some of whose pods are among ``pods`` (matched by owner: ``kueue.pod_links``,
+    through ``jobs`` to a JobSet)."""
+    links = set().union(*(kueue.pod_links(pod, jobs) for pod in pods))
     if not links:
         return set()
     return {

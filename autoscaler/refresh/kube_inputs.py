@@ -122,6 +122,7 @@ class KubernetesInputs:
             self._slices = group.start(dra_devices.resource_slice_resource(api))
             self._device_classes = group.start(dra_devices.device_class_resource(api))
         if self.kueue is not None:
+            self.kueue.jobs = self.job  # a JobSet's pods find its Workload through their Job (inputs.cronjobs)
             self.kueue.start(group, api)
             self.pod_listeners.append(self.kueue.on_pod_change)
 

@@ -34,6 +34,8 @@ class KueueInputs:
         self.caches: dict[str, WatchCache] = {}
         self._started: set[str] = set()  # uids of admitted Workloads whose pods were seen
         self._workload_listeners: list[OnChange] = []  # told of every change of a Workload (queue waits)
+        # The Job watch's Jobs, through which a JobSet's pods (owned by its child Jobs) find its Workload.
+        self.jobs: kueue.JobLookup | None = None
 
     def start(self, group: WatchGroup, api: ApiClient) -> None:
         for plural in kueue.PLURALS:
@@ -74,7 +76,7 @@ class KueueInputs:
     def on_pod_change(self, cache: WatchCache, event: WatchEvent | None) -> None:
         """A Pending-pod watch listener: remember the Workloads whose pods it shows."""
         pods = cache.objects.values() if event is None else [event.object]
-        self._started |= started_workloads(self._objects(kueue.WORKLOADS).values(), pods)
+        self._started |= started_workloads(self._objects(kueue.WORKLOADS).values(), pods, self.jobs)
 
     def _objects(self, plural: str) -> Mapping[str, Mapping[str, Any]]:
         cache = self.caches.get(plural)
@@ -116,7 +118,8 @@ class KueueInputs:
             for w in state.workloads.values()
             if (w.get("status") or {}).get("admission") and kueue.has_condition(w, "QuotaReserved")
         }
-        self._started = (self._started | started_workloads(state.workloads.values(), pending_pods)) & reserved
+        started = started_workloads(state.workloads.values(), pending_pods, self.jobs)
+        self._started = (self._started | started) & reserved
 
         def pods_started(workload: Mapping[str, Any]) -> bool:
             uid = str((workload.get("metadata") or {}).get("uid"))

@@ -337,7 +337,9 @@ def live_scorecard(
         inputs.pod_listeners.append(scorecard.pods.on_change)
     kueue = inputs.kueue if inputs is not None else None
     if inputs is not None and kueue is not None:  # Kueue Workloads' queue waits
-        scorecard.workloads = WorkloadOutcomes(pools=_workload_pools(inputs, kueue), record=scorecard.record_queue_wait)
+        scorecard.workloads = WorkloadOutcomes(
+            pools=_workload_pools(inputs, kueue), record=scorecard.record_queue_wait, jobs=inputs.job
+        )
         inputs.pod_listeners.append(scorecard.workloads.on_pod_change)
     elif prometheus is not None:  # no Workload watched: Kueue's own wait histograms, where it is scraped
         scorecard.kueue_histograms = KueueWaitHistograms(prometheus)

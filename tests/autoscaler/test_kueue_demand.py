@@ -39,6 +39,7 @@ from tests.kueue_objects import (
 )
 
 JOB_UID = "0b5d7c3e-8f7a-4d7e-9a51-5f0c3b2e1a77"
+JOBSET_UID = "5a1f2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
 A100_FLAVOR = resource_flavor("a100", {"karpenter.sh/nodepool": "a100"}, tolerations=TOLERATE_GPUS)
 TRAIN = workload("train", gpu_pod_spec(8), 2, job_uid=JOB_UID)  # 2 pods x 8 GPUs, in LocalQueue ml/team-a
 
@@ -175,6 +176,29 @@ async def test_pods_that_run_before_the_next_look_still_take_their_workload_out(
     fake_kube.add("pods", pending_pod("sentinel", gpu_pod_spec(1, tolerations=TOLERATE_GPUS)))
     await eventually(lambda: inputs.pending_gpus(None) == 1, message="the sentinel pod seen")
     assert inputs.queued(NOW) == []
+
+
+async def test_a_jobsets_workload_leaves_the_count_when_its_child_jobs_pods_appear(fake_kube, inputs):
+    """A JobSet owns its Workload and its child Jobs; the pods are the Jobs': found through the Job watch."""
+    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "trainset", "uid": JOBSET_UID,
+              "controller": True}  # fmt: skip
+    found = workload("trainset", gpu_pod_spec(8), 2)
+    fake_kube.add("workloads", admitted({**found, "metadata": {**found["metadata"], "ownerReferences": [jobset]}},
+                                        "gpu", "a100"))  # fmt: skip
+    await eventually(lambda: queued_gpus(inputs, "a100") == 16, message="the JobSet's Workload counted")
+    child = fake_kube.add("jobs", {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "trainset-workers-0", "namespace": "ml", "ownerReferences": [jobset]},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "train", "image": "t"}]}}},
+    })  # fmt: skip
+    await eventually(lambda: inputs.job("ml/trainset-workers-0") is not None, message="the child Job seen")
+    for name in ("trainset-workers-0-0", "trainset-workers-0-1"):
+        pod = job_pod(name)
+        owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "trainset-workers-0",
+                 "uid": child["metadata"]["uid"], "controller": True}  # fmt: skip
+        fake_kube.add("pods", {**pod, "metadata": {**pod["metadata"], "ownerReferences": [owner]}})
+    await eventually(lambda: inputs.pending_gpus("a100") == 16, message="its pods Pending")
+    assert inputs.queued(NOW) == [] and inputs.kueue_waiting() == {}
 
 
 async def test_a_workload_whose_flavor_fits_no_pool_is_reported_unplaced(fake_kube, inputs):
