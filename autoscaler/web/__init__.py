@@ -4,7 +4,8 @@
   ``responses`` builds its Kubernetes documents (discovery, ``metav1.Status``, metric lists).
 - ``inspection`` (JSON, described by ``openapi``) and ``page`` (HTML, with ``charts``, and ``notes``:
   the forecast's notes in plain words): what is served and why, both reading ``views`` of the current
-  snapshot.
+  snapshot; ``queued_views`` adds, beside each series, what waits in Kueue's queues in its pool
+  (``queued_metrics`` puts that, and Kueue's own wait histograms, on ``/metrics``).
 - ``probes``: ``/healthz``, ``/livez``, ``/readyz`` (state in ``readiness``) and ``/metrics``
   (``self_metrics``: the service's own registry).
 - ``middleware``: Kubernetes-style errors, request metrics and authentication for every request;
