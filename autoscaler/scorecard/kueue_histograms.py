@@ -28,6 +28,8 @@ from adapters.prometheus.promql import RawSeries
 
 WINDOW = timedelta(days=7)
 STEP = timedelta(minutes=1)
+# A week's figures move slowly, and each read scans a week of every bucket: read again this often.
+REREAD = timedelta(minutes=10)
 # The scorecard's name of each wait -> Kueue's histogram of it.
 HISTOGRAMS: Mapping[str, str] = {
     "quota": "kueue_quota_reserved_wait_time_seconds",
@@ -56,10 +58,14 @@ class KueueWaitHistograms:
     def __init__(self, prometheus: PrometheusSource, window: timedelta = WINDOW) -> None:
         self.prometheus = prometheus
         self.window = window
+        self._last: tuple[datetime, QueueWaits] | None = None  # the last read and when
 
     async def read(self, now: datetime) -> QueueWaits:
-        """Each ClusterQueue's waits over the window ending at ``now``; a queue none of whose
-        histograms has a series is absent (Kueue not scraped: nothing)."""
+        """Each ClusterQueue's waits over the window ending at ``now`` (the last read's, if it is less
+        than ``REREAD`` old); a queue none of whose histograms has a series is absent (Kueue not
+        scraped: nothing)."""
+        if self._last is not None and timedelta(0) <= now - self._last[0] < REREAD:
+            return self._last[1]
         found: QueueWaits = {}
         for kind, histogram in HISTOGRAMS.items():
             queries = {"count": count_promql(histogram, self.window)}
@@ -71,6 +77,7 @@ class KueueWaitHistograms:
         for queue_waits in found.values():
             for kind in HISTOGRAMS:
                 queue_waits.setdefault(kind, _unknown())
+        self._last = (now, found)
         return found
 
 

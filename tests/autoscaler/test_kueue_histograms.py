@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pandas as pd
@@ -133,3 +133,23 @@ async def test_a_scorecard_that_watches_workloads_does_not_read_the_histograms(k
         await scorecard.collect(end)
     assert scorecard_json(scorecard, end)["cluster_queues"] == []
     assert cluster_queue_panel(scorecard) == ""
+
+
+class CountingPrometheus:
+    """Answers nothing, and counts the queries."""
+
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+    async def query_range(self, promql: str, *args: object) -> list[object]:
+        self.queries.append(promql)
+        return []
+
+
+async def test_the_histograms_are_read_again_every_ten_minutes_only():
+    prometheus = CountingPrometheus()
+    reader = KueueWaitHistograms(prometheus)  # type: ignore[arg-type]
+    start = datetime(2026, 12, 6, 9, 0, tzinfo=UTC)
+    for minute in (0, 1, 9, 10, 11):
+        assert await reader.read(start + timedelta(minutes=minute)) == {}
+    assert len(prometheus.queries) == 2 * 9  # at 0 and at 10: three histograms, a count and two quantiles each
