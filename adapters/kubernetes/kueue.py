@@ -15,7 +15,7 @@ Versions: ``v1beta2`` (stored by Kueue 0.19), else ``v1beta1``, which older rele
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -172,11 +172,22 @@ def owner_uids(obj: Mapping[str, Any]) -> set[str]:
     return {str(owner["uid"]) for owner in (obj.get("metadata") or {}).get("ownerReferences") or [] if owner.get("uid")}
 
 
-def pod_links(pod: Mapping[str, Any]) -> set[str]:
+# namespace/name of a Job -> the Job as a watch holds it (None: not known)
+JobLookup = Callable[[str], Mapping[str, Any] | None]
+
+
+def pod_links(pod: Mapping[str, Any], jobs: JobLookup | None = None) -> set[str]:
     """What ties a pod to its Workload: its owners' uids (a Job's pods: the Job, which owns the
-    Workload too) and its own (a plain pod group's Workload is owned by its pods)."""
-    uid = (pod.get("metadata") or {}).get("uid")
-    return owner_uids(pod) | ({str(uid)} if uid else set())
+    Workload too), its own (a plain pod group's Workload is owned by its pods) and, given ``jobs``,
+    the owners of its Job (a JobSet owns its Workload and its child Jobs, which own the pods)."""
+    metadata = pod.get("metadata") or {}
+    links = owner_uids(pod) | ({str(metadata["uid"])} if metadata.get("uid") else set())
+    if jobs is None:
+        return links
+    for owner in metadata.get("ownerReferences") or []:
+        if owner.get("kind") == "Job" and (job := jobs(f"{metadata.get('namespace', '')}/{owner.get('name')}")):
+            links |= owner_uids(job)
+    return links
 
 
 def cluster_queue_checks(cluster_queue: Mapping[str, Any]) -> set[str]:

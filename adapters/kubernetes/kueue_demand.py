@@ -18,6 +18,10 @@ capacity Kueue has provisioned by an admission check (its ClusterQueue, or its o
 controller): a ProvisioningRequest already asks the autoscaler for its nodes, and counting it as
 headroom too would launch them twice.
 
+Uncensored (``queued_gpus(..., uncensored=True)``), the demand waiting whatever the quota: every
+pending Workload of an existing queue and every admitted one whose pods do not exist yet, those
+behind a provisioning check included; a series of its own, never served (docs/kueue.md).
+
 A pod set's GPUs are ``count`` pods of its template (``adapters.kubernetes.pod_templates``); its pool
 is the one Karpenter would launch them in (``adapters.kubernetes.pool_matching``) once Kueue has put
 the flavor's node labels and tolerations into the template. Pure functions over raw JSON.
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -152,12 +157,17 @@ def _admitted(workload: Mapping[str, Any], state: KueueState, placing: _Placing)
 
 
 def _next_in_line(
-    waiting: Sequence[Mapping[str, Any]], cluster_queue: Mapping[str, Any], state: KueueState, placing: _Placing
+    waiting: Sequence[Mapping[str, Any]],
+    cluster_queue: Mapping[str, Any],
+    state: KueueState,
+    placing: _Placing,
+    uncensored: bool = False,
 ) -> list[QueuedGpus]:
-    """The pending Workloads of one ClusterQueue that fit its unused nominal GPU quota, in queue order."""
+    """The pending Workloads of one ClusterQueue that fit its unused nominal GPU quota, in queue order;
+    ``uncensored``: all of them, each on the first flavor it would be given were its quota unused."""
     quota = kueue.nominal_gpus(cluster_queue, placing.units)
     reserved = kueue.reserved_gpus(cluster_queue, placing.units)
-    unused = {flavor: gpus - reserved.get(flavor, 0.0) for flavor, gpus in quota.items()}
+    unused = {flavor: math.inf if uncensored else gpus - reserved.get(flavor, 0.0) for flavor, gpus in quota.items()}
     found: list[QueuedGpus] = []
     for workload in kueue.queue_order(waiting):
         left, placed = dict(unused), list[tuple[str, Flavor, GpuTemplate]]()
@@ -184,8 +194,14 @@ def queued_gpus(
     units: GpuUnits,
     nodepools: Sequence[NodePool] | None,
     claims: ClaimLookup | None = None,
+    *,
+    uncensored: bool = False,
 ) -> list[QueuedGpus]:
-    """Every pod set counted (module docstring); ``pods_started``: whether a Workload's pods exist."""
+    """Every pod set counted (module docstring); ``pods_started``: whether a Workload's pods exist.
+
+    ``uncensored``: the demand waiting, whatever the quota and the provisioning checks say: every
+    pending Workload of an existing queue (on the first flavor of its queue it tolerates that has GPU
+    quota, as if the quota were unused) and every admitted one whose pods do not exist yet."""
     placing = _Placing(units, claims, nodepools)
     found: list[QueuedGpus] = []
     pending: dict[str, list[Mapping[str, Any]]] = {}
@@ -195,17 +211,17 @@ def queued_gpus(
             continue
         if status.get("admission") and kueue.has_condition(workload, "QuotaReserved"):
             queue_name = str(status["admission"].get("clusterQueue", ""))
-            if not pods_started(workload) and not state.provisioned(workload, queue_name):
+            if not pods_started(workload) and (uncensored or not state.provisioned(workload, queue_name)):
                 found += _admitted(workload, state, placing)
             continue
         local_queue = state.local_queues.get(f"{kueue.namespace_of(workload)}/{spec.get('queueName', '')}")
         queue_name = str(((local_queue or {}).get("spec") or {}).get("clusterQueue", ""))
-        if not state.provisioned(workload, queue_name):
+        if uncensored or not state.provisioned(workload, queue_name):
             pending.setdefault(queue_name, []).append(workload)
     for queue_name, waiting in sorted(pending.items()):
         cluster_queue = state.cluster_queues.get(queue_name)
         if cluster_queue is not None:  # no ClusterQueue (or LocalQueue): Kueue admits none of them
-            found += _next_in_line(waiting, cluster_queue, state, placing)
+            found += _next_in_line(waiting, cluster_queue, state, placing, uncensored)
     return found
 
 
@@ -227,9 +243,12 @@ def admitted_pools(
     return sorted(gpus, key=lambda pool: (-gpus[pool], pool))
 
 
-def started_workloads(workloads: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> set[str]:
-    """The uids of the Workloads some of whose pods are among ``pods`` (matched by owner: ``kueue.pod_links``)."""
-    links = set().union(*(kueue.pod_links(pod) for pod in pods))
+def started_workloads(
+    workloads: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], jobs: kueue.JobLookup | None = None
+) -> set[str]:
+    """The uids of the Workloads some of whose pods are among ``pods`` (matched by owner: ``kueue.pod_links``,
+    through ``jobs`` to a JobSet)."""
+    links = set().union(*(kueue.pod_links(pod, jobs) for pod in pods))
     if not links:
         return set()
     return {

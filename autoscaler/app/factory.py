@@ -36,6 +36,7 @@ from autoscaler.serving.provider import MetricsProvider, Snapshot, SnapshotProvi
 from autoscaler.simulation.replay import replay_levels
 from autoscaler.targets.plans import RefreshStats
 from autoscaler.web.api.external_metrics import add_external_metrics_routes
+from autoscaler.web.ops import queued_views
 from autoscaler.web.ops.inspection import add_inspection_routes
 from autoscaler.web.ops.launch_metrics import LaunchMetrics
 from autoscaler.web.ops.page import add_page_routes
@@ -213,6 +214,7 @@ def create_app(
     if pipeline.launches is not None:
         ops_app[LAUNCHES] = launches = pipeline.launches
         self_metrics.registry.register(LaunchMetrics(lambda: launches))
+    queued_views.attach(pipeline.queued_workloads, ops_app, self_metrics)  # Kueue's waiting GPUs, if watched
     if pipeline.unplaced is not None:
         self_metrics.watch_unplaced(pipeline.unplaced)
         ops_app[UNPLACED] = pipeline.unplaced

@@ -13,6 +13,7 @@ from autoscaler.scorecard.live import LiveScorecard
 from autoscaler.scorecard.target_status import statuses
 from autoscaler.serving.provider import Snapshot
 from autoscaler.targets.plans import MetricPlan
+from autoscaler.web.ops.queued_metrics import KueueWaitMetrics
 from autoscaler.web.ops.scorecard_metrics import ScorecardMetrics
 from autoscaler.web.ops.target_metrics import TargetMetrics
 from autoscaler.web.shared.keys import CLOCK, SCORECARD, SNAPSHOTS
@@ -62,6 +63,8 @@ def attach(
     self_metrics.registry.register(
         TargetMetrics(lambda: statuses(snapshots.snapshot, scorecard.owned_cards(), clock().timestamp()))
     )
+    if scorecard.kueue_histograms is not None:  # no Workload watched: Kueue's own wait histograms
+        self_metrics.registry.register(KueueWaitMetrics(lambda: scorecard.cluster_queue_waits))
 
 
 def follow_shards(

@@ -122,6 +122,7 @@ class KubernetesInputs:
             self._slices = group.start(dra_devices.resource_slice_resource(api))
             self._device_classes = group.start(dra_devices.device_class_resource(api))
         if self.kueue is not None:
+            self.kueue.jobs = self.job  # a JobSet's pods find its Workload through their Job (inputs.cronjobs)
             self.kueue.start(group, api)
             self.pod_listeners.append(self.kueue.on_pod_change)
 
@@ -200,6 +201,13 @@ class KubernetesInputs:
             return []
         pods = self._pending.objects.values() if self._pending is not None else ()
         return self.kueue.windows(now, self.kueue.queued(pods, self.nodepools(), self.claim_lookup()))
+
+    def kueue_waiting(self) -> dict[str, float]:
+        """GPUs of the Kueue Workloads waiting with no pod yet per pool, whatever their quota (none without Kueue)."""
+        if self.kueue is None:
+            return {}
+        pods = self._pending.objects.values() if self._pending is not None else ()
+        return self.kueue.waiting(pods, self.nodepools(), self.claim_lookup())
 
     def is_placeholder(self, pod: Mapping[str, Any]) -> bool:
         metadata = pod.get("metadata") or {}

@@ -10,7 +10,7 @@ the watches are absent and nothing is counted.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,6 +34,8 @@ class KueueInputs:
         self.caches: dict[str, WatchCache] = {}
         self._started: set[str] = set()  # uids of admitted Workloads whose pods were seen
         self._workload_listeners: list[OnChange] = []  # told of every change of a Workload (queue waits)
+        # The Job watch's Jobs, through which a JobSet's pods (owned by its child Jobs) find its Workload.
+        self.jobs: kueue.JobLookup | None = None
 
     def start(self, group: WatchGroup, api: ApiClient) -> None:
         for plural in kueue.PLURALS:
@@ -74,7 +76,7 @@ class KueueInputs:
     def on_pod_change(self, cache: WatchCache, event: WatchEvent | None) -> None:
         """A Pending-pod watch listener: remember the Workloads whose pods it shows."""
         pods = cache.objects.values() if event is None else [event.object]
-        self._started |= started_workloads(self._objects(kueue.WORKLOADS).values(), pods)
+        self._started |= started_workloads(self._objects(kueue.WORKLOADS).values(), pods, self.jobs)
 
     def _objects(self, plural: str) -> Mapping[str, Mapping[str, Any]]:
         cache = self.caches.get(plural)
@@ -88,18 +90,42 @@ class KueueInputs:
     ) -> list[QueuedGpus]:
         """The pod sets counted now, given the Pending pods the pod watch holds."""
         state = self.state()
+        return queued_gpus(state, self._pods_started(state, pending_pods), self.units, nodepools, claims)
+
+    def waiting(
+        self,
+        pending_pods: Iterable[Mapping[str, Any]],
+        nodepools: Sequence[NodePool] | None,
+        claims: ClaimLookup | None,
+    ) -> dict[str, float]:
+        """GPUs of the Workloads waiting with no pod yet per pool, whatever their quota ("" for those
+        that fit no pool): the uncensored demand, a series of its own (docs/kueue.md)."""
+        state = self.state()
+        started = self._pods_started(state, pending_pods)
+        gpus: dict[str, float] = {}
+        for item in queued_gpus(state, started, self.units, nodepools, claims, uncensored=True):
+            pool = item.choice.pool or ""
+            gpus[pool] = gpus.get(pool, 0.0) + item.gpus
+        return gpus
+
+    def _pods_started(
+        self, state: KueueState, pending_pods: Iterable[Mapping[str, Any]]
+    ) -> Callable[[Mapping[str, Any]], bool]:
+        """Whether a Workload's pods exist: seen by the pod watch while Kueue keeps it admitted, or
+        ``PodsReady``."""
         reserved = {
             str((w.get("metadata") or {}).get("uid"))
             for w in state.workloads.values()
             if (w.get("status") or {}).get("admission") and kueue.has_condition(w, "QuotaReserved")
         }
-        self._started = (self._started | started_workloads(state.workloads.values(), pending_pods)) & reserved
+        started = started_workloads(state.workloads.values(), pending_pods, self.jobs)
+        self._started = (self._started | started) & reserved
 
         def pods_started(workload: Mapping[str, Any]) -> bool:
             uid = str((workload.get("metadata") or {}).get("uid"))
             return uid in self._started or kueue.has_condition(workload, "PodsReady")
 
-        return queued_gpus(state, pods_started, self.units, nodepools, claims)
+        return pods_started
 
     def windows(self, now: datetime, counted: Sequence[QueuedGpus]) -> list[ScheduledWindow]:
         """Each counted pod set as a window open from ``now`` in its pool (none: the pool-less series)."""

@@ -32,8 +32,10 @@ from autoscaler.refresh.claimed_demand import ClaimedDemandSource
 from autoscaler.refresh.demo_cluster import DemoCluster, LedgerReplay
 from autoscaler.refresh.kube_inputs import KubernetesInputs, declared_windows, watch_settings
 from autoscaler.refresh.kueue_inputs import KueueInputs
+from autoscaler.refresh.queued_record import QueuedWorkloadRecord
 from autoscaler.refresh.sources import KnownPools, PrometheusSignalSource, client_settings, signal_query
 from autoscaler.scorecard.capacity import PoolCapacity
+from autoscaler.scorecard.kueue_histograms import KueueWaitHistograms
 from autoscaler.scorecard.live import LiveScorecard
 from autoscaler.scorecard.pods import PodOutcomes
 from autoscaler.scorecard.store import FILE_NAME as SCORECARD_FILE
@@ -46,11 +48,13 @@ from autoscaler.targets.plans import (
     MetricPlan,
     PendingGpusFunction,
     PendingPlacementFunction,
+    QueuedFunction,
     RefreshInputs,
     RefreshSettings,
     SignalSource,
     WindowsFunction,
     nothing_queued,
+    nothing_recorded,
 )
 from autoscaler.targets.service_levels import TuningSettings
 
@@ -73,6 +77,8 @@ class Pipeline(RefreshInputs):
     scorecard: LiveScorecard | None = None
     # The demo's replayed pool: it takes each snapshot's headroom before the scorecard samples it.
     demo_cluster: DemoCluster | None = None
+    # What waits in Kueue's queues per pool, recorded at each refresh (``record_queued``); None without Kueue.
+    queued_workloads: QueuedWorkloadRecord | None = None
 
 
 # What a preset's values count, for the page and the API; a custom query's unit is not known ("").
@@ -235,11 +241,11 @@ async def open_pipeline(
             health=health,
             pending_gpus=pending_gpus,
             pending_placement=pending_placement,
-            queued=inputs.queued if inputs is not None else nothing_queued,  # empty unless inputs.kueue
             unplaced=unplaced,
             scorecard=scorecard,
             live_ledger=scorecard.pool_ledger if scorecard is not None else None,
             **_nodeclaim_inputs(settings, inputs),
+            **_kueue_inputs(settings, inputs),
         )
 
 
@@ -273,6 +279,24 @@ def _nodeclaim_inputs(settings: Settings, inputs: KubernetesInputs | None) -> No
         "launches": inputs.launches if watching else None,
         "learned_launches": inputs.learned_launches,
     }
+
+
+def _kueue_inputs(settings: Settings, inputs: KubernetesInputs | None) -> KueueFields:
+    """What Kueue's queues give the pipeline (empty unless ``inputs.kueue``): the Workloads counted
+    ahead, served as windows, and the record of all those waiting, a signal of its own."""
+    if inputs is None or inputs.kueue is None:
+        queued = inputs.queued if inputs is not None else nothing_queued  # empty: no Kueue
+        return {"queued": queued, "record_queued": nothing_recorded, "queued_workloads": None}
+    waiting = QueuedWorkloadRecord(inputs.kueue_waiting, settings.forecast.lookback)
+    return {"queued": inputs.queued, "record_queued": waiting.record, "queued_workloads": waiting}
+
+
+class KueueFields(TypedDict):
+    """The pipeline's fields :func:`_kueue_inputs` fills."""
+
+    queued: QueuedFunction
+    record_queued: Callable[[datetime], None]
+    queued_workloads: QueuedWorkloadRecord | None
 
 
 class NodeClaimInputs(TypedDict, total=False):
@@ -313,8 +337,12 @@ def live_scorecard(
         inputs.pod_listeners.append(scorecard.pods.on_change)
     kueue = inputs.kueue if inputs is not None else None
     if inputs is not None and kueue is not None:  # Kueue Workloads' queue waits
-        scorecard.workloads = WorkloadOutcomes(pools=_workload_pools(inputs, kueue), record=scorecard.record_queue_wait)
+        scorecard.workloads = WorkloadOutcomes(
+            pools=_workload_pools(inputs, kueue), record=scorecard.record_queue_wait, jobs=inputs.job
+        )
         inputs.pod_listeners.append(scorecard.workloads.on_pod_change)
+    elif prometheus is not None:  # no Workload watched: Kueue's own wait histograms, where it is scraped
+        scorecard.kueue_histograms = KueueWaitHistograms(prometheus)
     scorecard.restore()
     if scorecard.workloads is not None and kueue is not None:  # after what was counted is restored
         kueue.add_workload_listener(scorecard.workloads.on_workload_change)

@@ -117,8 +117,7 @@ class Refresher:
         grouped: dict[SeriesKey, list[ServedSeries]] = {}
         for series_list in snapshot.series.values():
             for series in series_list:
-                plan = plan_of.get(series.metric)
-                checked = self._restorable(plan, series) if plan is not None else None
+                checked = self._restorable(plan, series) if (plan := plan_of.get(series.metric)) else None
                 if plan is not None and checked is not None:
                     grouped.setdefault((plan.signal, tuple(sorted(series.labels.items()))), []).append(checked)
         now = self.clock()
@@ -195,6 +194,7 @@ class Refresher:
             if signal.name in served_signals and owns(series_key(signal))
         ]
         windows = [*self.windows(now, self.settings.window_horizon), *self.inputs.queued(now)]
+        self.inputs.record_queued(now)  # what waits in Kueue's queues: a signal of its own, never served
 
         def serve_group(group: int, outcomes: list[_Fitted | None], last: bool) -> None:
             for outcome in outcomes:

@@ -29,6 +29,7 @@ from adapters.types import NODEPOOL_LABEL, AdapterError
 from autoscaler.scorecard import store as scorecard_store
 from autoscaler.scorecard.capacity import PodWait
 from autoscaler.scorecard.figures import MinuteLedger
+from autoscaler.scorecard.kueue_histograms import KueueWaitHistograms, QueueWaits
 from autoscaler.scorecard.pods import MAX_TRACKED, Outcome, PodOutcomes
 from autoscaler.scorecard.pools import PoolScorecard
 from autoscaler.scorecard.queue_waits import QueueWait
@@ -73,6 +74,9 @@ class LiveScorecard:
         self.cards: dict[str, PoolScorecard] = {}
         self.pods: PodOutcomes | None = None
         self.workloads: WorkloadOutcomes | None = None  # Kueue Workloads' queue waits
+        # Without the Workload watch: Kueue's own wait histograms in Prometheus, per ClusterQueue.
+        self.kueue_histograms: KueueWaitHistograms | None = None
+        self.cluster_queue_waits: QueueWaits = {}
         # With shards: whether this replica scores a pool (owns its headroom series); None: every pool.
         self.owns_pool: Callable[[str], bool] | None = None
         # (metric, pool) -> (decided at, due at, headroom served, GPUs requested at the decision)
@@ -165,6 +169,7 @@ class LiveScorecard:
             except ValueError as error:
                 log.error("scorecard: pool %s: %s", pool, error)
         await self._busy(now)
+        await self._kueue_histograms(now)
         if snapshot is not None:
             self._await_judgment(now_s, snapshot)
         self._judge_due()
@@ -186,6 +191,15 @@ class LiveScorecard:
                 card.record_busy(now.timestamp(), fraction)
             except ValueError as error:
                 log.error("scorecard: pool %s: %s; not recorded", pool, error)
+
+    async def _kueue_histograms(self, now: datetime) -> None:
+        """Kueue's wait histograms, read where no Workload is watched; a failed read keeps the last."""
+        if self.kueue_histograms is None or self.workloads is not None:
+            return
+        try:
+            self.cluster_queue_waits = await self.kueue_histograms.read(now)
+        except AdapterError as error:
+            log.error("scorecard: Kueue's wait histograms not read (%s) at %s", error, now)
 
     def _prometheus_waits(self, now_s: float, waits: Sequence[tuple[str, str, float]]) -> None:
         """Waits kube-state-metrics shows (the pod watch is off), each pod counted once, stamped ``now``."""

@@ -7,7 +7,8 @@ watch:
   (``status.admissionChecks``; without any, Kueue admits it as it reserves quota);
 - capacity: from ``Admitted`` until the last of its pods was running (``figures.window_start_delay``),
   as the Pending-pod watch shows them leaving Pending (``pod_outcomes.running_at``). A pod is the
-  Workload's when they share an owner (``kueue.pod_links``), as the demand count matches them.
+  Workload's when they share an owner (``kueue.pod_links``), as the demand count matches them (a
+  JobSet's, through its child Job as the Job watch holds it).
 
 Each is recorded once per Workload, in each pool its GPUs land in (``WorkloadPools``: as the demand
 count places an admitted Workload, resolved when its quota is first seen reserved, or at the next
@@ -54,9 +55,10 @@ class _Admitted:
 
 
 class WorkloadOutcomes:
-    def __init__(self, *, pools: WorkloadPools, record: QueueRecord) -> None:
+    def __init__(self, *, pools: WorkloadPools, record: QueueRecord, jobs: kueue.JobLookup | None = None) -> None:
         self.pools = pools
         self.record = record
+        self.jobs = jobs  # the Job watch's Jobs: a JobSet's pods are owned by its child Jobs
         self.owners: dict[str, str] = {}  # an owner's uid (or a pod's own) -> the uid of its Workload
         self.admitted: OrderedDict[str, _Admitted] = OrderedDict()  # Workload uid -> its state
         self.early: OrderedDict[str, dict[str, float]] = OrderedDict()  # pods seen running before the Workload
@@ -142,7 +144,7 @@ class WorkloadOutcomes:
                 continue
             if running is None:
                 continue
-            for uid in {self.owners[link] for link in kueue.pod_links(pod) if link in self.owners}:
+            for uid in {self.owners[link] for link in kueue.pod_links(pod, self.jobs) if link in self.owners}:
                 if uid in self.recorded["capacity"]:
                     continue
                 state = self.admitted.get(uid)

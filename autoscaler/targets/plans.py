@@ -117,6 +117,10 @@ def nothing_queued(now: datetime) -> Sequence[ScheduledWindow]:
     return ()
 
 
+def nothing_recorded(now: datetime) -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class RefreshInputs:
     """What the refresher reads: the signals, what to serve from them, and the cluster's facts."""
@@ -131,6 +135,8 @@ class RefreshInputs:
     pending_gpus: PendingGpusFunction | None = None
     pending_placement: PendingPlacementFunction | None = None
     queued: QueuedFunction = nothing_queued
+    # Records, at each refresh, what waits in Kueue's queues per pool: a signal of its own, never served.
+    record_queued: Callable[[datetime], None] = nothing_recorded
     # Replays a target's levels (the simulator's controller model); without it, targets serve their quantile.
     replay: ReplayFunction | None = None
     # A pool's live minute ledger (the scorecard's), which calibrates a target on what happened.

@@ -6,15 +6,23 @@ counted once: by the Workload until its pods exist, by the pods after."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.kubernetes.watch import WatchGroup
+from autoscaler.app.factory import build_ops_app
 from autoscaler.config.settings import ForecastSettings, KubernetesInputsSettings, KubernetesSettings, Settings
 from autoscaler.refresh.kube_inputs import KubernetesInputs, watch_settings
 from autoscaler.refresh.pipeline import open_pipeline
+from autoscaler.refresh.queued_record import QueuedWorkloadRecord
+from autoscaler.serving.provider import SnapshotProvider
+from autoscaler.web.ops import queued_views
+from autoscaler.web.shared.readiness import Readiness
+from autoscaler.web.shared.self_metrics import SelfMetrics
 from tests.autoscaler.test_pool_resolution import A100, H100, NOW, PLANS, TOLERATE_GPUS, WINDOWS, pool_refresher, served
 from tests.eventually import eventually
 from tests.fakekube import FakeKube
@@ -31,6 +39,7 @@ from tests.kueue_objects import (
 )
 
 JOB_UID = "0b5d7c3e-8f7a-4d7e-9a51-5f0c3b2e1a77"
+JOBSET_UID = "5a1f2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
 A100_FLAVOR = resource_flavor("a100", {"karpenter.sh/nodepool": "a100"}, tolerations=TOLERATE_GPUS)
 TRAIN = workload("train", gpu_pod_spec(8), 2, job_uid=JOB_UID)  # 2 pods x 8 GPUs, in LocalQueue ml/team-a
 
@@ -169,6 +178,29 @@ async def test_pods_that_run_before_the_next_look_still_take_their_workload_out(
     assert inputs.queued(NOW) == []
 
 
+async def test_a_jobsets_workload_leaves_the_count_when_its_child_jobs_pods_appear(fake_kube, inputs):
+    """A JobSet owns its Workload and its child Jobs; the pods are the Jobs': found through the Job watch."""
+    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "trainset", "uid": JOBSET_UID,
+              "controller": True}  # fmt: skip
+    found = workload("trainset", gpu_pod_spec(8), 2)
+    fake_kube.add("workloads", admitted({**found, "metadata": {**found["metadata"], "ownerReferences": [jobset]}},
+                                        "gpu", "a100"))  # fmt: skip
+    await eventually(lambda: queued_gpus(inputs, "a100") == 16, message="the JobSet's Workload counted")
+    child = fake_kube.add("jobs", {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "trainset-workers-0", "namespace": "ml", "ownerReferences": [jobset]},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "train", "image": "t"}]}}},
+    })  # fmt: skip
+    await eventually(lambda: inputs.job("ml/trainset-workers-0") is not None, message="the child Job seen")
+    for name in ("trainset-workers-0-0", "trainset-workers-0-1"):
+        pod = job_pod(name)
+        owner = {"apiVersion": "batch/v1", "kind": "Job", "name": "trainset-workers-0",
+                 "uid": child["metadata"]["uid"], "controller": True}  # fmt: skip
+        fake_kube.add("pods", {**pod, "metadata": {**pod["metadata"], "ownerReferences": [owner]}})
+    await eventually(lambda: inputs.pending_gpus("a100") == 16, message="its pods Pending")
+    assert inputs.queued(NOW) == [] and inputs.kueue_waiting() == {}
+
+
 async def test_a_workload_whose_flavor_fits_no_pool_is_reported_unplaced(fake_kube, inputs):
     fake_kube.add("resourceflavors", resource_flavor("v100", {"karpenter.sh/nodepool": "v100"}))
     fake_kube.add("clusterqueues", cluster_queue("old", [("v100", 16)]))
@@ -228,6 +260,89 @@ async def test_without_kueue_nothing_is_queued_and_the_watches_say_absent(fake_k
         assert inputs.health()["watch pending pods"] == "synced"
 
 
+async def waiting_answers(
+    provider: SnapshotProvider, record: QueuedWorkloadRecord, now: datetime
+) -> tuple[Any, float, str]:
+    """The a100 headroom series' ``kueue_waiting_gpus`` on the inspection API, the a100 gauge on /metrics,
+    and the series' page."""
+    self_metrics = SelfMetrics()
+    app = build_ops_app(provider=provider, readiness=Readiness(ready=True, reason="test"),
+                        self_metrics=self_metrics, clock=lambda: now)  # fmt: skip
+    queued_views.attach(record, app, self_metrics)
+    async with TestClient(TestServer(app)) as client:
+        response = await client.get("/api/v1/forecasts/gpu_headroom", params={"labelSelector": "nodepool=a100"})
+        assert response.status == 200
+        (series,) = await response.json()
+        metrics = await (await client.get("/metrics")).text()
+        page = await client.get("/ui/gpu_headroom", params={"labelSelector": "nodepool=a100"})
+        assert page.status == 200
+        html = await page.text()
+    (gauge,) = [f for f in text_string_to_metric_families(metrics) if f.name == "gpu_autoscaler_kueue_waiting_gpus"]
+    return series["kueue_waiting_gpus"], {s.labels["nodepool"]: s.value for s in gauge.samples}["a100"], html
+
+
+def waiting_box(now: float, most: float) -> str:
+    return (
+        '<div class="queued"><h3>Waiting in Kueue\'s queues</h3><div class="facts"><div class="fact">'
+        f'<span class="name">GPUs waiting now</span><span class="number">{now:g}</span></div><div class="fact">'
+        f'<span class="name">Most in the span shown</span><span class="number">{most:g}</span></div></div>'
+    )
+
+
+async def test_workloads_waiting_are_a_signal_of_their_own_until_their_pods_exist(fake_kube, inputs):
+    """Pending, then admitted without pods: 16 GPUs waiting in a100, recorded at the next refresh; 0 once
+    its pods exist and once it finishes. Never in the history the forecasts learn from."""
+    record = QueuedWorkloadRecord(inputs.kueue_waiting, timedelta(hours=1))
+    minute = iter(range(100))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        refresher, provider = pool_refresher(pool, PLANS, queued=inputs.queued, record_queued=record.record)
+        refresher.clock = lambda: NOW + timedelta(minutes=next(minute))
+        await refresher.refresh_once()  # minute 0: nothing waits
+        history = served(provider)["a100"][1].provenance.history  # type: ignore[union-attr]
+        fake_kube.add("workloads", TRAIN)
+        await eventually(lambda: inputs.kueue_waiting() == {"a100": 16}, message="the Workload seen pending")
+        await refresher.refresh_once()  # minute 1
+        fake_kube.modify("clusterqueues", cluster_queue("gpu", [("a100", 32)], reserved={"a100": 16}))
+        fake_kube.modify("workloads", admitted(fake_kube.get("workloads", "train", "ml"), "gpu", "a100"))
+        await eventually(lambda: "admitted" in inputs.queued(NOW)[0].placement, message="the Workload admitted")
+        await refresher.refresh_once()  # minute 2
+        for name in ("train-0", "train-1"):
+            fake_kube.add("pods", job_pod(name))
+        await eventually(lambda: inputs.pending_gpus("a100") == 16, message="its pods Pending")
+        await refresher.refresh_once()  # minute 3
+        fake_kube.modify("workloads", finished(fake_kube.get("workloads", "train", "ml")))
+        await eventually(lambda: inputs.kueue.caches["workloads"].objects["ml/train"]["status"]["conditions"][-1]  # type: ignore[union-attr]
+                         ["type"] == "Finished", message="seen finished")  # fmt: skip
+        await refresher.refresh_once()  # minute 4
+        after = served(provider)["a100"][1].provenance.history  # type: ignore[union-attr]
+    stamps = [f"2026-11-20T09:0{m}:00Z" for m in range(5)]
+    queued, gauge, html = await waiting_answers(provider, record, NOW + timedelta(minutes=4))
+    assert (queued, gauge) == ({"timestamps": stamps, "values": [0.0, 16.0, 16.0, 0.0, 0.0]}, 0.0)
+    assert waiting_box(0, 16) in html and "Kueue waiting" in html  # the box, and the chart's line
+    assert after.equals(history)  # the demand history holds none of it
+
+
+async def test_a_workload_beyond_its_quota_waits_in_the_signal_though_no_window_serves_it(fake_kube, inputs):
+    """Uncensored: 24 GPUs that the queue's 32 cannot hold beside 16 admitted are demand waiting all the
+    same, though only what fits is served ahead (as a window); those behind a provisioning check too."""
+    record = QueuedWorkloadRecord(inputs.kueue_waiting, timedelta(hours=1))
+    fake_kube.modify("clusterqueues", cluster_queue("gpu", [("a100", 32)], reserved={"a100": 16}))
+    fake_kube.add("workloads", admitted(TRAIN, "gpu", "a100"))
+    fake_kube.add("workloads", workload("big", gpu_pod_spec(8), 3))
+    await eventually(lambda: inputs.kueue_waiting() == {"a100": 40}, message="both Workloads waiting")
+    assert [(w.name, w.gpus) for w in inputs.queued(NOW)] == [("train", 16)]
+    fake_kube.add("admissionchecks", admission_check("provision", "kueue.x-k8s.io/provisioning-request"))
+    fake_kube.modify("clusterqueues", cluster_queue("gpu", [("a100", 32)], reserved={"a100": 16}, checks=["provision"]))
+    await eventually(lambda: inputs.queued(NOW) == [], message="none served behind a ProvisioningRequest")
+    assert inputs.kueue_waiting() == {"a100": 40}
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        refresher, provider = pool_refresher(pool, PLANS, queued=inputs.queued, record_queued=record.record)
+        await refresher.refresh_once()
+    queued, gauge, html = await waiting_answers(provider, record, NOW)
+    assert (queued, gauge) == ({"timestamps": ["2026-11-20T09:00:00Z"], "values": [40.0]}, 40.0)
+    assert waiting_box(40, 40) in html
+
+
 @pytest.mark.parametrize("kueue_on", [True, False])
 async def test_the_pipeline_serves_what_kueue_queues_unless_it_is_off(
     fake_kube: FakeKube, kube_api, tmp_path, kueue_on
@@ -238,12 +353,16 @@ async def test_the_pipeline_serves_what_kueue_queues_unless_it_is_off(
     fake_kube.add("workloads", TRAIN)
     settings = Settings.model_validate(
         {"server": {"bind_address": "127.0.0.1"}, "auth": {"mode": "none"}, "state_dir": str(tmp_path),
-         "inputs": {"kueue": kueue_on}}
+         "inputs": {"kueue": kueue_on}, "prometheus": {"url": "http://127.0.0.1:9", "timeout": "1s", "retries": 0}}
     )  # fmt: skip
     async with open_pipeline(settings, kube_api) as pipeline:
+        # Without the Workload watch, the scorecard reads Kueue's own wait histograms from Prometheus.
+        assert pipeline.scorecard is not None and (pipeline.scorecard.kueue_histograms is None) == kueue_on
         if kueue_on:
             await eventually(lambda: [w.gpus for w in pipeline.queued(NOW)] == [16], message="the Workload served")
+            assert pipeline.queued_workloads is not None and pipeline.record_queued == pipeline.queued_workloads.record
         else:
             assert pipeline.health is not None
             await eventually(lambda: pipeline.health()["watch pending pods"] == "synced", message="watches synced")
             assert pipeline.queued(NOW) == [] and "watch workloads" not in pipeline.health()
+            assert pipeline.queued_workloads is None

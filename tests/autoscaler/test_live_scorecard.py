@@ -195,6 +195,7 @@ async def test_a_pool_short_of_12_gpus_for_20_minutes_shows_240_short_gpu_minute
         status, body, metrics = await api_answer(pipeline, (t0 + 20 * MINUTE).to_pydatetime())
     expected = {
         "at": f"{t0 + 20 * MINUTE:%Y-%m-%dT%H:%M:%SZ}",
+        "cluster_queues": [],
         "pools": [
             {
                 "pool": "a100",
@@ -340,6 +341,7 @@ async def test_a_cronjob_whose_pods_started_7_minutes_late_shows_7_minutes(
         200,
         {
             "at": f"{t0 + 7 * MINUTE:%Y-%m-%dT%H:%M:%SZ}",
+            "cluster_queues": [],
             "pools": [
                 {"pool": "a100", "periods": every_period(a100), "targets": {}},
                 {"pool": "h100", "periods": every_period(h100), "targets": {}},
@@ -367,6 +369,7 @@ async def test_where_only_prometheus_shows_pods_their_capacity_waits_come_from_k
         200,
         {
             "at": f"{t0 - 47 * MINUTE:%Y-%m-%dT%H:%M:%SZ}",
+            "cluster_queues": [],
             "pools": [
                 {"pool": "a100", "periods": every_period(a100), "targets": {}},
                 {

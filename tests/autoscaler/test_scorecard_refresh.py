@@ -72,6 +72,7 @@ async def test_each_refresh_is_scored_and_its_headroom_judged_after_the_lead_tim
         200,
         {
             "at": f"{t0 + 68 * MINUTE:%Y-%m-%dT%H:%M:%SZ}",
+            "cluster_queues": [],
             "pools": [
                 {
                     "pool": "a100",

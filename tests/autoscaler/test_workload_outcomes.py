@@ -141,3 +141,22 @@ def test_a_deleted_workload_is_forgotten_and_what_was_recorded_survives_a_restar
     assert restarted.waits == []  # its quota wait was recorded before the restart
     with pytest.raises(ValueError, match="quota: not a list of Workload uids"):
         restarted.outcomes.restore({"quota": "wl-uid"})
+
+
+def test_a_jobsets_capacity_wait_is_found_through_its_child_jobs() -> None:
+    """The JobSet owns the Workload and its child Jobs; the pods are the Jobs': the Job watch links them."""
+    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "train", "uid": "jobset-uid"}
+    child = {"metadata": {"name": "train-workers-0", "namespace": "ml", "ownerReferences": [jobset]}}
+    recorder = Recorder()
+    recorder.outcomes.jobs = {"ml/train-workers-0": child}.get
+    owned = {**TRAIN, "metadata": {**TRAIN["metadata"], "ownerReferences": [jobset]}}
+    recorder.workload(owned, "ADDED")
+    recorder.workload(admitted(owned, "gpu", "a100", reserved_at=stamp(10), admitted_at=stamp(10)))
+    for name, minute in (("train-workers-0-0", 12), ("train-workers-0-1", 13)):
+        pod = pending_pod(name, gpu_pod_spec(8))
+        pod["metadata"] |= {"uid": f"pod-{name}", "ownerReferences": [{"kind": "Job", "name": "train-workers-0",
+                                                                         "uid": "child-uid"}]}  # fmt: skip
+        started = {"running": {"startedAt": stamp(minute)}}
+        pod["status"] = {"phase": "Running", "startTime": stamp(minute), "containerStatuses": [{"state": started}]}
+        recorder.outcomes.on_pod_change(WatchCache("pending pods"), WatchEvent("DELETED", pod))
+    assert recorder.waits == [("a100", "quota", 600.0, 600.0), ("a100", "capacity", 780.0, 180.0)]

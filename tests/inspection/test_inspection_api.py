@@ -25,6 +25,7 @@ from tests.inspection.conftest import (
 
 DETAIL_KEYS = {
     "target",
+    "kueue_waiting_gpus",
     "metric",
     "labels",
     "value",
@@ -148,6 +149,7 @@ def test_metric_detail_exact_shape(ops_server: OpsServer):
         "lead_time_seconds": 1800,
         "backtest": expected_backtest(forecast.result.scores),
         "target": None,  # a demand forecast has no target
+        "kueue_waiting_gpus": None,  # no Kueue watched
     }
     assert full["history"]["timestamps"][0] == "2020-05-28T17:55:00Z"
     assert full["history"]["timestamps"][-1] == "2020-05-28T23:55:00Z"
@@ -172,6 +174,7 @@ def test_metric_detail_exact_shape(ops_server: OpsServer):
         "lead_time_seconds": None,
         "backtest": {"quantile": None, "scores": {}},
         "target": None,
+        "kueue_waiting_gpus": None,
     }
 
 
@@ -293,6 +296,7 @@ def test_the_scorecard_gives_each_period_of_each_pool(ops_server: OpsServer):
         200,
         {
             "at": "2020-05-29T00:00:42Z",
+            "cluster_queues": [],  # Kueue's histograms: not read here
             "pools": [
                 {
                     "pool": "a100",
@@ -344,4 +348,7 @@ def test_a_target_in_an_unscored_pool_shows_nothing_attained(ops_server: OpsServ
 
 def test_the_scorecard_without_pools_is_empty(ops_server: OpsServer):
     ops_server.app[SCORECARD].cards.clear()
-    assert ops_server.get_json("/api/v1/scorecard") == (200, {"at": "2020-05-29T00:00:42Z", "pools": []})
+    assert ops_server.get_json("/api/v1/scorecard") == (
+        200,
+        {"at": "2020-05-29T00:00:42Z", "cluster_queues": [], "pools": []},
+    )

@@ -17,7 +17,8 @@ from urllib.parse import quote
 import pytest
 
 from autoscaler.serving.provider import MetricInfo, ServedSeries, Snapshot
-from autoscaler.web import page as ui
+from autoscaler.web.ops import charts
+from autoscaler.web.ops import page as ui
 from autoscaler.web.ops.notes import plain_notes
 from autoscaler.web.ops.scorecard_views import scorecard_panel, target_panel
 from tests import ci
@@ -155,13 +156,13 @@ async def test_a_failed_rendering_is_not_cached():
 
 def test_page_reuses_charts_until_the_snapshot_changes(ops_server: OpsServer, monkeypatch: pytest.MonkeyPatch):
     rendered: list[str] = []
-    real_render = ui.render_chart
+    real_render = charts.render_chart
 
     def counting(view, **options):
         rendered.append(view.info.name)
         return real_render(view, **options)
 
-    monkeypatch.setattr(ui, "render_chart", counting)
+    monkeypatch.setattr(charts, "render_chart", counting)
     first = html_of(ops_server, "/ui/gpu_demand_forecast")
     second = html_of(ops_server, "/ui/gpu_demand_forecast")
     assert first == second and rendered == ["gpu_demand_forecast"]
@@ -178,7 +179,7 @@ def test_a_slow_chart_does_not_block_the_other_endpoints(ops_server: OpsServer, 
         time.sleep(2.5)  # the slow chart is what the other endpoints must not wait for
         return "<svg></svg>"
 
-    monkeypatch.setattr(ui, "render_chart", slow)
+    monkeypatch.setattr(charts, "render_chart", slow)
     with ThreadPoolExecutor(1) as pool:
         page = pool.submit(html_of, ops_server, "/ui/gpu_headroom")
         eventually_sync(rendering.is_set, message="the slow chart's rendering to start")

@@ -6,12 +6,13 @@ import asyncio
 import io
 import math
 import re
-from collections.abc import Callable, Mapping
-from datetime import datetime
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
 from html import escape
 
 import numpy as np
 import pandas as pd
+from aiohttp import web
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MultipleLocator
@@ -60,8 +61,34 @@ class ChartCache:
             return await asyncio.to_thread(render)
 
 
+CHARTS = web.AppKey("ui_charts", ChartCache)
+
+
+async def charts_for(
+    request: web.Request,
+    snapshot: Snapshot,
+    views: Sequence[SeriesView],
+    history: timedelta,
+    *,
+    zoomed: bool,
+    queued: Sequence[pd.Series | None] = (),
+) -> list[str | None]:
+    """``queued``: each view's record of GPUs waiting in Kueue's queues (``queued_views.queued_history``)."""
+    cache = request.app[CHARTS]
+
+    async def one(view: SeriesView, waiting: pd.Series | None) -> str | None:
+        if not len(view.history) and view.forecast is None:
+            return None
+        key = (view.info.name, tuple(sorted(view.labels.items())), history.total_seconds(), zoomed)
+        return await cache.get(snapshot, key, lambda: render_chart(view, zoomed=zoomed, queued=waiting))
+
+    waiting = list(queued) or [None] * len(views)
+    return list(await asyncio.gather(*(one(view, line) for view, line in zip(views, waiting, strict=True))))
+
+
 # Chart colours: observed, forecast, band, windows, served value, time markers.
 OBSERVED, FORECAST, WINDOW, SERVED, MARKER = "#1f4e79", "#e07b00", "#7b3fa0", "#c62828", "#5b6573"
+QUEUED = "#2e7d32"  # GPUs waiting in Kueue's queues: a signal of its own
 
 
 class TimeAxis:
@@ -115,8 +142,9 @@ number = figure
 ZOOM_HOURS = 1.0
 
 
-def render_chart(view: SeriesView, *, zoomed: bool = False) -> str:
-    """History, forecast mean, upper band, scheduled windows and the served value as inline SVG.
+def render_chart(view: SeriesView, *, zoomed: bool = False, queued: pd.Series | None = None) -> str:
+    """History, forecast mean, upper band, scheduled windows and the served value as inline SVG; with
+    ``queued``, the GPUs waiting in Kueue's queues in the series' pool (``queued_views``) as a line of its own.
 
     ``zoomed``: the axes span the last ``ZOOM_HOURS`` and the lead time, and the forecast is drawn up to
     the lead time (the caller passes that much history). Uses a bare ``Figure`` (no pyplot), so nothing
@@ -130,6 +158,9 @@ def render_chart(view: SeriesView, *, zoomed: bool = False) -> str:
     if len(view.history):
         history_hours = time_axis.hours(pd.DatetimeIndex(view.history.index))
         axes.plot(history_hours, view.history.to_numpy(dtype=float), color=OBSERVED, linewidth=1.4, label="observed")
+    if queued is not None and len(queued) and float(queued.max()) > 0:  # no line of zeros where Kueue is idle
+        hours = time_axis.hours(pd.DatetimeIndex(queued.index))
+        axes.step(hours, queued.to_numpy(dtype=float), where="post", color=QUEUED, linewidth=1.2, label="Kueue waiting")
     _draw_forecast(axes, time_axis, view, until)
     _draw_windows(axes, time_axis, view)
     _draw_served(axes, view)

@@ -23,6 +23,7 @@ from autoscaler.serving.provider import Snapshot, not_served
 from autoscaler.web.ops.buffer_views import buffers_json
 from autoscaler.web.ops.launch_views import add_launch_routes
 from autoscaler.web.ops.openapi import openapi_document
+from autoscaler.web.ops.queued_views import queued_histories, queued_json
 from autoscaler.web.ops.scorecard_views import add_scorecard_routes, series_target_json
 from autoscaler.web.ops.views import InspectionError, SeriesView, find_metric, parse_history, views_of
 from autoscaler.web.shared.keys import BUFFERS, CLOCK, SCORECARD, SNAPSHOTS
@@ -90,8 +91,11 @@ def window_json(window: ScheduledWindow) -> dict[str, Any]:
     }
 
 
-def series_json(view: SeriesView, target: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``target``: the series' service-level target observed (``scorecard_views.series_target_json``)."""
+def series_json(
+    view: SeriesView, target: dict[str, Any] | None = None, queued: pd.Series | None = None
+) -> dict[str, Any]:
+    """``target``: the series' service-level target observed (``scorecard_views.series_target_json``);
+    ``queued``: its pool's record of GPUs waiting in Kueue's queues (``queued_views.queued_history``)."""
     return {
         "metric": view.info.name,
         "labels": dict(view.labels),
@@ -105,6 +109,7 @@ def series_json(view: SeriesView, target: dict[str, Any] | None = None) -> dict[
         "lead_time_seconds": view.lead_time_seconds,
         "backtest": backtest_json(view),
         "target": target,
+        "kueue_waiting_gpus": queued_json(queued),
     }
 
 
@@ -163,8 +168,9 @@ async def get_forecast(request: web.Request) -> web.Response:
         views = views_of(snapshot, info, now, history, request.query.get("labelSelector"))
     except InspectionError as error:
         return invalid_parameter_response(error.parameter, str(error))
-    scorecard = request.app.get(SCORECARD)
-    return web.json_response([series_json(view, series_target_json(scorecard, view.target, now)) for view in views])
+    scorecard, queued = request.app.get(SCORECARD), queued_histories(request.app, views, history)
+    targets = [series_target_json(scorecard, view.target, now) for view in views]
+    return web.json_response([series_json(*row) for row in zip(views, targets, queued, strict=True)])
 
 
 async def get_buffers(request: web.Request) -> web.Response:

@@ -122,6 +122,7 @@ def _series_schemas() -> dict[str, Any]:
                 "lead_time_seconds": _nullable({"type": "integer"}),
                 "backtest": _ref("Backtest"),
                 "target": _nullable({"allOf": [_ref("Target")], "description": "null: served without a target"}),
+                "kueue_waiting_gpus": _nullable({"allOf": [_ref("History")], "description": "null: no Kueue"}),
             }
         ),
     }
@@ -194,13 +195,16 @@ def _scorecard_schemas() -> dict[str, Any]:
         }
     )  # fmt: skip
     periods = _object({"1h": _ref("ScorecardPeriod"), "24h": _ref("ScorecardPeriod"), "7d": _ref("ScorecardPeriod")})
-    targets: dict[str, Any] = {"type": "object", "description": "per headroom metric with a target"}
-    targets["additionalProperties"] = _ref("Target")
+    targets = {"type": "object", "description": "per headroom metric", "additionalProperties": _ref("Target")}
     pool = _object({"pool": {"type": "string"}, "periods": periods, "targets": targets})
+    kueue = _object({"count": _nullable(amount), "p50": seconds, "p95": seconds})  # Kueue's histograms
+    waits_of = _object(dict.fromkeys(("quota", "admission_check", "admission"), kueue))
+    queue = _object({"cluster_queue": {"type": "string"}, "window_seconds": amount, "waits": waits_of})
+    queues = {"type": "array", "items": queue, "description": "read from Kueue's histograms (no Workload watch)"}
     return {
         "ScorecardPeriod": period,
         "Target": _target_schema(),
-        "Scorecard": _object({"at": _TIMESTAMP, "pools": {"type": "array", "items": pool}}),
+        "Scorecard": _object({"at": _TIMESTAMP, "cluster_queues": queues, "pools": {"type": "array", "items": pool}}),
     }
 
 
@@ -322,12 +326,9 @@ def _launch_paths() -> dict[str, Any]:
 def _paths() -> dict[str, Any]:
     error = _json(_ref("Status"), "")
     label_selector = {
-        "name": "labelSelector",
-        "in": "query",
-        "required": False,
+        "name": "labelSelector", "in": "query", "required": False, "schema": {"type": "string"},
         "description": "Kubernetes label selector, e.g. nodepool=a100,region in (eu,us)",
-        "schema": {"type": "string"},
-    }
+    }  # fmt: skip
     return {
         "/api/v1/forecasts": {
             "get": {

@@ -8,7 +8,6 @@ reloading a page costs nothing until the refresher swaps in a new snapshot. All 
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,10 +24,20 @@ from adapters.kubernetes.pool_matching import UnplacedDemand
 from autoscaler.quantity import format_quantity
 from autoscaler.serving.provider import MetricInfo, Snapshot, not_served
 from autoscaler.web.ops.buffer_views import buffers_section
-from autoscaler.web.ops.charts import ZOOM_HOURS, ChartCache, band_level, format_labels, number, render_chart, with_unit
+from autoscaler.web.ops.charts import (
+    CHARTS,
+    ZOOM_HOURS,
+    ChartCache,
+    band_level,
+    charts_for,
+    format_labels,
+    number,
+    with_unit,
+)
 from autoscaler.web.ops.launch_views import launch_panel, launches_json
 from autoscaler.web.ops.notes import notes_html
-from autoscaler.web.ops.scorecard_views import scorecard_panel, series_target_json, target_panel
+from autoscaler.web.ops.queued_views import queued_histories, queued_panel
+from autoscaler.web.ops.scorecard_views import cluster_queue_panel, scorecard_panel, series_target_json, target_panel
 from autoscaler.web.ops.views import (
     DEFAULT_HISTORY,
     InspectionError,
@@ -40,7 +49,6 @@ from autoscaler.web.ops.views import (
 from autoscaler.web.shared.keys import BUFFERS, CLOCK, LAUNCHES, NOTICE, READINESS, SCORECARD, SNAPSHOTS, UNPLACED
 
 REFRESH_SECONDS = 30
-CHARTS = web.AppKey("ui_charts", ChartCache)
 STYLESHEET = web.AppKey("ui_stylesheet", str)
 
 
@@ -298,20 +306,6 @@ def _hours(hours: int) -> str:
     return f"{hours / 24:g} days" if hours >= 48 else f"{hours} h"
 
 
-async def charts_for(
-    request: web.Request, snapshot: Snapshot, views: Sequence[SeriesView], history: timedelta, *, zoomed: bool
-) -> list[str | None]:
-    cache = request.app[CHARTS]
-
-    async def one(view: SeriesView) -> str | None:
-        if not len(view.history) and view.forecast is None:
-            return None
-        key = (view.info.name, tuple(sorted(view.labels.items())), history.total_seconds(), zoomed)
-        return await cache.get(snapshot, key, lambda: render_chart(view, zoomed=zoomed))
-
-    return list(await asyncio.gather(*(one(view) for view in views)))
-
-
 def metric_body(
     snapshot: Snapshot,
     info: MetricInfo,
@@ -322,8 +316,10 @@ def metric_body(
     launched: Mapping[str, Mapping[str, object]] | None = None,
     span: ChartSpan | None = None,
     targets: Sequence[Mapping[str, Any] | None] = (),
+    queued: Sequence[pd.Series | None] = (),
 ) -> str:
     """``targets``: each view's target observed (``scorecard_views.series_target_json``), shown first;
+    ``queued``: each view's record of GPUs waiting in Kueue's queues (``queued_views``), shown next;
     ``scored``: each pool's scorecard periods (``scorecard_views.scorecard_json``), shown with its series;
     ``launched``: each pool's launch record (``launch_views.pool_json``), likewise; ``span``: what the
     charts show, and the link to the other view (none: the whole history asked for)."""
@@ -336,11 +332,13 @@ def metric_body(
         return header + "<p>No series yet: the first forecast has not been made.</p>"
     zoomed = span is not None and span.zoomed
     targets = list(targets) or [None] * len(views)
+    waiting = list(queued) or [None] * len(views)
     panels = [
         target_panel(target)
+        + queued_panel(line)
         + scorecard_panel((scored or {}).get(view.labels.get("nodepool", "")))
         + launch_panel((launched or {}).get(view.labels.get("nodepool", "")))
-        for view, target in zip(views, targets, strict=True)
+        for view, target, line in zip(views, targets, waiting, strict=True)
     ]
     sections = (
         series_section(view, chart, panel, zoomed=zoomed)
@@ -356,7 +354,7 @@ async def index_page(request: web.Request) -> web.Response:
     states = request.app[READINESS].metric_states() if READINESS in request.app else ()
     missing = {state.metric: state.missing for state in states if state.missing is not None}
     body = index_body(snapshot, request.app[CLOCK](), _unplaced(request), missing)
-    return page(request, "forecasts", body + buffers)
+    return page(request, "forecasts", body + buffers + cluster_queue_panel(request.app.get(SCORECARD)))
 
 
 def _error_body(title: str, message: str) -> str:
@@ -376,13 +374,14 @@ async def metric_page(request: web.Request) -> web.Response:
         views = views_of(snapshot, info, request.app[CLOCK](), span.history, selector)
     except InspectionError as error:
         return page(request, "bad request", _error_body("Bad request", str(error)), status=400)
-    charts = await charts_for(request, snapshot, views, span.history, zoomed=span.zoomed)
+    queued = queued_histories(request.app, views, span.history)
+    charts = await charts_for(request, snapshot, views, span.history, zoomed=span.zoomed, queued=queued)
     scorecard, now = request.app.get(SCORECARD), request.app[CLOCK]()
     scored = scorecard.figures(now) if scorecard is not None else None
     launches = launches_json(request.app.get(LAUNCHES), now)["pools"]
     launched = {pool["pool"]: pool for pool in launches}
     targets = [series_target_json(scorecard, view.target, now) for view in views]
-    body = metric_body(snapshot, info, views, charts, _unplaced(request), scored, launched, span, targets)
+    body = metric_body(snapshot, info, views, charts, _unplaced(request), scored, launched, span, targets, queued)
     return page(request, info.name, body)
 
 

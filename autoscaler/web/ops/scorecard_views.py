@@ -15,6 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
+from autoscaler.scorecard.kueue_histograms import waits_json
 from autoscaler.scorecard.live import LiveScorecard
 from autoscaler.scorecard.target_status import TUNE_WINDOW, TargetStatus, statuses, target_status
 from autoscaler.serving.provenance import TargetChoice
@@ -74,6 +75,7 @@ def scorecard_json(scorecard: LiveScorecard | None, now: datetime, snapshot: Sna
         observed = statuses(snapshot, scorecard.owned_cards(), now.timestamp())
     return {
         "at": _stamp(now),
+        "cluster_queues": waits_json(scorecard.cluster_queue_waits) if scorecard is not None else [],
         "pools": [
             {
                 "pool": pool,
@@ -163,6 +165,31 @@ def _queue_waits(periods: Mapping[str, Mapping[str, Any]]) -> str:
     return (
         "<h3>Kueue Workloads' queue waits</h3>"
         f'<table class="scorecard"><tr><th>Last</th>{header}</tr>{"".join(rows)}</table>'
+    )
+
+
+def cluster_queue_panel(scorecard: LiveScorecard | None) -> str:
+    """Each ClusterQueue's waits from Kueue's own histograms, read where no Workload is watched
+    (``scorecard.kueue_histograms``); empty when none was read."""
+    queues = waits_json(scorecard.cluster_queue_waits) if scorecard is not None else []
+    if not queues:
+        return ""
+    titles = {**_QUEUE_WAITS, "admission": "Wait to admission"}
+    header = "".join(f"<th>{escape(titles[kind])} p50 / p95</th>" for kind in queues[0]["waits"])
+    rows = []
+    for queue in queues:
+        cells = [queue["cluster_queue"]] + [
+            " / ".join(_minutes(figures[key]) for key in ("p50", "p95"))
+            + ("" if figures["count"] is None else f" ({figures['count']:.0f} Workloads)")
+            for figures in queue["waits"].values()
+        ]
+        rows.append("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in cells) + "</tr>")
+    days = queues[0]["window_seconds"] / 86400
+    return (
+        f'<section class="scorecard table-wrap"><h2>Kueue\'s queue waits, last {days:g} days</h2>'
+        f'<table class="scorecard"><tr><th>ClusterQueue</th>{header}</tr>{"".join(rows)}</table>'
+        "<p>From Kueue's own histograms in Prometheus (no Workload is watched here): per ClusterQueue, not per "
+        "pool, interpolated within Kueue's buckets, and with no maximum (docs/kueue.md).</p></section>"
     )
 
 

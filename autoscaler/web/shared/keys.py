@@ -15,6 +15,7 @@ from adapters.kubernetes.launch_record import LaunchRecord
 from adapters.kubernetes.pool_matching import UnplacedDemand
 from adapters.types import Clock
 from autoscaler.actuation.writer import BufferActuator
+from autoscaler.refresh.queued_record import QueuedWorkloadRecord
 from autoscaler.scorecard.live import LiveScorecard
 from autoscaler.serving.provider import MetricsProvider, SnapshotProvider, SnapshotSource
 from autoscaler.web.security.auth import AccessControl, DelegatedHTTPAuth, User
@@ -42,6 +43,8 @@ BUFFERS = web.AppKey("capacity_buffers", BufferActuator)
 SCORECARD = web.AppKey("scorecard", LiveScorecard)
 # Each pool's NodeClaim launch record, for its API and the page; absent without the NodeClaim watch.
 LAUNCHES = web.AppKey("launches", LaunchRecord)
+# What waits in Kueue's queues per pool, recorded at each refresh; absent without Kueue.
+QUEUED_WORKLOADS = web.AppKey("queued_workloads", QueuedWorkloadRecord)
 # A line every page opens with (the read-only trial says that nothing is served to the cluster).
 NOTICE = web.AppKey("notice", str)
 USER = web.RequestKey("user", User)
