@@ -83,11 +83,14 @@ def serve(series_count: int, pki_dir: Path, prometheus_url: str | None) -> None:
         readiness = Readiness(ready=True)
         app = build_api_app(provider=provider, access=access, readiness=readiness, self_metrics=metrics)
         if prometheus_url is not None:
-            session = aiohttp.ClientSession()
+            # Made on the API's loop (its own thread, autoscaler/app/api_loop.py), where it is used.
+            sessions: list[aiohttp.ClientSession] = []
 
             async def adapter(request: web.Request) -> web.Response:
                 # prometheus-adapter's way: an instant query per HPA request, formatted on the spot.
-                async with session.get(f"{prometheus_url}/api/v1/query", params={"query": ADAPTER_QUERY}) as answer:
+                if not sessions:
+                    sessions.append(aiohttp.ClientSession())
+                async with sessions[0].get(f"{prometheus_url}/api/v1/query", params={"query": ADAPTER_QUERY}) as answer:
                     body = await answer.json()
                 if body.get("status") != "success" or not body["data"]["result"]:
                     return status_response(404, "no data")

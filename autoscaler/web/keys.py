@@ -16,6 +16,7 @@ from adapters.kubernetes.pool_matching import UnplacedDemand
 from adapters.types import Clock
 from autoscaler.actuation.writer import BufferActuator
 from autoscaler.scorecard.live import LiveScorecard
+from autoscaler.selectors import SelectorCache
 from autoscaler.serving.provider import MetricsProvider, SnapshotProvider, SnapshotSource
 from autoscaler.web.auth import AccessControl, DelegatedHTTPAuth, User
 from autoscaler.web.readiness import Readiness
@@ -44,4 +45,6 @@ SCORECARD = web.AppKey("scorecard", LiveScorecard)
 LAUNCHES = web.AppKey("launches", LaunchRecord)
 # A line every page opens with (the read-only trial says that nothing is served to the cluster).
 NOTICE = web.AppKey("notice", str)
+# The API app's parsed label selectors (used on its loop only).
+SELECTORS = web.AppKey("selectors", SelectorCache)
 USER = web.RequestKey("user", User)
