@@ -98,7 +98,9 @@ class StatusRequestHandler(RequestHandler):
 
     def peer_certificate(self) -> bytes | None:
         """The client certificate (DER) of this connection's TLS session, ``None`` without one; read at
-        the first request only: a session's peer never changes (TLS 1.3 has no renegotiation)."""
+        the first request only. TLS 1.3 has no renegotiation; one in TLS 1.2 could only show another
+        certificate the CA signed and the same client holds, so the first one it proved is kept (a CA
+        no longer trusted is still refused: the authenticator judges the certificate at each request)."""
         if isinstance(self._peer_certificate, _Unread):
             self._peer_certificate = peer_certificate_of(self.transport)
         return self._peer_certificate
