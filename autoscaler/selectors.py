@@ -10,9 +10,16 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
+
+from cachetools import LRUCache
 
 from autoscaler.echoes import echo
 
+# A SelectorCache's bound, in characters of the selectors it holds (a parsed selector takes a few
+# times its text in memory): thousands of ordinary selectors, a few MiB whatever callers send.
+SELECTOR_CACHE_CHARACTERS = 512 * 1024
+SELECTOR_OVERHEAD_CHARACTERS = 256
 # Kubernetes limits: a selector is bounded by the URL anyway, but refuse absurd inputs early.
 MAX_SELECTOR_LENGTH = 16_384
 
@@ -249,6 +256,39 @@ def parse_selector(text: str | None) -> Selector:
     if len(text) > MAX_SELECTOR_LENGTH:
         raise SelectorError(f"label selector is {len(text)} characters long; the limit is {MAX_SELECTOR_LENGTH}")
     return _Parser(text).parse()
+
+
+class _Parsed(NamedTuple):
+    selector: Selector
+    size: int  # the entry's weight: the characters of its text, plus an overhead
+
+
+class SelectorCache:
+    """:func:`parse_selector`, remembered: an HPA sends the same selector with every request, and
+    parsing it costs as much as the rest of the answer. Bounded by the characters of the selectors
+    held (``max_characters``, plus :data:`SELECTOR_OVERHEAD_CHARACTERS` each), least recently used
+    first out; a selector that does not parse is never kept (it is refused again, as bounded work).
+    Not thread-safe: one per event loop."""
+
+    def __init__(self, max_characters: int = SELECTOR_CACHE_CHARACTERS) -> None:
+        self._parsed: LRUCache[str, _Parsed] = LRUCache(maxsize=max_characters, getsizeof=lambda parsed: parsed.size)
+
+    def parse(self, text: str | None) -> Selector:
+        if text is None:
+            return EVERYTHING
+        cached = self._parsed.get(text)
+        if cached is not None:
+            return cached.selector
+        selector = parse_selector(text)
+        size = SELECTOR_OVERHEAD_CHARACTERS + len(text)
+        if size <= self._parsed.maxsize:
+            self._parsed[text] = _Parsed(selector, size)
+        return selector
+
+    @property
+    def characters(self) -> int:
+        """The weight held now."""
+        return int(self._parsed.currsize)
 
 
 def format_selector(selector: Selector) -> str:

@@ -5,7 +5,9 @@
 
 For each series count a server process serves a snapshot of that many series; a load generator (this
 process) holds C connections for ``--duration`` seconds per level (bounded: it also stops after
-``--max-requests``) and prints requests/s, p50/p99/max latency and errors.
+``--max-requests``) and prints requests/s, p50/p99/max latency, errors and the server process's CPU
+time (user + system, every thread; Linux) per request over the level, which other processes on the
+machine do not change as much as they change latency.
 
 Two ways to load. Closed loop (default): each connection sends its next request as soon as the last
 answer arrives, which finds the maximum throughput; at 64 connections its latency is mostly queueing
@@ -30,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -84,11 +87,14 @@ def serve(series_count: int, pki_dir: Path, prometheus_url: str | None) -> None:
         readiness = Readiness(ready=True)
         app = build_api_app(provider=provider, access=access, readiness=readiness, self_metrics=metrics)
         if prometheus_url is not None:
-            session = aiohttp.ClientSession()
+            # Made on the API's loop (its own thread, autoscaler/app/api_loop.py), where it is used.
+            sessions: list[aiohttp.ClientSession] = []
 
             async def adapter(request: web.Request) -> web.Response:
                 # prometheus-adapter's way: an instant query per HPA request, formatted on the spot.
-                async with session.get(f"{prometheus_url}/api/v1/query", params={"query": ADAPTER_QUERY}) as answer:
+                if not sessions:
+                    sessions.append(aiohttp.ClientSession())
+                async with sessions[0].get(f"{prometheus_url}/api/v1/query", params={"query": ADAPTER_QUERY}) as answer:
                     body = await answer.json()
                 if body.get("status") != "success" or not body["data"]["result"]:
                     return status_response(404, "no data")
@@ -132,6 +138,7 @@ class Result:
     errors: int
     seconds: float
     latencies_ms: np.ndarray
+    server_cpu_s: float | None = None  # the server process's CPU time (user + system) over the level
 
     def row(self) -> dict[str, Any]:
         lat = self.latencies_ms
@@ -144,6 +151,11 @@ class Result:
             "max_ms": round(float(lat.max()), 2) if len(lat) else None,
             "errors": self.errors,
             "requests": self.requests,
+            "server_cpu_us_per_request": (
+                round(self.server_cpu_s / self.requests * 1e6)
+                if self.server_cpu_s is not None and self.requests
+                else None
+            ),
         }
 
 
@@ -154,8 +166,10 @@ async def load(
     duration_s: float,
     max_requests: int,
     rate: float | None = None,
+    server_cpu: Callable[[], float | None] = lambda: None,
 ) -> Result:
-    """Closed loop when ``rate`` is None, else open loop at ``rate`` requests/s over all connections."""
+    """Closed loop when ``rate`` is None, else open loop at ``rate`` requests/s over all connections;
+    ``server_cpu`` reads the server's CPU seconds, before the level (its handshakes done) and after."""
     latencies: list[float] = []
     errors = 0
     stop_at = time.perf_counter() + duration_s
@@ -197,13 +211,25 @@ async def load(
         gc.collect()
         gc.disable()
         try:
+            cpu_before = server_cpu()
             stop_at = time.perf_counter() + duration_s
             started = first_at = time.perf_counter()
             await asyncio.gather(*(worker(number) for number in range(connections)))
             elapsed = time.perf_counter() - started
+            cpu_after = server_cpu()
         finally:
             gc.enable()
-    return Result(connections, rate, len(latencies), errors, elapsed, np.array(latencies))
+    cpu = cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None
+    return Result(connections, rate, len(latencies), errors, elapsed, np.array(latencies), cpu)
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """A process's CPU time so far (user + system, all threads): Linux's /proc; ``None`` elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def load_in_this_process(
@@ -240,6 +266,35 @@ def start_prometheus(work: Path) -> Any:
     return server
 
 
+def measure_server(
+    series: int, pki_dir: Path, context: ssl.SSLContext, prometheus_url: str | None, args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Every connection level against one server process of ``series`` series (and the adapter's route)."""
+    rows: list[dict[str, Any]] = []
+    process, port = start_server(series, pki_dir, prometheus_url)
+    modes = [("snapshot", PATH)] + ([("instant query per request", ADAPTER_PATH)] if prometheus_url else [])
+    try:
+        for connections in [int(c) for c in args.connections.split(",")]:
+            for mode, path in modes:
+                result = asyncio.run(
+                    load(
+                        f"https://127.0.0.1:{port}{path}",
+                        context,
+                        connections,
+                        args.duration,
+                        args.max_requests,
+                        args.rate,
+                        server_cpu=lambda: process_cpu_s(process.pid),
+                    )
+                )
+                rows.append({"mode": mode, "series": series, **result.row()})
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--series", default="10,1000,10000")
@@ -273,53 +328,29 @@ def main() -> None:
                 url_for_adapter = (
                     prometheus.url if prometheus is not None and series == int(args.series.split(",")[0]) else None
                 )
-                process, port = start_server(series, pki.directory, url_for_adapter)
-                try:
-                    for connections in [int(c) for c in args.connections.split(",")]:
-                        result = asyncio.run(
-                            load(
-                                f"https://127.0.0.1:{port}{PATH}",
-                                context,
-                                connections,
-                                args.duration,
-                                args.max_requests,
-                                args.rate,
-                            )
-                        )
-                        rows.append({"mode": "snapshot", "series": series, **result.row()})
-                        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-                        if url_for_adapter is not None:
-                            result = asyncio.run(
-                                load(
-                                    f"https://127.0.0.1:{port}{ADAPTER_PATH}",
-                                    context,
-                                    connections,
-                                    args.duration,
-                                    args.max_requests,
-                                    args.rate,
-                                )
-                            )
-                            rows.append({"mode": "instant query per request", "series": series, **result.row()})
-                            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-                finally:
-                    process.terminate()
-                    process.wait(timeout=10)
+                rows += measure_server(series, pki.directory, context, url_for_adapter, args)
         finally:
             if prometheus is not None:
                 prometheus.stop()
     if args.json:
         print(json.dumps(rows, indent=2))
         return
+    print_table(rows, args)
+
+
+def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     load_kind = f"open loop at {args.rate:g} req/s offered" if args.rate else "closed loop"
     print(
         f"machine: {os.cpu_count()} cores; {load_kind}; {args.duration:g} s per level; "
-        "TLS 1.3 with client certificates; loopback"
+        "TLS 1.3 with client certificates; loopback; srv us/req: the server process's CPU per request"
     )
-    print(f"{'mode':<28}{'series':>7}{'conns':>7}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'errors':>8}")
+    header = f"{'mode':<28}{'series':>7}{'conns':>7}{'req/s':>10}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'errors':>8}"
+    print(header + f"{'srv us/req':>12}")
     for row in rows:
         print(
             f"{row['mode']:<28}{row['series']:>7}{row['connections']:>7}{row['requests_per_s']:>10}"
             f"{row['p50_ms']:>9}{row['p99_ms']:>9}{row['max_ms']:>9}{row['errors']:>8}"
+            f"{row['server_cpu_us_per_request'] or '-':>12}"
         )
     snapshot = {(r["series"], r["connections"]): r for r in rows if r["mode"] == "snapshot"}
     for row in rows:

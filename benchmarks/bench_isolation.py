@@ -15,7 +15,7 @@ stall counts for every request it delays) idle, then under each load:
    pool) each time.
 
 With ``grpc-under-ops`` in ``--cases`` it also measures KEDA's ``GetMetrics`` (minimal valid calls,
-paced alike, one channel) idle and under load 1: it still shares the ops port's loop.
+paced alike, one channel) idle and under load 1 (it runs on a thread and loop of its own, as the API).
 
 Each load runs in its own process (so the generator's own work is not charged to this one's clock),
 starts a second before the measurement and stops after it or after ``--duration`` seconds. Every

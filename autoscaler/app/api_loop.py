@@ -18,10 +18,12 @@ and the TLS context are read as whole references.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import sys
 import threading
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
 import uvloop
@@ -46,6 +48,31 @@ T = TypeVar("T")
 SWITCH_INTERVAL_S = 0.0002
 
 
+class _SwitchInterval:
+    """The process's GIL switch interval, shortened while any loop thread runs and restored after the last."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._before_s = sys.getswitchinterval()
+
+    def hold(self, interval_s: float) -> None:
+        with self._lock:
+            if self._holders == 0:
+                self._before_s = sys.getswitchinterval()
+            self._holders += 1
+            sys.setswitchinterval(min(interval_s, sys.getswitchinterval()))
+
+    def release(self) -> None:
+        with self._lock:
+            self._holders -= 1
+            if self._holders == 0:
+                sys.setswitchinterval(self._before_s)
+
+
+_switch_interval = _SwitchInterval()
+
+
 class LoopThread:
     """An event loop (uvloop's, as ``serve`` runs) running in a thread of its own until ``stop``."""
 
@@ -53,7 +80,7 @@ class LoopThread:
         self.loop = uvloop.new_event_loop()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._switch_interval_s = switch_interval_s
-        self._previous_interval_s = sys.getswitchinterval()
+        self._holding = False
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -69,7 +96,8 @@ class LoopThread:
 
     def start(self) -> None:
         """Start the thread, and make the GIL change hands at ``switch_interval_s`` (process-wide) until ``stop``."""
-        sys.setswitchinterval(self._switch_interval_s)
+        _switch_interval.hold(self._switch_interval_s)
+        self._holding = True
         self._thread.start()
 
     async def run(self, work: Coroutine[Any, Any, T]) -> T:
@@ -88,12 +116,14 @@ class LoopThread:
 
     async def stop(self) -> None:
         """Stop the loop once what runs on it has ended (the caller drains it first), and close it."""
-        if not self._thread.is_alive():
+        if self._thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            await asyncio.to_thread(self._thread.join)
+        else:
             self.loop.close()
-            return
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        await asyncio.to_thread(self._thread.join)
-        sys.setswitchinterval(self._previous_interval_s)
+        if self._holding:
+            self._holding = False
+            _switch_interval.release()
 
 
 class ApiLoopRunner(StatusAppRunner):
@@ -128,6 +158,31 @@ async def stop_app(app: web.Application) -> None:
     app.freeze()  # frozen already, unless the runner's setup failed
     await app.shutdown()
     await app.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def entered_on(thread: LoopThread, context: AbstractAsyncContextManager[T]) -> AsyncIterator[T]:
+    """``context`` entered and exited on ``thread``'s loop (what it makes belongs there), used from this one."""
+    value = await thread.run(context.__aenter__())
+    try:
+        yield value
+    except BaseException as error:
+        if not await thread.run(context.__aexit__(type(error), error, error.__traceback__)):
+            raise
+    else:
+        await thread.run(context.__aexit__(None, None, None))
+
+
+@contextlib.asynccontextmanager
+async def on_own_loop(name: str, context: AbstractAsyncContextManager[T]) -> AsyncIterator[T]:
+    """``context`` entered and exited on a new loop thread called ``name``, which stops after its exit."""
+    thread = LoopThread(name)
+    thread.start()
+    try:
+        async with entered_on(thread, context) as value:
+            yield value
+    finally:
+        await thread.stop()
 
 
 async def _on(loop: asyncio.AbstractEventLoop, work: Coroutine[Any, Any, T]) -> T:
@@ -168,7 +223,8 @@ class _AuthorizerOn:
 
 
 def reviews_on(access: AccessControl, loop: asyncio.AbstractEventLoop) -> AccessControl:
-    """``access`` for the API loop: what may do I/O on ``loop``'s clients runs there, the rest where called.
+    """``access`` for the loop threads (the API's, the gRPC port's): what may do I/O on ``loop``'s
+    clients runs there, the rest where called.
 
     The authenticator is the API's alone: its token reviewer is swapped in place, so its caches
     (and ``reconfigure`` from the authentication watch) stay one object.
@@ -177,10 +233,16 @@ def reviews_on(access: AccessControl, loop: asyncio.AbstractEventLoop) -> Access
     reviewer = authenticator.token_reviewer if isinstance(authenticator, Authenticator) else None
     if authenticator is not None and reviewer is not None and not isinstance(reviewer, _TokenReviewsOn):
         authenticator.token_reviewer = _TokenReviewsOn(reviewer, loop)
-    authorizer = access.authorizer
+    authorizer, grpc_authorizer = _authorizer_on(access.authorizer, loop), _authorizer_on(access.grpc_authorizer, loop)
+    return dataclasses.replace(access, authorizer=authorizer, grpc_authorizer=grpc_authorizer)
+
+
+def _authorizer_on(authorizer: Authorizer | None, loop: asyncio.AbstractEventLoop) -> Authorizer | None:
+    """``authorizer`` whose reviews (or, of an unknown kind, whose calls) run on ``loop``."""
     if isinstance(authorizer, SubjectAccessReviewAuthorizer):
         if not isinstance(authorizer.reviewer, _AccessReviewsOn):  # made once per process; twice in tests
             authorizer.reviewer = _AccessReviewsOn(authorizer.reviewer, loop)
-    elif authorizer is not None and not isinstance(authorizer, AllowAuthenticated | _AuthorizerOn):
-        authorizer = _AuthorizerOn(authorizer, loop)
-    return dataclasses.replace(access, authorizer=authorizer)
+        return authorizer
+    if authorizer is None or isinstance(authorizer, AllowAuthenticated | _AuthorizerOn):
+        return authorizer
+    return _AuthorizerOn(authorizer, loop)

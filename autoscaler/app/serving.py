@@ -21,7 +21,7 @@ from adapters.kubernetes.client import KubeClientSettings, create_api_client
 from adapters.kubernetes.leases import own_identity
 from autoscaler import __version__
 from autoscaler.app.access import build_access, client_ca_pems, needs_kubernetes_api
-from autoscaler.app.api_loop import ApiLoopRunner, LoopThread, reviews_on, start_app, stop_app
+from autoscaler.app.api_loop import ApiLoopRunner, LoopThread, on_own_loop, reviews_on, start_app, stop_app
 from autoscaler.app.factory import buffer_actuator, create_app
 from autoscaler.checks.preflight import PreflightFailed, run_checks
 from autoscaler.config.server_settings import DEMO_GRPC_PORT
@@ -41,6 +41,7 @@ from autoscaler.web.shared.http_server import ParserLimits, StatusAppRunner
 from autoscaler.web.shared.keys import ACCESS, HTTP_AUTH, PROVIDER, READINESS, SELF_METRICS
 
 log = logging.getLogger(__name__)
+GRPC_THREAD = "keda-external-scaler"
 # The secure port's start on its own loop (set-up and listen) takes milliseconds; this only ends a hang.
 START_TIMEOUT_S = 30.0
 
@@ -182,18 +183,21 @@ async def _start_secure_site(runner: web.BaseRunner, sock: socket.socket, **site
 async def _start_grpc(
     stack: contextlib.AsyncExitStack, settings: Settings, api_app: web.Application, tls: ServerTLS
 ) -> GrpcListening | None:
-    """Start KEDA's external scaler on ``stack`` if its port is switched on; ``None`` if it is not."""
+    """Start KEDA's external scaler on ``stack``, on a thread and loop of its own, if its port is switched
+    on; ``None`` if it is not. On the main loop 200 ops clients held its answers for seconds
+    (docs/benchmarks/api-load.md); like the API it reads only the provider's snapshot, and its
+    SubjectAccessReviews (``reviews_on``) run on the main loop. At the end its streams end and its
+    calls drain on its loop, then the thread stops."""
     if settings.server.grpc_port is None:
         return None
-    return await stack.enter_async_context(
-        serving_grpc(
-            settings.server,
-            provider=api_app[PROVIDER],
-            self_metrics=api_app[SELF_METRICS],
-            serving=tls.serving,
-            authorizer=api_app[ACCESS].grpc_authorizer,
-        )
+    scaler = serving_grpc(
+        settings.server,
+        provider=api_app[PROVIDER],
+        self_metrics=api_app[SELF_METRICS],
+        serving=tls.serving,
+        authorizer=api_app[ACCESS].grpc_authorizer,
     )
+    return await stack.enter_async_context(on_own_loop(GRPC_THREAD, scaler))
 
 
 async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> None:

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, NamedTuple, NoReturn
 
 import grpc
@@ -98,15 +98,16 @@ class ExternalScaler(ExternalScalerServicer):
         self._callers: LRUCache[bytes, User] = LRUCache(maxsize=1024)
         self._recheck_interval_s = recheck_interval_s
         self._closing = False
-        self._wakes: set[asyncio.Event] = set()
+        self._wakes: set[Callable[[], None]] = set()
         self._triggers: LRUCache[TriggerFields, _CachedTrigger] = LRUCache(
             maxsize=TRIGGER_CACHE_BYTES, getsizeof=lambda cached: cached.size
         )
 
     def close(self) -> None:
+        """End the open streams; callable from any thread (``serve`` calls it from the main loop)."""
         self._closing = True
-        for wake in self._wakes:
-            wake.set()
+        for wake in tuple(self._wakes):  # a copy: streams on the server's thread come and go meanwhile
+            wake()
 
     def trigger(self, ref: pb.ScaledObjectRef) -> Trigger:
         """The trigger a ScaledObjectRef describes, if its namespace, metadata and metric are valid."""
@@ -246,8 +247,17 @@ class ExternalScaler(ExternalScalerServicer):
     async def _rereads(self) -> AsyncIterator[None]:
         """Once at once, then after each snapshot swap or recheck interval, until :meth:`close`."""
         wake = asyncio.Event()
-        self._wakes.add(wake)
-        unsubscribe = self._provider.on_swap(wake.set)
+        loop = asyncio.get_running_loop()
+
+        def wake_up() -> None:
+            # The refresher swaps on the main loop, the server runs on a thread of its own: an Event is
+            # set only on its loop. A swap that copied its listeners just before the stream ended may
+            # still call this after the loop closed (at shutdown): nothing is left to wake then.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(wake.set)
+
+        self._wakes.add(wake_up)
+        unsubscribe = self._provider.on_swap(wake_up)
         try:
             while not self._closing:
                 yield
@@ -256,4 +266,4 @@ class ExternalScaler(ExternalScalerServicer):
                     await asyncio.wait_for(wake.wait(), self._recheck_interval_s)
         finally:
             unsubscribe()
-            self._wakes.discard(wake)
+            self._wakes.discard(wake_up)

@@ -7,6 +7,7 @@ single assignment, so a reader sees either the old snapshot or the new one, neve
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -128,6 +129,15 @@ class ServedSeries:
         if self.window_seconds is not None:
             item["window"] = self.window_seconds
         object.__setattr__(self, "item", item)
+
+    def item_json(self) -> str:
+        """``item`` as JSON object members (``json.dumps`` without its braces), made at the first request
+        that serves it and kept: the answer is then joined from strings, not encoded per request."""
+        members: str | None = self.__dict__.get("_item_json")
+        if members is None:  # two threads may both make it: the same string, either kept
+            members = json.dumps(self.item)[1:-1]
+            object.__setattr__(self, "_item_json", members)
+        return members
 
 
 # metric -> label key -> label value -> positions of the series carrying that value

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import sys
 import threading
 import time
 import urllib.request
@@ -17,9 +18,11 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from aiohttp import web
 
 from autoscaler.app.access import build_access, client_ca_pems
+from autoscaler.app.api_loop import LoopThread
 from autoscaler.app.factory import create_app
 from autoscaler.app.serving import Listening, running
 from autoscaler.refresh.pipeline import Pipeline
@@ -131,3 +134,17 @@ async def test_an_authorizer_of_unknown_kind_is_asked_on_the_main_loop(pki: PKI,
     assert allowed[0] == 200, allowed
     assert denied[0] == 403 and denied[1]["message"] == "alice may not read kube-system", denied
     assert authorizer.loops == [asyncio.get_running_loop()] * 2
+
+
+async def test_the_switch_interval_is_held_while_any_loop_thread_runs_and_restored_after_the_last():
+    before = sys.getswitchinterval()
+    first, second = LoopThread("first", switch_interval_s=0.0003), LoopThread("second", switch_interval_s=0.0002)
+    first.start()
+    assert sys.getswitchinterval() == pytest.approx(0.0003)
+    second.start()
+    assert sys.getswitchinterval() == pytest.approx(0.0002)  # the shorter one
+    await first.stop()  # stopped in the order started, not the reverse: the other still runs
+    assert sys.getswitchinterval() == pytest.approx(0.0002)
+    assert await second.run(asyncio.sleep(0, result="ran")) == "ran"
+    await second.stop()
+    assert sys.getswitchinterval() == before

@@ -3,10 +3,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from autoscaler.selectors import (
+    EVERYTHING,
     MAX_SELECTOR_LENGTH,
+    SELECTOR_OVERHEAD_CHARACTERS,
     Operator,
     Requirement,
     Selector,
+    SelectorCache,
     SelectorError,
     format_selector,
     parse_selector,
@@ -154,3 +157,50 @@ def test_arbitrary_text_parses_or_raises_selector_error(text):
 def test_selector_matches_iff_every_requirement_matches(reqs, labels):
     selector = Selector(tuple(reqs))
     assert selector.matches(labels) == all(r.matches(labels) for r in reqs)
+
+
+def counted_parses(monkeypatch) -> list[str]:
+    """The texts ``SelectorCache`` hands to ``parse_selector`` from now on."""
+    import autoscaler.selectors as selectors
+
+    parsed: list[str] = []
+
+    def counting(text):
+        parsed.append(text)
+        return parse_selector(text)
+
+    monkeypatch.setattr(selectors, "parse_selector", counting)
+    return parsed
+
+
+def test_the_selector_cache_parses_each_text_once_and_gives_what_parse_selector_gives(monkeypatch):
+    parsed = counted_parses(monkeypatch)
+    cache = SelectorCache()
+    for _ in range(3):
+        assert cache.parse("pool in (b,a),zone!=x") == parse_selector("pool in (b,a),zone!=x")
+        assert cache.parse(None) is EVERYTHING
+    assert parsed == ["pool in (b,a),zone!=x"]
+    assert cache.characters == SELECTOR_OVERHEAD_CHARACTERS + len("pool in (b,a),zone!=x")
+
+
+def test_the_selector_cache_keeps_no_refusal_and_is_bounded_by_characters(monkeypatch):
+    parsed = counted_parses(monkeypatch)
+    texts = [f"k{index} in ({'a' * 40},{'b' * 40})" for index in range(5)]  # of one length: two fit
+    entry = SELECTOR_OVERHEAD_CHARACTERS + len(texts[0])
+    cache = SelectorCache(max_characters=2 * entry)
+    for _ in range(2):
+        with pytest.raises(SelectorError, match="unclosed"):
+            cache.parse("a in (b")
+    assert cache.characters == 0
+    for text in texts:
+        assert cache.parse(text) == parse_selector(text)
+    assert cache.characters == 2 * entry
+    parsed.clear()
+    for text in texts[3:]:  # the two used last are held
+        cache.parse(text)
+    assert parsed == []
+    heavy = "a in (" + ",".join("v" * 60 for _ in range(10)) + ")"
+    assert cache.parse(heavy) == parse_selector(heavy)  # served, but heavier than the bound: never kept
+    assert cache.characters == 2 * entry
+    cache.parse(texts[4])
+    assert parsed == [heavy]

@@ -10,6 +10,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from autoscaler.app.api_loop import on_own_loop
+from autoscaler.app.serving import GRPC_THREAD
 from autoscaler.config.server_settings import ServerSettings
 from autoscaler.keda import externalscaler_pb2 as pb
 from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerStub
@@ -82,13 +84,16 @@ async def scaler(pki: PKI) -> AsyncIterator[Scaler]:
     clock = SettableClock(NOW + timedelta(seconds=30))
     provider = SnapshotProvider(fixed_snapshot(), clock=clock)
     metrics = SelfMetrics()
-    async with serving_grpc(
+    served = serving_grpc(
         grpc_settings(pki),
         provider=provider,
         self_metrics=metrics,
         serving=ServingFiles(pki.serving_cert, pki.serving_key),
         recheck_interval_s=0.2,
-    ) as listening:
+    )
+    # As ``serve`` runs it: on a thread and loop of its own; the test's loop swaps snapshots, as the
+    # refresher does on the main loop.
+    async with on_own_loop(GRPC_THREAD, served) as listening:
         yield Scaler(listening, provider, clock, metrics, pki)
 
 

@@ -5,6 +5,7 @@ authorizer caches them (allowed 5 min, denied 30 s)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -12,11 +13,14 @@ import grpc
 import pytest
 from kubernetes_asyncio.client import ApiClient
 
+from autoscaler.app.api_loop import on_own_loop, reviews_on
+from autoscaler.app.serving import GRPC_THREAD
 from autoscaler.config.server_settings import ServerSettings
 from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerStub
 from autoscaler.keda.server import serving_grpc
 from autoscaler.serving.provider import SnapshotProvider
 from autoscaler.web.security import kubernetes_auth
+from autoscaler.web.security.auth import AccessControl
 from autoscaler.web.security.tls import ServingFiles
 from autoscaler.web.shared.self_metrics import SelfMetrics
 from tests.autoscaler.conftest import NOW, SettableClock, fixed_snapshot
@@ -43,13 +47,17 @@ async def authorized_scaler(pki: PKI, fake_kube: FakeKube, kube_api: ApiClient) 
     clock = SettableClock(NOW + timedelta(seconds=30))
     provider = SnapshotProvider(fixed_snapshot(), clock=clock)
     metrics = SelfMetrics()
-    async with serving_grpc(
+    # As ``serve`` runs it: the server on a loop thread of its own, its reviews on this (the main)
+    # loop, where the API client's session lives.
+    access = AccessControl(None, None, grpc_authorizer=kubernetes_auth.grpc_authorizer(kube_api))
+    served = serving_grpc(
         grpc_settings(pki, grpc_authorization="subjectaccessreview"),
         provider=provider,
         self_metrics=metrics,
         serving=ServingFiles(pki.serving_cert, pki.serving_key),
-        authorizer=kubernetes_auth.grpc_authorizer(kube_api),
-    ) as listening:
+        authorizer=reviews_on(access, asyncio.get_running_loop()).grpc_authorizer,
+    )
+    async with on_own_loop(GRPC_THREAD, served) as listening:
         yield Scaler(listening, provider, clock, metrics, pki)
 
 

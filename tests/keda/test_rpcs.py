@@ -17,6 +17,7 @@ import pytest
 from autoscaler.keda import externalscaler_pb2 as pb
 from autoscaler.selectors import SelectorError, parse_selector
 from autoscaler.serving.provider import ServedSeries, empty_snapshot
+from tests.eventually import eventually
 from tests.keda.conftest import ref
 
 
@@ -228,7 +229,10 @@ async def test_internal_errors_leak_nothing_and_are_logged(stub, scaler, caplog)
     )
     assert [record.getMessage() for record in caplog.records] == ["internal error serving gRPC GetMetrics"]
     assert "secret database password" in caplog.text  # in the log (the traceback), never in the answer
-    assert scaler.sample("gpu_autoscaler_grpc_requests_total", {"method": "GetMetrics", "code": "INTERNAL"}) == 1
+    await eventually(
+        lambda: scaler.sample("gpu_autoscaler_grpc_requests_total", {"method": "GetMetrics", "code": "INTERNAL"}) == 1,
+        message="the internal error counted",
+    )
 
 
 async def test_request_metrics_count_each_call_by_method_and_code(stub, scaler):
@@ -237,6 +241,11 @@ async def test_request_metrics_count_each_call_by_method_and_code(stub, scaler):
     await refusal(stub.GetMetrics(metrics_request(metric="nope")))
     await stub.IsActive(ref())
     sample = scaler.sample
+    # The server counts a call just after the caller has its answer (on the server's own thread).
+    await eventually(
+        lambda: sample("gpu_autoscaler_grpc_request_duration_seconds_count", {"method": "IsActive"}) == 1,
+        message="the last call counted",
+    )
     assert sample("gpu_autoscaler_grpc_requests_total", {"method": "GetMetrics", "code": "OK"}) == 2
     assert sample("gpu_autoscaler_grpc_requests_total", {"method": "GetMetrics", "code": "NOT_FOUND"}) == 1
     assert sample("gpu_autoscaler_grpc_requests_total", {"method": "IsActive", "code": "OK"}) == 1

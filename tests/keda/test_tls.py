@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import socket
+import threading
 
 import grpc
 import pytest
 
+from autoscaler.app.api_loop import on_own_loop
+from autoscaler.app.serving import GRPC_THREAD
 from autoscaler.keda.externalscaler_pb2_grpc import ExternalScalerStub
 from autoscaler.keda.server import serving_grpc
 from autoscaler.serving.provider import SnapshotProvider
@@ -107,11 +110,13 @@ async def test_a_port_in_use_is_an_error_naming_the_setting(pki):
         port = taken.getsockname()[1]
         provider = SnapshotProvider(fixed_snapshot(), clock=SettableClock(NOW))
         serving = ServingFiles(pki.serving_cert, pki.serving_key)
+        served = serving_grpc(
+            grpc_settings(pki, grpc_port=port), provider=provider, self_metrics=SelfMetrics(), serving=serving
+        )
         with pytest.raises(OSError, match=rf"^server.grpc_port: cannot listen on 127.0.0.1:{port} "):
-            async with serving_grpc(
-                grpc_settings(pki, grpc_port=port), provider=provider, self_metrics=SelfMetrics(), serving=serving
-            ):
+            async with on_own_loop(GRPC_THREAD, served):  # as serve starts it
                 pass
+    assert not any(thread.name == GRPC_THREAD for thread in threading.enumerate()), "its thread outlived the error"
 
 
 async def test_an_unusable_client_ca_file_is_an_error_naming_the_setting(pki, tmp_path):

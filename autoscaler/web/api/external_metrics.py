@@ -11,11 +11,11 @@ import re
 from aiohttp import web
 
 from autoscaler.echoes import echo
-from autoscaler.selectors import SelectorError, parse_selector
+from autoscaler.selectors import SelectorCache, SelectorError
 from autoscaler.serving.provider import MetricNotFound, MetricUnavailable, MetricWarmingUp
 from autoscaler.web.security.auth import AccessDenied
 from autoscaler.web.shared import responses
-from autoscaler.web.shared.keys import ACCESS, METRICS_PROVIDER, SELF_METRICS, USER
+from autoscaler.web.shared.keys import ACCESS, METRICS_PROVIDER, SELECTORS, SELF_METRICS, USER
 from autoscaler.web.shared.middleware import method_not_allowed
 from autoscaler.web.shared.responses import status_response, warming_up_response
 
@@ -84,7 +84,7 @@ async def get_external_metric(request: web.Request) -> web.Response:
     if denied is not None:
         return denied
     try:
-        selector = parse_selector(request.query.get("labelSelector"))
+        selector = request.app[SELECTORS].parse(request.query.get("labelSelector"))
     except SelectorError as error:
         return status_response(400, f"invalid labelSelector: {error}")
     try:
@@ -95,7 +95,7 @@ async def get_external_metric(request: web.Request) -> web.Response:
         return warming_up_response(metric, str(error), error.retry_after_s)
     except MetricUnavailable as error:
         return status_response(503, str(error), name=metric, kind="ExternalMetricValueList")
-    return web.json_response(responses.external_metric_value_list(metric, series))
+    return responses.json_body_response(responses.external_metric_value_list_json(metric, series))
 
 
 async def get_namespaced_list(request: web.Request) -> web.Response:
@@ -105,6 +105,7 @@ async def get_namespaced_list(request: web.Request) -> web.Response:
 
 def add_external_metrics_routes(app: web.Application) -> None:
     """Discovery and metric routes. Only GET exists; every other verb is a 405 Status."""
+    app[SELECTORS] = SelectorCache()
     # Discovery documents are served with and without a trailing slash, as kube-apiserver does
     # (kubernetes clients ask for "/apis/").
     for path, handler in (

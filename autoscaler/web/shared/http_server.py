@@ -70,14 +70,40 @@ async def _drop_server_header(request: web.Request, response: web.StreamResponse
     response.headers.popall(hdrs.SERVER, None)
 
 
+class _Unread:
+    """A connection whose client certificate has not been asked for yet."""
+
+
+_UNREAD = _Unread()
+
+
+def peer_certificate_of(transport: asyncio.BaseTransport | None) -> bytes | None:
+    """The client certificate (DER) of a TLS connection, ``None`` without one (or without TLS)."""
+    ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
+    if ssl_object is None:
+        return None
+    der: bytes | None = ssl_object.getpeercert(binary_form=True)
+    return der
+
+
 class StatusRequestHandler(RequestHandler):
     """One HTTP connection; what the parser refuses is answered with a ``metav1.Status``."""
 
-    __slots__ = ("limits",)
+    __slots__ = ("_peer_certificate", "limits")
 
     def __init__(self, manager: web.Server, *, limits: ParserLimits, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self.limits = limits
+        self._peer_certificate: bytes | _Unread | None = _UNREAD
+
+    def peer_certificate(self) -> bytes | None:
+        """The client certificate (DER) of this connection's TLS session, ``None`` without one; read at
+        the first request only. TLS 1.3 has no renegotiation; one in TLS 1.2 could only show another
+        certificate the CA signed and the same client holds, so the first one it proved is kept (a CA
+        no longer trusted is still refused: the authenticator judges the certificate at each request)."""
+        if isinstance(self._peer_certificate, _Unread):
+            self._peer_certificate = peer_certificate_of(self.transport)
+        return self._peer_certificate
 
     def refusal(self, status_code: int, error: BaseException | None) -> tuple[int, str]:
         """The HTTP status and message for an error raised while reading a request."""

@@ -17,6 +17,7 @@ from adapters.types import Clock
 from autoscaler.actuation.writer import BufferActuator
 from autoscaler.refresh.queued_record import QueuedWorkloadRecord
 from autoscaler.scorecard.live import LiveScorecard
+from autoscaler.selectors import SelectorCache
 from autoscaler.serving.provider import MetricsProvider, SnapshotProvider, SnapshotSource
 from autoscaler.web.security.auth import AccessControl, DelegatedHTTPAuth, User
 from autoscaler.web.shared.readiness import Readiness
@@ -47,4 +48,6 @@ LAUNCHES = web.AppKey("launches", LaunchRecord)
 QUEUED_WORKLOADS = web.AppKey("queued_workloads", QueuedWorkloadRecord)
 # A line every page opens with (the read-only trial says that nothing is served to the cluster).
 NOTICE = web.AppKey("notice", str)
+# The API app's parsed label selectors (used on its loop only).
+SELECTORS = web.AppKey("selectors", SelectorCache)
 USER = web.RequestKey("user", User)

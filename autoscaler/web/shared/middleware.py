@@ -10,6 +10,7 @@ from aiohttp import hdrs, web
 
 from autoscaler.echoes import echo
 from autoscaler.web.security.auth import AccessDenied
+from autoscaler.web.shared.http_server import StatusRequestHandler, peer_certificate_of
 from autoscaler.web.shared.keys import ACCESS, HTTP_AUTH, SELF_METRICS, USER
 from autoscaler.web.shared.probes import PROBE_PATHS
 from autoscaler.web.shared.responses import status_response
@@ -52,17 +53,15 @@ async def errors_and_metrics(request: web.Request, handler: Handler) -> web.Stre
     except Exception:
         log.exception("internal error serving %s %s", request.method, request.path)
         response = status_response(500, "Internal error occurred: the request could not be served")
-    metrics.requests.labels(route_label(request), str(response.status)).inc()
-    metrics.latency.labels(route_label(request)).observe(time.perf_counter() - started)
+    metrics.count_request(route_label(request), response.status, time.perf_counter() - started)
     return response
 
 
 def _peer_certificate(request: web.Request) -> bytes | None:
-    ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
-    if ssl_object is None:
-        return None
-    der: bytes | None = ssl_object.getpeercert(binary_form=True)
-    return der
+    protocol = request.protocol
+    if isinstance(protocol, StatusRequestHandler):  # the secure port's connections: read once each
+        return protocol.peer_certificate()
+    return peer_certificate_of(request.transport)
 
 
 @web.middleware

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -102,6 +103,20 @@ def api_resource_list(metrics: Iterable[MetricInfo]) -> dict[str, Any]:
 def external_metric_value_list(name: str, series: Sequence[ServedSeries]) -> dict[str, Any]:
     items = [{"metricName": name, **served.item} for served in series]
     return {"kind": "ExternalMetricValueList", "apiVersion": GROUP_VERSION, "metadata": {}, "items": items}
+
+
+_LIST_OPENING = json.dumps(external_metric_value_list("", ()))[: -len("]}")]
+
+
+def external_metric_value_list_json(name: str, series: Sequence[ServedSeries]) -> bytes:
+    """``json.dumps(external_metric_value_list(name, series))``, encoded, from each series' JSON made once."""
+    opening = '{"metricName": ' + json.dumps(name) + ", "
+    return (_LIST_OPENING + ", ".join(opening + served.item_json() + "}" for served in series) + "]}").encode()
+
+
+def json_body_response(body: bytes, status: int = 200) -> web.Response:
+    """An ``application/json`` answer of a body encoded already (as ``web.json_response`` answers)."""
+    return web.Response(body=body, status=status, content_type="application/json", charset="utf-8")
 
 
 def version_info() -> dict[str, str]:

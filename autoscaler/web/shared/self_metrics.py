@@ -270,6 +270,7 @@ LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
 class SelfMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._request_children: dict[tuple[str, int], tuple[Counter, Histogram]] = {}
         self.requests = Counter(
             "gpu_autoscaler_api_requests",
             "API requests by route and status code",
@@ -320,6 +321,19 @@ class SelfMetrics:
             ["code"],
             registry=self.registry,
         )
+
+    def count_request(self, route: str, status: int, seconds: float) -> None:
+        """One API request, counted by route and status and timed by route. The labelled children are
+        kept (``labels`` takes a lock and checks its values each time): a few dozen routes by statuses."""
+        key = (route, status)
+        children = self._request_children.get(key)
+        if children is None:  # two threads may both make it: labels() gives both the same children
+            children = self._request_children[key] = (
+                self.requests.labels(route, str(status)),
+                self.latency.labels(route),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
 
     def watch_snapshots(self, current: Callable[[], Snapshot], clock: Clock | None = None) -> None:
         self.registry.register(SnapshotCollector(current, clock))
