@@ -10,8 +10,8 @@ defaults (lead time 5 minutes: one step; quantile 0.9). Prints this process's re
 (VmRSS, peak VmHWM) before and after, per series, and which models the selections hold.
 
 Then the held models are pickled and unpickled under ``tracemalloc`` (what Python and NumPy
-allocate for them, not the allocator's slack), forecast from once more (the caches a refresh
-builds), and taken apart, part by part over every held model, each part's freed bytes printed per
+allocate for them, not the allocator's slack), forecast from once more (what a further refresh
+adds), and taken apart, part by part over every held model, each part's freed bytes printed per
 series: the calibration ledgers (the backtest arrays selection scored), the forecast caches, the
 history and the arrays as long as it, the fitted trees, and the rest (parameters, conformal
 offsets, scores and notes).
@@ -87,8 +87,8 @@ def breakdown(series: list[Any]) -> list[tuple[str, int]]:
         caches = tracemalloc.get_traced_memory()[0] - before_caches
         fitted = members(held.values())
         parts = [
-            ("held after a selection (unpickled)", loaded),
-            ("forecast caches built by a refresh", caches),
+            ("held after a selection and a refresh", loaded),
+            ("grown by one more refresh", caches),
             ("calibration ledgers", freed(lambda: drop(fitted, ("actual_", "mean_paths_", "raw_paths_", "origins_")))),
             ("forecast caches", freed(lambda: (drop(fitted, ("recent_",)), trees._flat.clear()))),
             ("history and history-length arrays", freed(lambda: drop(fitted, HISTORY_PARTS))),
