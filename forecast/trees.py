@@ -104,6 +104,8 @@ def predict(model: Any, rows: np.ndarray) -> np.ndarray:
     ``model`` is a fitted regressor or its :func:`flatten`ed trees (which answer any number of rows).
     """
     if isinstance(model, FlatTrees):
+        if rows.shape[1] != model.features:
+            raise ValueError(f"the trees were fitted on {model.features} features, the rows have {rows.shape[1]}")
         return model.predict(np.asarray(rows, dtype=np.float64))
     if len(rows) > MAX_ROWS:
         return np.asarray(model.predict(rows), dtype=np.float64)

@@ -106,6 +106,8 @@ def test_a_slimmed_gbm_holds_flat_trees_not_sklearns_regressors(
     rows[::9, 2] = np.nan
     for level, regressor in model.models_.items():
         np.testing.assert_array_equal(trees.predict(slim.models_[level], rows), regressor.predict(rows))
+    with pytest.raises(ValueError, match=r"the trees were fitted on \d+ features, the rows have 3"):
+        trees.predict(slim.models_[0.5], rows[:, :3])
 
 
 def test_a_slimmed_model_refuses_what_it_cannot_answer(fitted: dict[str, CalibratedModel], train: pd.Series) -> None:
