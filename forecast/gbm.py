@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self, TypeAlias
@@ -113,9 +114,19 @@ class RecentPaths:
     they all forecast from the same series at each refresh, so the median is predicted once.
     """
 
-    filled: np.ndarray | None = None  # held, so its identity cannot be reused by another array
+    # The series predicted from, not kept alive by the cache (a worker holds thousands of models
+    # between refreshes, each series as long as the history); a dead reference matches no array,
+    # so the identity of a freed series cannot be mistaken for a new one's.
+    source: weakref.ReferenceType[np.ndarray] | None = None
     start: pd.Timestamp | None = None
     paths: dict[tuple[float, int, int], np.ndarray] = field(default_factory=dict)
+
+    def holds(self, filled: np.ndarray, start: pd.Timestamp) -> bool:
+        """Whether the cached paths were predicted from ``filled`` starting at ``start``."""
+        return self.source is not None and self.source() is filled and self.start == start
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"source": None, "start": None, "paths": {}}  # a reference does not pickle; the cache need not
 
 
 class GradientBoostedQuantile(CalibratedModel):
@@ -205,8 +216,8 @@ class GradientBoostedQuantile(CalibratedModel):
             # raw_paths_); caching them too would double what every held model costs in memory.
             return self._predict_paths(features, filled, origins, horizon, level)
         recent = self.recent_
-        if recent.filled is not filled or recent.start != features.start:
-            recent.filled, recent.start, recent.paths = filled, features.start, {}
+        if not recent.holds(filled, features.start):
+            recent.source, recent.start, recent.paths = weakref.ref(filled), features.start, {}
         key = (level, horizon, int(origins[0]))
         if key not in recent.paths:
             recent.paths[key] = self._predict_paths(features, filled, origins, horizon, level)

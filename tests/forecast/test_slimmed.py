@@ -3,6 +3,7 @@ holds neither the fitted history nor the calibration arrays nor sklearn's regres
 
 from __future__ import annotations
 
+import gc
 import pickle
 from typing import Any
 
@@ -130,3 +131,17 @@ def test_a_slimmed_selection_forecasts_as_the_selection(helios_10d: pd.Series) -
     assert (slim.model, slim.nonnegative) == (result.selection.model, result.selection.nonnegative)
     for series in _refreshes(helios_10d):
         _equal(slim.forecast(series, 3, (0.9,)), result.selection.forecast(series, 3, (0.9,)))
+
+
+def test_gbm_caches_its_paths_without_keeping_the_series_alive(
+    fitted: dict[str, CalibratedModel], helios_10d: pd.Series
+) -> None:
+    slim = fitted["gbm"].slimmed(QUANTILES)
+    assert isinstance(slim, GradientBoostedQuantile)
+    newer = helios_10d.iloc[:-100]
+    first = slim.forecast_from(newer, 3, QUANTILES)
+    gc.collect()
+    assert slim.recent_.paths  # the newest origin's paths, for the next quantile of the same refresh
+    assert slim.recent_.source is not None and slim.recent_.source() is None  # the series it saw is gone
+    _equal(slim.forecast_from(newer, 3, QUANTILES), first)
+    assert pickle.loads(pickle.dumps(slim)).recent_.paths == {}  # noqa: S301 (pickled just above)
