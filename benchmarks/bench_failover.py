@@ -216,7 +216,7 @@ async def measure(
     for replica in replicas:
         replica.sample_rss()
     # Before any failover: a survivor then holds the models of every series, and VmHWM keeps that peak.
-    print(f"peak RSS per replica before the first kill: {', '.join(f'{r.peak_rss_mb:.0f} MB' for r in replicas)}")
+    print(f"peak RSS per replica before the first kill: {peaks(replicas)}")
     results = []
     for kill in range(args.kills):
         shard = kill % args.shards
@@ -231,10 +231,18 @@ async def measure(
     report(results, replicas, args)
 
 
+def peaks(replicas: list[Replica]) -> str:
+    """Each replica's peak RSS (MiB, summed over its processes: shared library pages count in each)."""
+    return ", ".join(
+        f"{r.peak_rss_mb:.0f} MiB (service {r.service_peak_rss_mb:.0f}, workers {r.workers_peak_rss_mb:.0f})"
+        for r in replicas
+    )
+
+
 def report(results: list[Failover], replicas: list[Replica], args: argparse.Namespace) -> None:
     done = [r.seconds for r in results if r.seconds is not None]
     leases = [r.lease_seconds for r in results if r.lease_seconds is not None]
-    print(f"peak RSS per replica (service + workers): {', '.join(f'{r.peak_rss_mb:.0f} MB' for r in replicas)}")
+    print(f"peak RSS per replica: {peaks(replicas)}")
     if done:
         print(
             f"failover (lease taken and object written): p50 {np.percentile(done, 50):.1f} s, "

@@ -5,8 +5,9 @@
 Helios Earth per-VC running GPUs (the series ``bench_failover`` backfills, 5-minute steps), each
 one selected (``fit_select_predict``, every candidate) and then refitted with the model it selected
 (``candidates=(model,)``, as a new shard owner does with the model its object names). Prints the
-model, both wall times and the size of the fitted selection a worker holds per series (pickled,
-and allocated when unpickled, by ``tracemalloc``); one process, one core.
+model, both wall times and the size of the fitted selection, and of the slimmed selection a worker
+holds per series (``Selection.slimmed``), pickled and allocated when unpickled (by ``tracemalloc``);
+one process, one core.
 """
 
 from __future__ import annotations
@@ -35,10 +36,14 @@ def main() -> None:
             series, horizon_steps=2, quantiles=(0.9,), policy_quantile=0.9, lead_steps=1, candidates=(selected.model,)
         )
         refit_s = time.perf_counter() - started
+        assert selected.selection is not None  # fit_select_predict always sets it
         pickled = pickle.dumps(selected.selection)
+        held = pickle.dumps(selected.selection.slimmed((0.9,)))
         print(
             f"{selected.model}: select {select_s:.2f} s, refit {refit_s:.2f} s; fitted selection "
-            f"{len(pickled) / 1e6:.2f} MB pickled, {unpickled_bytes(pickled) / 1e6:.2f} MB unpickled"
+            f"{len(pickled) / 1e6:.2f} MB pickled, {unpickled_bytes(pickled) / 1e6:.2f} MB unpickled; "
+            f"slimmed as a worker holds it {len(held) / 1e6:.3f} MB pickled, {unpickled_bytes(held) / 1e6:.3f} MB "
+            "unpickled"
         )
 
 

@@ -53,6 +53,16 @@ class Estimator(Protocol):
 
 
 @dataclass(frozen=True)
+class FittedGrid:
+    """What forecasting from a newer series needs of the fitted one: where its steps start (seasonal
+    phases and calendars count from there), their length, and whether demand was never negative."""
+
+    start: pd.Timestamp
+    step: pd.Timedelta
+    nonnegative: bool
+
+
+@dataclass(frozen=True)
 class Holdout:
     """Out-of-sample forecasts over the calibration window, as selection scores them.
 
@@ -156,10 +166,12 @@ class CalibratedModel(ABC):
         self._fit_params(history, end)
         stride = max(1, math.ceil(calibration / MAX_CALIBRATION_ORIGINS))
         origins = np.arange(n - 2, end - 2, -stride)[::-1]
-        self.history_ = history
-        self.origins_ = origins
-        self.actual_ = future_matrix(history.values, origins, self.max_horizon)
-        self.mean_paths_ = self._mean_paths(history.filled, origins, self.max_horizon)
+        self.history_: History | None = history
+        self.grid_ = FittedGrid(history.index[0], history.step, history.nonnegative)
+        # The calibration arrays: selection scores them, the conformal offsets come from them.
+        self.origins_: np.ndarray | None = origins
+        self.actual_: np.ndarray | None = future_matrix(history.values, origins, self.max_horizon)
+        self.mean_paths_: np.ndarray | None = self._mean_paths(history.filled, origins, self.max_horizon)
         self.raw_paths_: dict[float, np.ndarray] = {}
         self.offsets_: dict[float, np.ndarray | None] = {}
         return self
@@ -180,26 +192,21 @@ class CalibratedModel(ABC):
     def forecast_history(self, history: History, horizon: int, quantiles: Sequence[float]) -> Forecast:
         """:meth:`forecast_from` for a series already prepared with :func:`model_history` (lets
         several models share one preparation)."""
-        fitted = self._fitted()
-        if history.step != fitted.step:
+        grid = self._grid()
+        if history.step != grid.step:
             raise ValueError(
-                f"{self.name} was fitted on a step of {fitted.step}, the series has a step of {history.step}"
+                f"{self.name} was fitted on a step of {grid.step}, the series has a step of {history.step}"
             )
         return self._forecast(history, self._on(history), horizon, quantiles)
 
     def _on(self, history: History) -> CalibratedModel:
         """This model with its positional state pointed at ``history`` (itself for the fitted data)."""
-        fitted = self._fitted()
-        same = history is fitted or (
-            len(history) == len(fitted)
-            and history.index[0] == fitted.index[0]
-            and np.array_equal(history.filled, fitted.filled)
-            and np.array_equal(history.values, fitted.values, equal_nan=True)
-        )
+        fitted, grid = self.history_, self._grid()
+        same = fitted is not None and (history is fitted or _same_data(history, fitted))
         if same:
             return self
         # Phases are whole steps; a series on a shifted grid takes the nearest phase.
-        offset = round((history.index[0] - fitted.index[0]) / fitted.step)
+        offset = round((history.index[0] - grid.start) / grid.step)
         # A shallow copy: fitted arrays are shared read-only; _rebase replaces what it changes.
         rebased = copy.copy(self)
         rebased.history_ = history
@@ -221,7 +228,7 @@ class CalibratedModel(ABC):
             + self._offsets(float(level), horizon)
             for level in quantiles
         }
-        mean, paths = finalize(mean, paths, self._fitted().nonnegative)
+        mean, paths = finalize(mean, paths, self._grid().nonnegative)
         return Forecast(
             model=self.name, timestamps=history.future_index(horizon), mean=mean, quantiles=paths
         ).validate()
@@ -234,10 +241,10 @@ class CalibratedModel(ABC):
         The conformal shift is cross-fitted (first half of the origins corrects the second and
         vice versa) so that the score never sees its own correction.
         """
+        _, actual_paths, mean_paths = self._calibration()
         history = self._fitted()
         steps = min(steps, self.max_horizon)
-        actual = self.actual_[:, :steps]
-        mean = self.mean_paths_[:, :steps]
+        actual, mean = actual_paths[:, :steps], mean_paths[:, :steps]
         raw = self._raw(level, steps)[:, :steps]
         upper = raw.copy()
         if self.conformal:
@@ -256,7 +263,7 @@ class CalibratedModel(ABC):
         history = self._fitted()
         cached = self.raw_paths_.get(level)
         if cached is None or cached.shape[1] < steps:
-            cached = self._raw_quantile_paths(history.filled, self.origins_, steps, level)
+            cached = self._raw_quantile_paths(history.filled, self._calibration()[0], steps, level)
             self.raw_paths_[level] = cached
         return cached
 
@@ -266,7 +273,9 @@ class CalibratedModel(ABC):
             return np.zeros(horizon)
         # Fixed once fitted, and forecast_from needs them at every refresh: computed once per level.
         if level not in self.offsets_:
-            residual = self.actual_ - self._raw(level, self.max_horizon)
+            if self.actual_ is None:
+                raise ValueError(f"{self.name} was slimmed for the levels {sorted(self.offsets_)}, not {level}")
+            residual = self._calibration()[1] - self._raw(level, self.max_horizon)
             computed = _column_quantile(residual, level)
             # Steps without residuals (very short histories) borrow from the nearest earlier step.
             known = ~np.isnan(computed)
@@ -281,15 +290,62 @@ class CalibratedModel(ABC):
         tail = offsets[-1] * np.sqrt(tail_steps / calibrated)
         return np.concatenate([offsets, tail])
 
+    # ---- what a model held between refreshes keeps --------------------------------------------
+
+    def slimmed(self, quantiles: Sequence[float]) -> Self:
+        """A copy holding only what :meth:`forecast_history` at ``quantiles`` needs: parameters, the
+        conformal offsets of those levels and the fitted grid; not the fitted history nor the
+        calibration arrays selection scored (forecasts are unchanged; :meth:`predict`,
+        :meth:`holdout` and other levels are not available). What a worker keeps between refreshes
+        of thousands of series."""
+        self._grid()
+        for level in quantiles:
+            self._offsets(float(level), 1)  # computed now: the calibration arrays they come from go
+        slim = copy.copy(self)
+        slim.history_ = None
+        slim.origins_ = slim.actual_ = slim.mean_paths_ = None
+        slim.raw_paths_ = {}
+        kept = {float(level) for level in quantiles}
+        slim.offsets_ = {level: offsets for level, offsets in self.offsets_.items() if level in kept}
+        slim._slim(quantiles)
+        return slim
+
+    def _slim(self, quantiles: Sequence[float]) -> None:
+        """Drop (on the copy :meth:`slimmed` made) what a subclass keeps only for the fitted data."""
+        return  # the default: parameters only
+
     def _fitted(self) -> History:
         history: History | None = getattr(self, "history_", None)
         if history is None:
-            raise RuntimeError(f"{self.name}: call fit() before predict()")
+            slim = getattr(self, "grid_", None) is not None
+            detail = "a slimmed model forecasts only from a series (forecast_from)" if slim else "call fit() first"
+            raise RuntimeError(f"{self.name}: no fitted history: {detail}")
         return history
+
+    def _calibration(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The calibration origins, actual values and mean paths (``[origin, step]``)."""
+        if self.origins_ is None or self.actual_ is None or self.mean_paths_ is None:
+            raise RuntimeError(f"{self.name}: slimmed: it holds no calibration arrays to score")
+        return self.origins_, self.actual_, self.mean_paths_
+
+    def _grid(self) -> FittedGrid:
+        grid: FittedGrid | None = getattr(self, "grid_", None)
+        if grid is None:
+            raise RuntimeError(f"{self.name}: call fit() before forecasting")
+        return grid
 
     def __repr__(self) -> str:
         params = ", ".join(f"{key}={value!r}" for key, value in vars(self).items() if not key.endswith("_"))
         return f"{type(self).__name__}({params})"
+
+
+def _same_data(history: History, fitted: History) -> bool:
+    return (
+        len(history) == len(fitted)
+        and history.index[0] == fitted.index[0]
+        and np.array_equal(history.filled, fitted.filled)
+        and np.array_equal(history.values, fitted.values, equal_nan=True)
+    )
 
 
 def _column_quantile(matrix: np.ndarray, level: float) -> np.ndarray:

@@ -62,6 +62,11 @@ class Selection:
         parts = [member.forecast_history(history, horizon_steps, quantiles) for member in self.members]
         return parts[0] if len(parts) == 1 else combine_forecasts(parts, self.nonnegative)
 
+    def slimmed(self, quantiles: Sequence[float]) -> Selection:
+        """This selection holding only what forecasting at ``quantiles`` from newer series needs
+        (``CalibratedModel.slimmed``): what a worker keeps between refreshes."""
+        return Selection(self.model, tuple(member.slimmed(quantiles) for member in self.members), self.nonnegative)
+
     def predict(self, horizon_steps: int, quantiles: Sequence[float]) -> Forecast:
         """The forecast from the end of the history the members were fitted on."""
         parts = [member.predict(horizon_steps, quantiles) for member in self.members]

@@ -8,6 +8,7 @@ forecasts from any origin use data up to that origin only.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -110,10 +111,16 @@ class ExponentialSmoothingModel(CalibratedModel):
         self.level0_ = float(params["initial_level"])
         self.trend0_ = float(np.nan_to_num(params.get("initial_trend", 0.0)))
         self.season0_ = np.asarray(params["initial_seasons"], dtype=np.float64) if self.seasonal else np.zeros(0)
-        self.states_ = self._filter(history.filled)
+        self.states_: States | None = self._filter(history.filled)
         # Shared (not copied) by the rebased copies forecast_from makes, so each refresh resumes
         # where the previous one stopped.
         self.filter_cache_ = FilterCache(history.index[0], history.filled, self.states_)
+
+    def _slim(self, quantiles: Sequence[float]) -> None:
+        # Nothing of the fitted history: the first forecast filters the newer series from the start
+        # (as one starting later would anyway), later ones resume from its cached states.
+        self.states_ = None
+        self.filter_cache_ = FilterCache(self._grid().start, np.empty(0), (np.empty(0), np.empty(0), np.empty(0)))
 
     def _filter(self, filled: np.ndarray) -> States:
         return additive_filter(
@@ -164,9 +171,10 @@ class ExponentialSmoothingModel(CalibratedModel):
         return states
 
     def _mean_paths(self, filled: np.ndarray, origins: np.ndarray, horizon: int) -> np.ndarray:
-        level, trend, season = self.states_
-        if len(level) != len(filled):
-            level, trend, season = self._filter(filled)
+        states = self.states_
+        if states is None or len(states[0]) != len(filled):
+            states = self._filter(filled)
+        level, trend, season = states
         steps = np.arange(1, horizon + 1)
         # Sum of phi^1..phi^h: the damped trend's cumulative contribution.
         damp = np.cumsum(self.phi_**steps) if self.damped else steps.astype(np.float64)

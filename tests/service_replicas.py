@@ -79,6 +79,9 @@ class Replica:
     http_port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     peak_rss_mb: float = 0.0
+    # The same peak split: the service process's own, and its forecast workers' (summed).
+    service_peak_rss_mb: float = 0.0
+    workers_peak_rss_mb: float = 0.0
 
     @property
     def name(self) -> str:
@@ -136,15 +139,20 @@ class Replica:
         if not self.alive():
             return
         assert self.process is not None
-        total = 0.0
-        for pid in [self.process.pid, *children(self.process.pid)]:
-            try:
-                status = Path(f"/proc/{pid}/status").read_text()
-            except OSError:
-                continue
-            found = re.search(r"^VmHWM:\s+(\d+) kB", status, re.M)
-            total += int(found.group(1)) / 1024 if found else 0.0
-        self.peak_rss_mb = max(self.peak_rss_mb, total)
+        service, workers = peak_rss_mb(self.process.pid), sum(map(peak_rss_mb, children(self.process.pid)))
+        self.service_peak_rss_mb = max(self.service_peak_rss_mb, service)
+        self.workers_peak_rss_mb = max(self.workers_peak_rss_mb, workers)
+        self.peak_rss_mb = max(self.peak_rss_mb, service + workers)
+
+
+def peak_rss_mb(pid: int) -> float:
+    """A process's peak resident size (VmHWM) in MiB; 0 when it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    found = re.search(r"^VmHWM:\s+(\d+) kB", status, re.M)
+    return int(found.group(1)) / 1024 if found else 0.0
 
 
 def children(pid: int) -> list[int]:

@@ -21,6 +21,7 @@ from adapters.kubernetes.client import KubeClientSettings, create_api_client
 from adapters.kubernetes.leases import own_identity
 from autoscaler import __version__
 from autoscaler.app.access import build_access, client_ca_pems, needs_kubernetes_api
+from autoscaler.app.allocator import limit_malloc_arenas
 from autoscaler.app.api_loop import ApiLoopRunner, LoopThread, on_own_loop, reviews_on, start_app, stop_app
 from autoscaler.app.factory import buffer_actuator, create_app
 from autoscaler.checks.preflight import PreflightFailed, run_checks
@@ -202,6 +203,7 @@ async def _start_grpc(
 
 async def serve(settings: Settings, *, stop: asyncio.Event | None = None) -> None:
     """Run both ports until SIGTERM/SIGINT (or ``stop``), then drain in-flight requests."""
+    limit_malloc_arenas()  # before the threads that would each make one
     if settings.demo.enabled:
         settings = prepare_demo(settings)
     remove_stale_temporaries(settings.state_dir)  # a write a kill interrupted; before anything writes again

@@ -201,7 +201,9 @@ def _fit(series: pd.Series, request: WorkRequest, work: WorkKind, started: float
         candidates=(request.model,) if work == "refit" and request.model is not None else None,
     )
     if result.selection is not None:
-        held = HeldModels(result.selection, result.scores, result.notes, fitted_at=started, used_at=started)
+        # Slimmed: the fitted history and calibration arrays stay out of the worker's memory.
+        selection = result.selection.slimmed(request.quantiles)
+        held = HeldModels(selection, result.scores, result.notes, fitted_at=started, used_at=started)
         _HELD[(request.scope, request.key)] = held
     # Only the forecast travels back.
     return replace(result, selection=None)

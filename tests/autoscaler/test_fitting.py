@@ -4,6 +4,7 @@ this version does not know is selected again, and the forecast says so."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -49,3 +50,27 @@ def test_a_model_this_version_does_not_know_is_selected_again(history, model):
     assert result.work == "select"
     assert len(result.engine.scores) > 2  # every candidate was scored
     assert f"model {model!r} is not known to this version; selected again" in result.engine.notes
+
+
+def test_a_worker_holds_slimmed_models_that_forecast_as_the_fit_did(history):
+    fitted = work_in_worker(request(history, "refit", "ensemble(ets+gbm)", scope="slim"))
+    held = fitting.held_models("slim")[("gpus", (("pool", "earth"),))]
+    assert [type(member).name for member in held.selection.members] == ["ets", "gbm"]
+    # Neither the fitted history nor the calibration arrays stay in the worker.
+    assert all(member.history_ is None and member.actual_ is None for member in held.selection.members)
+    updated = work_in_worker(request(history, "update", "ensemble(ets+gbm)", scope="slim"))
+    assert updated.work == "update"
+    assert updated.engine.forecast.timestamps.equals(fitted.engine.forecast.timestamps)
+    assert updated.engine.forecast.quantile(0.9).tolist() == fitted.engine.forecast.quantile(0.9).tolist()
+    assert updated.engine.forecast.mean.tolist() == fitted.engine.forecast.mean.tolist()
+
+
+def test_held_models_asked_for_a_level_they_were_not_kept_for_are_selected_again(history):
+    work_in_worker(request(history, "refit", "ets", scope="new-level"))
+    other_level = replace(request(history, "update", "ets", scope="new-level"), quantiles=(0.8,))
+    result = work_in_worker(other_level)
+    assert result.work == "select"
+    assert (
+        "held models could not forecast (ValueError: ets was slimmed for the levels [0.9], not 0.8); selected again"
+        in result.engine.notes
+    )

@@ -17,6 +17,6 @@ def test_flat_trees_predict_exactly_as_sklearn(helios_10d: pd.Series) -> None:
     rows = model.features_.build(origins, steps, 12)[:, model.columns_]
     rows[::7, 3] = np.nan  # missing values take each node's learnt side
     for regressor in model.models_.values():
-        assert trees._flatten(regressor) is not None  # sklearn's internals are as expected
+        assert trees.flatten(regressor) is not None  # sklearn's internals are as expected
         for count in (1, 2, 5, 48):
             np.testing.assert_array_equal(trees.predict(regressor, rows[:count]), regressor.predict(rows[:count]))
