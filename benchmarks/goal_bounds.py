@@ -121,7 +121,7 @@ def _causal_features(demand: pd.Series, minutes_per_point: int) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "minute_of_day": index.hour * 60 + index.minute,
-            "day_of_week": index.dayofweek,
+            "day_of_week": index.day_of_week,
             "level": demand.to_numpy(dtype=np.float64),
             "change_5m": demand.diff(points(5)),
             "change_30m": demand.diff(points(30)),
