@@ -94,8 +94,7 @@ def run(
             **_capacity(grouped, gpus_per_node, distribution, gpu_hour_price),
         )  # fmt: skip
         workload = _workload(source, pods_path is not None, step_s, windows, gpus_per_node)
-        if unit_pods:
-            workload = _as_unit_pods(workload, pods_path is not None, windows)
+        workload = _as_unit_pods(workload, pods_path is not None, windows) if unit_pods else workload
         with progress_bar("simulating") as progress:
             result = simulate(
                 workload, specs, config, workers=workers, progress=progress,

@@ -39,7 +39,12 @@ def test_json_names_the_queue_and_each_policys_waits(pod_list):
         "admission_check_seconds": 120.0,
     }
     assert queue["see_workloads"] is True
-    assert set(queue["demand_seen"]) == {"without_workloads", "with_workloads", "workloads_counted", "waiting_for_quota"}
+    assert set(queue["demand_seen"]) == {
+        "without_workloads",
+        "with_workloads",
+        "workloads_counted",
+        "waiting_for_quota",
+    }
     seen = queue["demand_seen"]
     # Each Workload is counted for its 2 minutes of checks, at two minute starts: 4 GPUs, then 4 (3 + 1),
     # 2 and 1; the last one's checks begin 50 s before the end, at one minute start.

@@ -156,4 +156,3 @@ def test_only_auto_serves_the_workloads_it_sees():
     assert [job.queued.tolist() for job in auto if job.queued is not None] == [list(range(60)), list(range(60, 120))]
     holt_winters = plan_blocks((parse_policy("holt_winters"),), workload, 0, cadence, queued)
     assert all(job.queued is None for job in holt_winters)
-
