@@ -8,12 +8,13 @@ import pandas as pd
 import pytest
 
 from autoscaler.simulation.cluster import ClusterState
-from autoscaler.simulation.forecasting import ForecastCadence, plan_blocks
+from autoscaler.simulation.forecasting import ForecastCadence, plan_blocks, serve_decision
 from autoscaler.simulation.inputs import Pods, make_workload
 from autoscaler.simulation.lead_times import parse_lead_time_distribution
 from autoscaler.simulation.policies import parse_policies, parse_policy
 from autoscaler.simulation.quota import QuotaQueue, QuotaSettings, plan_queue, planned_reservations
 from autoscaler.simulation.runner import SimulationConfig, simulate
+from forecast.types import Forecast
 
 ORIGIN = pd.Timestamp("2024-03-01T00:00:00Z")
 # Arrival, duration and GPUs of four Jobs of one pod, and two late ones: a 4-GPU quota holds the first
@@ -156,3 +157,17 @@ def test_only_auto_serves_the_workloads_it_sees():
     assert [job.queued.tolist() for job in auto if job.queued is not None] == [list(range(60)), list(range(60, 120))]
     holt_winters = plan_blocks((parse_policy("holt_winters"),), workload, 0, cadence, queued)
     assert all(job.queued is None for job in holt_winters)
+
+
+def test_auto_serves_the_counted_workloads_as_the_refresher_does():
+    """``auto:Q`` adds the counted Workloads' GPUs to the demand it serves, through ``policy.decide``
+    (a window open from now), and its headroom rises by as many."""
+    workload = make_workload("hand-made", ORIGIN, 60.0, np.zeros(120), _pods(), ())
+    job = plan_blocks((parse_policy("auto:0.9"),), workload, 0, ForecastCadence(), np.full(120, 16.0))[0]
+    now = ORIGIN + pd.Timedelta(minutes=30)
+    stamps = pd.date_range(now, periods=3, freq="5min")
+    forecast = Forecast("test", stamps, np.full(3, 9.0), {0.9: np.array([10.0, 12.0, 11.0])})
+    alone = serve_decision(job, job.specs[0], forecast, now, last_observed=10.0)
+    queued = serve_decision(job, job.specs[0], forecast, now, last_observed=10.0, queued=16.0)
+    assert (alone.value, queued.value) == (2.0, 18.0)
+    assert "plus queued simulation/queued (16 GPUs)" in queued.explanation
