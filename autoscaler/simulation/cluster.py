@@ -56,7 +56,7 @@ class ClusterState:
     # -- events ----------------------------------------------------------------------------------
 
     def next_event(self) -> float:
-        """The next pod arrival or finish."""
+        """The next pod arrival (its Workload's creation, with a queue), admission or finish."""
         arrival = self._arrival[self._next_arrival] if self._next_arrival < len(self._arrival) else math.inf
         finish = self._finishing[0][0] if self._finishing else math.inf
         admission = self._admitting[0][0] if self._admitting else math.inf
