@@ -3,6 +3,7 @@ its figures do not depend on the machine (sizes and simulated GPU-hours, not sec
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import traces
 from tests.prometheus_fixture import binaries_or_skip
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,3 +146,20 @@ def test_the_hourly_buffer_figures_in_the_service_levels_note_are_hourly_buffers
         f"(one buffer: {missed_range('1', 'one buffer')}) and {missed_range('0.3', 'a buffer per hour')} at 0.3 % "
         f"(one buffer: {missed_range('0.3', 'one buffer')})"
     ) in text
+
+
+@pytest.mark.slow
+@pytest.mark.traces
+def test_the_heuristics_behind_a_quota_in_the_quota_queue_page_are_simulates() -> None:
+    pods = traces.path("alibaba_gpu_v2023/openb_pod_list_default.csv.gz")
+    output = run_benchmark(
+        "autoscaler", "simulate", "--pods", str(pods), "--step", "1m", "--gpus-per-node", "8", "--lead-time", "5m",
+        "--warmup", "7d", "--consolidate-after", "10m", "--workers", "1", "--format", "json", "--quota-gpus", "56",
+        "--admission-check-delay", "5m", "--policies", "reactive,static_buffer@1%,reactive_max@1%",
+    )  # fmt: skip
+    text = plain("docs/benchmarks/quota-queue.md")
+    for policy, figures in json.loads(output)["policies"].items():
+        waits = figures["queue_wait_seconds"]
+        cells = [f"{figures[key]:,.0f}" for key in ("provisioned_gpu_hours", "idle_gpu_hours", "short_gpu_minutes")]
+        cells += [" / ".join(f"{waits[kind][at]:,.0f}" for at in ("p50", "p95", "max")) for kind in waits]
+        assert f"| {policy} | no | {' | '.join(cells)} |" in text, policy

@@ -199,6 +199,25 @@ More: docs/command-line.md, docs/service-levels.md."""
     help="interruptions per spot node-hour (2-minute notice; the node's pods are Pending again); "
     "without --pools the one pool is a spot pool",
 )
+@click.option(
+    "--quota-gpus",
+    type=integer(1),
+    default=None,
+    help="queue the pods behind a Kueue ClusterQueue with this nominal GPU quota (BestEffortFIFO by creation; "
+    "each pod a Job of one pod, created once its Workload is admitted); JSON: quota_queue, queue_wait_seconds",
+)
+@click.option(
+    "--admission-check-delay",
+    default="0s",
+    show_default=True,
+    help="with --quota-gpus: how long the ClusterQueue's admission checks take from quota reserved to admitted",
+)
+@click.option(
+    "--see-workloads/--no-see-workloads",
+    default=True,
+    show_default=True,
+    help="with --quota-gpus: whether auto serves the Workloads the live service counts (inputs.kueue)",
+)
 @click.option("--workers", default=1, show_default=True, type=integer(1, 64), help="processes")
 @click.option("--seed", default=0, show_default=True, type=integer())
 def simulate_command(**options: Any) -> None:

@@ -28,6 +28,7 @@ from autoscaler.simulation.inputs import (
 from autoscaler.simulation.lead_times import LeadTimeDistribution, parse_lead_time_distribution
 from autoscaler.simulation.policies import PolicySpec, parse_policies
 from autoscaler.simulation.pools import Scarcity, load_pools, single_pool
+from autoscaler.simulation.quota import QuotaSettings
 from autoscaler.simulation.report import build_report, plot, render_table
 from autoscaler.simulation.runner import SimulationConfig, SimulationResult, simulate
 from autoscaler.simulation.tuning import TuningSettings
@@ -71,7 +72,7 @@ def run(
     workers: int,
     seed: int,
     unit_pods: bool = False,
-    **grouped: Any,  # the tuned policies' options (``_tuning``) and the pool's capacity (``_capacity``)
+    **grouped: Any,  # the tuned policies' options (``_tuning``), the pool's capacity (``_capacity``), ``_quota``
 ) -> None:
     """The command with its options parsed: a usage error for bad input, else the report written."""
     try:
@@ -89,11 +90,11 @@ def run(
             warmup_s=_seconds("--warmup", warmup, allow_zero=True), lead_distribution=distribution,
             consolidate_after_s=_seconds("--consolidate-after", consolidate_after, allow_zero=True),
             cadence=cadence, actuation=actuated, seed=seed, tuning=_tuning(grouped),
+            quota=_quota(grouped, queued=pods_path is not None or unit_pods, windows=bool(windows)),
             **_capacity(grouped, gpus_per_node, distribution, gpu_hour_price),
         )  # fmt: skip
         workload = _workload(source, pods_path is not None, step_s, windows, gpus_per_node)
-        if unit_pods:
-            workload = _as_unit_pods(workload, pods_path is not None, windows)
+        workload = _as_unit_pods(workload, pods_path is not None, windows) if unit_pods else workload
         with progress_bar("simulating") as progress:
             result = simulate(
                 workload, specs, config, workers=workers, progress=progress,
@@ -123,6 +124,26 @@ def _tuning(options: dict[str, Any]) -> TuningSettings:
     if tuning.window_s < tuning.every_s:
         raise ValueError(f"--tune-window ({window}) must be at least --tune-every ({every})")
     return tuning
+
+
+def _quota(options: dict[str, Any], *, queued: bool, windows: bool) -> QuotaSettings | None:
+    """The ``--quota-gpus`` queue; its other flags without it are a usage error, not ignored."""
+    quota_gpus: int | None = options["quota_gpus"]
+    if quota_gpus is None:
+        context = click.get_current_context()
+        for parameter, flag in (
+            ("admission_check_delay", "--admission-check-delay"),
+            ("see_workloads", "--see-workloads"),
+        ):
+            if context.get_parameter_source(parameter) is not ParameterSource.DEFAULT:
+                raise ValueError(f"{flag} is the quota queue's: it needs --quota-gpus")
+        return None
+    if not queued:
+        raise ValueError("--quota-gpus queues pods: give --pods (a pod trace) or --unit-pods, not fluid --input demand")
+    if windows:
+        raise ValueError("--quota-gpus: declared windows (--schedule) are not queued; leave them out")
+    delay_s = _seconds("--admission-check-delay", options["admission_check_delay"], allow_zero=True)
+    return QuotaSettings(quota_gpus, delay_s, options["see_workloads"])
 
 
 def _source(

@@ -23,6 +23,7 @@ from autoscaler.simulation.cluster import ClusterState
 from autoscaler.simulation.inputs import Workload
 from autoscaler.simulation.pool_set import PoolSet, PoolSetConfig
 from autoscaler.simulation.provisioner import NodePool, PoolConfig
+from autoscaler.simulation.quota import QuotaPlan, queue_waits
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,8 @@ class Outcome:
     # cost, node launches, failed launches, spot interruptions; and the cost summed over pools.
     pools: dict[str, dict[str, float]] = field(default_factory=dict)
     cost: float | None = None
+    # Behind a quota queue, its Workloads' waits in seconds by kind (quota.queue_waits).
+    queue_waits: dict[str, np.ndarray] = field(default_factory=dict)
 
     def scored_ledger(self, period: Period) -> MinuteLedger:
         return self.ledger.between(period.scored_from, period.end)
@@ -80,13 +83,14 @@ def run_policy(
     period: Period,
     pool_config: PoolConfig | PoolSetConfig,
     actuation: Actuation,
+    quota: QuotaPlan | None = None,
 ) -> Outcome:
     """Simulate one policy whose served metric (spare GPUs wanted) is ``metric[step]``, actuated by
-    placeholders under an HPA or by a CapacityBuffer."""
+    placeholders under an HPA or by a CapacityBuffer; the pods behind ``quota``'s queue, if given."""
     started = time.perf_counter()
     first_step = int(period.start // workload.step_s)
     spare = spare_capacity(actuation, metric, workload.step_s, period.start, period.end)
-    cluster, pool = _starting_cluster(workload, period, first_step, pool_config)
+    cluster, pool = _starting_cluster(workload, period, first_step, pool_config, quota)
     cluster.chunk_gpus = spare.chunk_gpus
     scheduled_times = _scheduled_times(workload, period, first_step, spare)
     rates = _Rates()
@@ -97,9 +101,12 @@ def run_policy(
     capacity_times, capacity_values = rates.capacity()
     pod_waits, window_pod_waits = _scored_pod_waits(workload, period, cluster)
     pools, cost = _pool_figures(pool, period)
+    times = (cluster.reserved, cluster.admitted, cluster.started)
+    scored = (period.scored_from, period.end)
     return Outcome(
         pools=pools,
         cost=cost,
+        queue_waits={} if quota is None else queue_waits(quota, workload.pods.arrival, times, scored),
         ledger=rates.ledger(period),
         window_start_delays=_window_start_delays(workload, period, cluster.started),
         totals=totals,
@@ -163,11 +170,15 @@ def _pool_figures(pool: NodePool | PoolSet, period: Period) -> tuple[dict[str, d
 
 
 def _starting_cluster(
-    workload: Workload, period: Period, first_step: int, pool_config: PoolConfig | PoolSetConfig
+    workload: Workload,
+    period: Period,
+    first_step: int,
+    pool_config: PoolConfig | PoolSetConfig,
+    quota: QuotaPlan | None,
 ) -> tuple[ClusterState, NodePool | PoolSet]:
     """The cluster at ``period.start``: the trace's pods and the fluid demand running on just enough
     Ready nodes for them."""
-    cluster = ClusterState(workload.pods)
+    cluster = ClusterState(workload.pods, quota)
     cluster.start_running(period.start)
     cluster.fluid_wanted = float(workload.base[first_step])
     cluster.fluid_running = cluster.fluid_wanted
@@ -356,12 +367,14 @@ def _step_through_fluid(
 
 def _scored_pod_waits(workload: Workload, period: Period, cluster: ClusterState) -> tuple[np.ndarray, np.ndarray]:
     """Seconds each pod arriving in the scored period waited (still waiting: until the end), for the
-    trace's pods and for the declared windows' pods: until it first ran, plus every wait after its
-    node was reclaimed."""
+    trace's pods and for the declared windows' pods: from its creation until it first ran, plus every
+    wait after its node was reclaimed. Behind a quota queue a pod is created once admitted; one never
+    admitted has no pod, and no wait."""
     pods = workload.pods
-    arrived = (pods.arrival >= period.scored_from) & (pods.arrival < period.end)
-    waits = cluster.started - pods.arrival
-    waits[np.isnan(waits)] = period.end - pods.arrival[np.isnan(waits)]  # still waiting at the end
+    created = cluster.created_s()
+    arrived = (pods.arrival >= period.scored_from) & (pods.arrival < period.end) & ~np.isnan(created)
+    waits = cluster.started - created
+    waits[np.isnan(waits)] = period.end - created[np.isnan(waits)]  # still waiting at the end
     if cluster.evicted_at or cluster.requeued_wait.any():
         waits = waits + cluster.requeued_wait
         for pod, since in cluster.evicted_at.items():  # Pending again at the end

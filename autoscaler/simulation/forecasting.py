@@ -28,7 +28,7 @@ from datetime import timedelta
 import numpy as np
 import pandas as pd
 
-from adapters.types import ScheduledWindow
+from adapters.types import QUEUED_SOURCE, ScheduledWindow
 from autoscaler import policy
 from autoscaler.simulation.inputs import Workload
 from autoscaler.simulation.policies import PolicySpec
@@ -79,6 +79,9 @@ class BlockJob:
     step_times: pd.DatetimeIndex  # the simulation steps this block serves
     first_step: int
     windows: tuple[ScheduledWindow, ...]
+    # GPUs of the Kueue Workloads the service counts at each of those steps (quota.QuotaPlan), served by
+    # ``auto`` as the refresher serves them; None: not seen.
+    queued: np.ndarray | None = None
 
     @property
     def holt_winters(self) -> bool:
@@ -117,9 +120,16 @@ def demand_bins(workload: Workload, step_s: float) -> pd.Series:
 
 
 def plan_blocks(
-    specs: tuple[PolicySpec, ...], workload: Workload, first_step: int, cadence: ForecastCadence
+    specs: tuple[PolicySpec, ...],
+    workload: Workload,
+    first_step: int,
+    cadence: ForecastCadence,
+    queued: np.ndarray | None = None,
 ) -> list[BlockJob]:
-    """Split the simulated steps into reselection periods, each with the history it may use."""
+    """Split the simulated steps into reselection periods, each with the history it may use and, for
+    ``auto`` (this service's policy, not PHPA's Holt-Winters), the Workloads counted at its steps
+    (``queued`` per step, if seen)."""
+    queued = None if specs[0].name == HOLT_WINTERS else queued
     bins = demand_bins(workload, cadence.step_s)
     step = pd.Timedelta(seconds=cadence.step_s)
     known_all = window_demand(pd.DatetimeIndex(bins.index), step, [(w.start, w.end, w.gpus) for w in workload.windows])
@@ -144,6 +154,7 @@ def plan_blocks(
                 step_times=index[start:stop],
                 first_step=start,
                 windows=windows,
+                queued=None if queued is None else queued[start:stop],
             )
         )
     return jobs
@@ -259,11 +270,12 @@ def _headroom_rule(quantile: float) -> policy.Rule:
 
 
 def serve_decision(
-    job: BlockJob, spec: PolicySpec, forecast: Forecast, now: pd.Timestamp, last_observed: float
+    job: BlockJob, spec: PolicySpec, forecast: Forecast, now: pd.Timestamp, last_observed: float, queued: float = 0.0
 ) -> policy.Decision:
     """What a policy serves at ``now`` from its latest forecast, and why.
 
-    ``auto:Q`` goes through ``policy.decide`` exactly as the refresher's headroom plans do.
+    ``auto:Q`` goes through ``policy.decide`` exactly as the refresher's headroom plans do, the
+    ``queued`` GPUs of counted Kueue Workloads as one window open from now (autoscaler/refresh/kueue_inputs.py).
     """
     lead = timedelta(seconds=job.cadence.lead_s)
     if spec.name == HOLT_WINTERS:
@@ -277,7 +289,7 @@ def serve_decision(
         # Timestamp costs more than the rest of the policy).
         now=now.to_pydatetime(),
         lead_time=policy.LeadTime(lead, SIMULATED_LEAD_TIME_SOURCE),
-        windows=job.windows,
+        windows=job.windows if queued <= 0 else (*job.windows, _queued_window(now, lead, queued)),
         requested_now=last_observed,
     )
     decision = policy.decide(_headroom_rule(spec.quantile), situation)
@@ -286,9 +298,18 @@ def serve_decision(
     return decision
 
 
-def serve(job: BlockJob, spec: PolicySpec, forecast: Forecast, now: pd.Timestamp, last_observed: float) -> float:
+def _queued_window(now: pd.Timestamp, lead: timedelta, gpus: float) -> ScheduledWindow:
+    """Counted Workloads, as the refresher serves them: open from now past the lead time (the
+    window's length changes nothing served)."""
+    start = now.to_pydatetime()
+    return ScheduledWindow(QUEUED_SOURCE, "simulation", "queued", start, start + 2 * lead, gpus)
+
+
+def serve(
+    job: BlockJob, spec: PolicySpec, forecast: Forecast, now: pd.Timestamp, last_observed: float, queued: float = 0.0
+) -> float:
     """The headroom a policy serves at ``now`` from its latest forecast."""
-    return serve_decision(job, spec, forecast, now, last_observed).value
+    return serve_decision(job, spec, forecast, now, last_observed, queued).value
 
 
 def _model_names(fitted: Fitted, spec: PolicySpec) -> str:
@@ -349,7 +370,8 @@ def run_block(job: BlockJob) -> list[BlockResult]:
         if forecasts is None:
             continue
         for spec, result in zip(job.specs, results, strict=True):
-            value = serve(job, spec, forecasts[spec.text], now, float(raw[last_bin]))
+            queued = 0.0 if job.queued is None else float(job.queued[position])
+            value = serve(job, spec, forecasts[spec.text], now, float(raw[last_bin]), queued)
             # As the service: a value that must not be served leaves the last good one in place.
             result.values[position] = value if math.isfinite(value) else result.values[position - 1]
     return results

@@ -14,6 +14,7 @@ from autoscaler.simulation.engine import Outcome, Period
 from autoscaler.simulation.periods import period_figures
 from autoscaler.simulation.policies import parse_policy
 from autoscaler.simulation.pool_report import actuation_figures, cost_figures, pool_settings
+from autoscaler.simulation.quota_report import QUEUE_WAITS, queue_wait_figures, quota_queue_figures, render_quota_queue
 from autoscaler.simulation.runner import PolicyRun, SimulationResult
 from autoscaler.simulation.versus_reactive import describe as versus_line
 from autoscaler.simulation.versus_reactive import versus_reactive
@@ -77,6 +78,8 @@ def policy_figures(
         waits = wait_figures(run.outcome.window_pod_waits)
         figures["window_capacity_wait_p50_s"] = _maybe_round(waits.p50_s)
         figures["window_capacity_wait_p95_s"] = _maybe_round(waits.p95_s)
+    if run.outcome.queue_waits:
+        figures[QUEUE_WAITS] = queue_wait_figures(run.outcome)
     return figures | cost_figures(run.outcome, totals.provisioned, gpu_hour_price)
 
 
@@ -151,6 +154,7 @@ def build_report(
         "declared_windows": len(workload.windows),
         "actuation": actuation_figures(config.actuation),
         **pool_settings(config),
+        **({} if result.quota is None else {"quota_queue": quota_queue_figures(result.quota, period, workload.step_s)}),
         "policies": {
             text: policy_figures(run, pods=pods, windows=windows, gpu_hour_price=gpu_hour_price, period=period)
             for text, run in result.runs.items()
@@ -198,7 +202,7 @@ def render_table(report: dict[str, Any]) -> None:
         f"lead time {report['lead_time_seconds']:g} s ({report['lead_time_distribution']})"
         + (f", actuation {report['actuation']['kind']}" if "actuation" in report else "")
     )
-    columns = [key for key in next(iter(report["policies"].values())) if key != "pools"]
+    columns = [key for key in next(iter(report["policies"].values())) if key not in ("pools", QUEUE_WAITS)]
     table.add_column("policy", no_wrap=True)
     for column in columns:
         table.add_column(_HEADERS.get(column, column), justify="right")
@@ -207,6 +211,7 @@ def render_table(report: dict[str, Any]) -> None:
     # Piped output is not a terminal; rich would then wrap at 80 columns.
     console = Console(width=None if sys.stdout.isatty() else 160)
     console.print(table)
+    render_quota_queue(console, report)
     for text, details in report["forecasting"].items():
         models = ", ".join(f"{name} x{count}" for name, count in details["models"].items())
         console.print(f"{text}: {details['fits']} fits, {details['fit_seconds']:g} s; models: {models}")

@@ -33,6 +33,7 @@ from autoscaler.simulation.policies import ORACLE_LEAD_QUANTILE, Planning, Polic
 from autoscaler.simulation.pool_set import PoolSetConfig
 from autoscaler.simulation.pools import PoolSpec, Scarcity
 from autoscaler.simulation.provisioner import BATCH_MAX_S, PoolConfig
+from autoscaler.simulation.quota import QuotaPlan, QuotaSettings, plan_queue
 from autoscaler.simulation.sweeps import rolling_max_settings, static_buffer_settings, sweep_until_past
 from autoscaler.simulation.tuning import (
     DAY_S,
@@ -64,6 +65,7 @@ class SimulationConfig:
     tuning: TuningSettings = field(default_factory=TuningSettings)
     pools: tuple[PoolSpec, ...] | None = None  # in weight order; None: the one plain pool above
     scarcity: Scarcity = field(default_factory=Scarcity)
+    quota: QuotaSettings | None = None  # a Kueue ClusterQueue in front of the pods
 
 
 @dataclass
@@ -90,6 +92,7 @@ class SimulationResult:
     # the operators' heuristics at every setting, not only the ones given.
     static_sweep: dict[str, Outcome] = field(default_factory=dict)
     rolling_max_sweep: dict[str, Outcome] = field(default_factory=dict)
+    quota: QuotaPlan | None = None  # the quota queue as the policies saw it
 
 
 def simulation_period(workload: Workload, warmup_s: float, settle_s: float = SETTLE_S) -> Period:
@@ -168,9 +171,10 @@ class _ClusterRuns:
     period: Period
     pool_config: PoolConfig | PoolSetConfig
     actuation: Actuation
+    quota: QuotaPlan | None = None
 
     def submit(self, jobs: _Jobs, tag: Tag, metric: np.ndarray) -> None:
-        jobs.submit(tag, run_policy, self.workload, metric, self.period, self.pool_config, self.actuation)
+        jobs.submit(tag, run_policy, self.workload, metric, self.period, self.pool_config, self.actuation, self.quota)
 
 
 class _PolicyJobs:
@@ -186,10 +190,11 @@ class _PolicyJobs:
         self._specs = specs
         self._cluster_runs = cluster_runs
         self._planning = planning
-        workload = cluster_runs.workload
+        workload, quota = cluster_runs.workload, cluster_runs.quota
         self._groups = {group[0].text: group for group in forecast_groups(specs)}
+        seen = None if quota is None else quota.seen_workload_gpus  # Kueue Workloads the service counts
         self._blocks = {
-            key: plan_blocks(group, workload, planning.first_step, cadence) for key, group in self._groups.items()
+            key: plan_blocks(group, workload, planning.first_step, cadence, seen) for key, group in self._groups.items()
         }
         self.total = len(specs) + sum(len(block_jobs) for block_jobs in self._blocks.values())
         self.done = 0
@@ -300,18 +305,18 @@ def simulate(
 
     ``sweep_static`` then runs ``static_buffer:N`` for every whole N from 0, and ``sweep_rolling_max``
     ``reactive_max:W`` for W = 5m, 10m, 15m, ..., each in batches of ``workers`` until one provisions
-    more GPU-hours than the costliest ``auto:Q`` policy: whether a forecast beats a heuristic depends
-    on every setting an operator could have chosen, not only the ones given.
+    more GPU-hours than the costliest ``auto:Q`` policy (every setting an operator could have chosen).
 
     Tuned policies (``auto-slo:T``, ``static_buffer@T``, ``reactive_max@T``) run their candidates
     first, each through the whole run, then serve the walk-forward choices among them (:mod:`.tuning`);
     the cluster then settles a day before scoring, so the first decision has a day of the past.
     """
     started = time.perf_counter()
+    workload, quota = (workload, None) if config.quota is None else plan_queue(workload, config.quota)
     tuned = [spec for spec in specs if spec.tuned]
     period = simulation_period(workload, config.warmup_s, DAY_S if tuned else SETTLE_S)
     planning = _planning(workload, period, config)
-    cluster_runs = _ClusterRuns(workload, period, _pool_config(config), config.actuation)
+    cluster_runs = _ClusterRuns(workload, period, _pool_config(config), config.actuation, quota)
     peak_demand, windows = (float(workload.peak.max()) if workload.steps else 0.0), bool(workload.windows)
     candidates = {spec.text: candidate_texts(spec.name, peak_demand, config.gpus_per_node, windows) for spec in tuned}
     plain = [spec for spec in specs if not spec.tuned]
@@ -341,7 +346,7 @@ def simulate(
     every_run = policy_jobs.policy_runs()
     runs = {spec.text: tuned_runs[spec.text] if spec.tuned else every_run[spec.text] for spec in specs}
     seconds = time.perf_counter() - started
-    return SimulationResult(workload, period, config, runs, seconds, static_sweep=static, rolling_max_sweep=rolling)
+    return SimulationResult(workload, period, config, runs, seconds, static, rolling, quota)
 
 
 def _run_tuned(
