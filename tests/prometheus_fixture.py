@@ -286,6 +286,7 @@ class PrometheusServer:
     _process: subprocess.Popen[bytes] | None = None
     probe_at: pd.Timestamp | None = None
     probe_query: str = "count(kube_node_labels)"  # an instance without kube-state-metrics needs another
+    extra_args: Sequence[str] = ()  # more flags (benchmarks: --query.timeout, as a user's Prometheus has it)
 
     @property
     def url(self) -> str:
@@ -310,6 +311,7 @@ class PrometheusServer:
             # No compaction of the backfilled 2h blocks: it would only burn the CI machine's CPU.
             "--storage.tsdb.max-block-duration=2h",
             "--log.level=warn",
+            *self.extra_args,
         ]
         with self.log_path.open("ab") as log:
             self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)

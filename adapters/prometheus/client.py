@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Self, TypeVar
@@ -190,6 +190,16 @@ class PrometheusSource:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         return to_signals(query, (series for result in results for series in result), first, last)
+
+    async def read_recorded_if_held(self, query: SignalQuery, since: datetime) -> SignalQuery:
+        """``query.recorded`` when Prometheus holds its recording rule's series at ``since`` (a rule installed
+        later would give a shorter history than the raw series), else ``query`` without it."""
+        recorded, series = query.recorded, query.recorded_series
+        if recorded is None or series is None:
+            return query
+        at = grid_end(since, query.step)
+        found = await self.query_range(f"count({series})", at, at, query.step)
+        return recorded if found else replace(query, recorded=None)
 
     async def pull_incremental(self, query: SignalQuery, since: datetime, now: datetime) -> list[Signal]:
         """The grid points after ``since`` up to ``now``; merge the result with ``merge_signal``.

@@ -22,6 +22,7 @@ from autoscaler.simulation.defaults import POLICIES_HELP, shown_list
 if TYPE_CHECKING:  # heavy: imported when the command runs, not for --help
     import pandas as pd
 
+    from adapters.prometheus.promql import SignalQuery
     from autoscaler.simulation.runner import SimulationConfig
 
 SERVICE_POLICY = "auto:0.9"  # gpu_headroom at the 0.9 quantile, the service's default
@@ -153,7 +154,12 @@ async def _pull(url: str, since: timedelta, needed: timedelta, query_timeout: ti
     async with PrometheusSource(settings) as prometheus:
         try:
             found = await check_prometheus(prometheus, now, since, needed)
-            signals = await prometheus.backfill(gpu_query(), max(found.history_start, now - since), now)
+            start = max(found.history_start, now - since)
+            # As serve does: the shipped recording rule's series when they cover the range, several times
+            # cheaper for Prometheus than the raw ones (docs/benchmarks/query-cost.md).
+            query = await prometheus.read_recorded_if_held(gpu_query(), start)
+            click.echo(f"reading the GPUs requested from {_read_from(query)} ...", err=True)
+            signals = await prometheus.backfill(query, start, now)
         except TrialError as error:
             raise CommandFailed(str(error)) from None
         except PrometheusError as error:
@@ -163,6 +169,14 @@ async def _pull(url: str, since: timedelta, needed: timedelta, query_timeout: ti
     if not series:
         raise CommandFailed(f"Prometheus at {url}: no GPUs requested in any node pool over the last {since}")
     return series
+
+
+def _read_from(query: SignalQuery) -> str:
+    from adapters.prometheus.presets import RECORDED_GPUS_REQUESTED
+
+    if RECORDED_GPUS_REQUESTED in query.promql:
+        return f"the recording rule {RECORDED_GPUS_REQUESTED}"
+    return "the raw kube-state-metrics series (the recording rule does not cover the range)"
 
 
 def _save_series(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pandas as pd
@@ -189,12 +188,10 @@ class PrometheusSignalSource:
         a lookback ago (a rule installed later would give a shorter history than the raw series);
         chosen once, at the first pull."""
         recorded, series = self.query.recorded, self.query.recorded_series
-        since = grid_end(now - self.lookback, self.query.step)
         try:
-            found = await self.prometheus.query_range(f"count({series})", since, since, self.query.step)
+            use = await self.prometheus.read_recorded_if_held(self.query, now - self.lookback)
         except PrometheusError as error:
             raise QueryFailed(self.name, error) from error
-        use = recorded if found and recorded is not None else replace(self.query, recorded=None)
         how = "the recording rule" if use is recorded else "the raw series: nothing recorded"
         log.info("signal %s: read from %s (%s, %s of lookback)", self.name, how, series, self.lookback)
         self.query = self._queries[0] = use

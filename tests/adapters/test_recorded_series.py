@@ -12,9 +12,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from click.testing import CliRunner
 
 from adapters.prometheus import presets
 from adapters.prometheus.client import PrometheusClientSettings, PrometheusSource
+from autoscaler.commands.cli import main
 from autoscaler.refresh.sources import PrometheusSignalSource
 from tests.prometheus_fixture import BackfillSeries, PrometheusServer, binaries_or_skip, write_blocks
 
@@ -82,3 +84,20 @@ async def test_the_recording_rule_is_read_only_when_it_covers_the_lookback(prome
         assert presets.RECORDED_GPUS_REQUESTED not in signal_source.query.promql
         assert "read from the raw series: nothing recorded" in caplog.text
     assert signal_source.query.recorded is None  # chosen once, at the first pull
+
+
+def test_the_report_reads_the_recording_rule_only_when_it_covers_its_range(prometheus, tmp_path):
+    server, recorded_days = prometheus
+    saved = tmp_path / "series"
+    saved.mkdir()
+    arguments = ["report", "--prometheus-url", server.url, "--since", "2d", "--output", str(tmp_path / "r.html")]
+    arguments += ["--warmup", "12h", "--save-series", str(saved), "--policies", "reactive,auto:0.9"]
+    result = CliRunner().invoke(main, arguments)
+    assert result.exit_code == 0, result.output
+    values = set(pd.read_csv(saved / "nodepool-a100.csv")["value"])
+    if recorded_days >= 3:
+        assert values == {7.0}, values
+        assert f"from the recording rule {presets.RECORDED_GPUS_REQUESTED}" in result.stderr
+    else:
+        assert values == {3.0}, values
+        assert "from the raw kube-state-metrics series" in result.stderr
