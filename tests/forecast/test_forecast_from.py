@@ -13,20 +13,11 @@ from forecast.engine import fit_select_many, fit_select_predict
 from forecast.gbm import GradientBoostedQuantile
 from forecast.registry import MODEL_NAMES, make_model
 from forecast.smoothing import ExponentialSmoothingModel
-from forecast.types import Forecast
+from tests.forecast.same_forecast import assert_same_forecast
 
 QUANTILES = (0.5, 0.9, 0.99)
 STEP = pd.Timedelta(minutes=5)
 QUARTER_DAY = 72  # steps
-
-
-def _equal(first: Forecast, second: Forecast) -> None:
-    assert first.model == second.model
-    assert first.timestamps.equals(second.timestamps)
-    np.testing.assert_array_equal(first.mean, second.mean)
-    assert set(first.quantiles) == set(second.quantiles)
-    for level in first.quantiles:
-        np.testing.assert_array_equal(first.quantile(level), second.quantile(level))
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +34,7 @@ def test_forecast_from_the_fitted_series_is_predict(
     model = fitted[name]
     train = helios_10d.iloc[:-144].copy()  # equal data, another object: prepared again, same answer
     for horizon in (1, 6, 12):
-        _equal(model.forecast_from(train, horizon, QUANTILES), model.predict(horizon, QUANTILES))
+        assert_same_forecast(model.forecast_from(train, horizon, QUANTILES), model.predict(horizon, QUANTILES))
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)
@@ -59,7 +50,7 @@ def test_forecast_from_newer_data_starts_after_it(
     if name not in ("seasonal_naive", "seasonal_naive_weekly"):  # those copy a past day, not the level
         assert not np.array_equal(forecast.mean, before.mean)
     # Fitting did not change: the model still predicts what it predicted before.
-    _equal(model.predict(6, QUANTILES), before)
+    assert_same_forecast(model.predict(6, QUANTILES), before)
 
 
 @pytest.mark.parametrize("name", MODEL_NAMES)
@@ -102,7 +93,7 @@ def test_smoothing_resumes_exactly(name: str, helios_10d: pd.Series) -> None:
     ):
         fresh = pickle.loads(pickle.dumps(model))  # noqa: S301 - our own bytes
         fresh.filter_cache_.start = pd.Timestamp(0, tz="UTC")  # nothing to resume from
-        _equal(forecast, fresh.forecast_from(series, 6, (0.9,)))
+        assert_same_forecast(forecast, fresh.forecast_from(series, 6, (0.9,)))
 
 
 def test_selection_pickles_and_forecasts(helios_10d: pd.Series) -> None:
@@ -110,13 +101,13 @@ def test_selection_pickles_and_forecasts(helios_10d: pd.Series) -> None:
     result = fit_select_predict(train, horizon_steps=3, quantiles=(0.5, 0.9), policy_quantile=0.9, lead_steps=2)
     selection = result.selection
     assert selection.model == result.model
-    _equal(selection.forecast(train, 3, (0.5, 0.9)), result.forecast)
+    assert_same_forecast(selection.forecast(train, 3, (0.5, 0.9)), result.forecast)
     clone = pickle.loads(pickle.dumps(selection))  # noqa: S301 - our own bytes
-    _equal(clone.forecast(train, 3, (0.5, 0.9)), result.forecast)
+    assert_same_forecast(clone.forecast(train, 3, (0.5, 0.9)), result.forecast)
     newer = helios_10d.iloc[:-30]
     forecast = clone.forecast(newer, 3, (0.9,))
     assert forecast.timestamps[0] == newer.index[-1] + STEP
-    _equal(forecast, selection.forecast(newer, 3, (0.9,)))
+    assert_same_forecast(forecast, selection.forecast(newer, 3, (0.9,)))
     # Each member forecasts from the newer data; an ensemble is their average.
     parts = [member.forecast_from(newer, 3, (0.9,)) for member in selection.members]
     np.testing.assert_allclose(forecast.mean, np.mean([part.mean for part in parts], axis=0))
@@ -134,7 +125,7 @@ def test_an_ensemble_selection_forecasts_with_every_member(helios_10d: pd.Series
     )
     assert result.model == "ensemble(naive+naive_empirical)"
     assert [member.name for member in result.selection.members] == ["naive", "naive_empirical"]
-    _equal(result.selection.forecast(train, 3, (0.9,)), result.forecast)
+    assert_same_forecast(result.selection.forecast(train, 3, (0.9,)), result.forecast)
 
 
 def test_shared_fits_select_as_separate_calls(helios_10d: pd.Series) -> None:
@@ -152,9 +143,11 @@ def test_shared_fits_select_as_separate_calls(helios_10d: pd.Series) -> None:
             assert {k: v for k, v in result.scores[name].items() if k != "fit_seconds"} == {
                 k: v for k, v in score.items() if k != "fit_seconds"
             }
-        _equal(result.forecast, alone.forecast)
+        assert_same_forecast(result.forecast, alone.forecast)
         # gbm trained every level once; each quantile's selection holds only what a fit for it has.
-        _equal(result.selection.forecast(newer, 2, (0.5, level)), alone.selection.forecast(newer, 2, (0.5, level)))
+        assert_same_forecast(
+            result.selection.forecast(newer, 2, (0.5, level)), alone.selection.forecast(newer, 2, (0.5, level))
+        )
 
 
 def test_shared_gbm_answers_as_a_fit_for_one_quantile(helios_10d: pd.Series) -> None:
@@ -172,5 +165,7 @@ def test_shared_gbm_answers_as_a_fit_for_one_quantile(helios_10d: pd.Series) -> 
         (member,) = shared[level].selection.members
         assert isinstance(member, GradientBoostedQuantile)
         assert set(member.models_) == {0.5, level}
-        _equal(shared[level].forecast, alone.forecast)
-        _equal(shared[level].selection.forecast(newer, 2, carried), alone.selection.forecast(newer, 2, carried))
+        assert_same_forecast(shared[level].forecast, alone.forecast)
+        assert_same_forecast(
+            shared[level].selection.forecast(newer, 2, carried), alone.selection.forecast(newer, 2, carried)
+        )

@@ -17,18 +17,9 @@ from forecast.base import CalibratedModel, model_history
 from forecast.engine import fit_select_predict
 from forecast.gbm import GradientBoostedQuantile
 from forecast.registry import MODEL_NAMES, make_model
-from forecast.types import Forecast
+from tests.forecast.same_forecast import assert_same_forecast
 
 QUANTILES = (0.9,)
-
-
-def _equal(first: Forecast, second: Forecast) -> None:
-    assert first.model == second.model
-    assert first.timestamps.equals(second.timestamps)
-    np.testing.assert_array_equal(first.mean, second.mean)
-    assert set(first.quantiles) == set(second.quantiles)
-    for level in first.quantiles:
-        np.testing.assert_array_equal(first.quantile(level), second.quantile(level))
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +47,9 @@ def test_a_slimmed_model_forecasts_exactly_as_the_fitted_one(
     slim = model.slimmed(QUANTILES)
     for series in _refreshes(helios_10d):
         for horizon in (2, 6, 9):  # within and beyond the calibrated steps
-            _equal(slim.forecast_from(series, horizon, QUANTILES), model.forecast_from(series, horizon, QUANTILES))
+            assert_same_forecast(
+                slim.forecast_from(series, horizon, QUANTILES), model.forecast_from(series, horizon, QUANTILES)
+            )
 
 
 def _arrays(value: Any, seen: set[int] | None = None) -> list[np.ndarray]:
@@ -130,7 +123,7 @@ def test_a_slimmed_selection_forecasts_as_the_selection(helios_10d: pd.Series) -
     slim = result.selection.slimmed((0.9,))
     assert (slim.model, slim.nonnegative) == (result.selection.model, result.selection.nonnegative)
     for series in _refreshes(helios_10d):
-        _equal(slim.forecast(series, 3, (0.9,)), result.selection.forecast(series, 3, (0.9,)))
+        assert_same_forecast(slim.forecast(series, 3, (0.9,)), result.selection.forecast(series, 3, (0.9,)))
 
 
 def test_gbm_caches_its_paths_without_keeping_the_series_alive(
@@ -143,5 +136,5 @@ def test_gbm_caches_its_paths_without_keeping_the_series_alive(
     gc.collect()
     assert slim.recent_.paths  # the newest origin's paths, for the next quantile of the same refresh
     assert slim.recent_.source is not None and slim.recent_.source() is None  # the series it saw is gone
-    _equal(slim.forecast_from(newer, 3, QUANTILES), first)
+    assert_same_forecast(slim.forecast_from(newer, 3, QUANTILES), first)
     assert pickle.loads(pickle.dumps(slim)).recent_.paths == {}  # noqa: S301 (pickled just above)
