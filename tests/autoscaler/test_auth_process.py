@@ -241,7 +241,7 @@ async def test_a_front_proxy_name_not_allowed_is_401_counted_each_time_and_logge
     assert code == 200 and [item["value"] for item in body["items"]] == ["3"], body
     for _ in range(5):
         assert await https_get(service, pki, pki.proxy_not_allowed, as_bob) == (401, UNAUTHORIZED)
-    logged = r"WARNING\s+autoscaler\.web\.auth: " + re.escape(
+    logged = r"WARNING\s+autoscaler\.web\.security\.auth: " + re.escape(
         "request-header client certificate CN 'someone-else' is not in the allowed names: its headers are ignored"
     )
     await service.wait_for_log(logged)
