@@ -168,11 +168,12 @@ class LiveScorecard:
                 self.card(pool).sample(now_s, short_now, *values)
             except ValueError as error:
                 log.error("scorecard: pool %s: %s", pool, error)
-        await self._busy(now)
-        await self._kueue_histograms(now)
+        # Judged before anything else is awaited: a reader that sees this minute's sample sees its judgments.
         if snapshot is not None:
             self._await_judgment(now_s, snapshot)
         self._judge_due()
+        await self._busy(now)
+        await self._kueue_histograms(now)
 
     async def _busy(self, now: datetime) -> None:
         """DCGM's busy share per owned pool, where dcgm-exporter runs (no series: nothing recorded)."""
