@@ -39,8 +39,8 @@ import pandas as pd
 from autoscaler.scorecard.figures import parse_fraction_target
 from autoscaler.simulation.replay import replay_levels
 from autoscaler.targets.launches import LearnedLaunches
-from autoscaler.targets.service_levels import TuningSettings
 from autoscaler.targets.target_levels import CANDIDATE_LEVELS, LevelTuner, describe
+from autoscaler.targets.tuning import TuningSettings
 from benchmarks.unpickled import unpickled_bytes
 from forecast.durations import parse_positive_duration
 from tests.data_helpers import helios_running_gpus

@@ -27,14 +27,8 @@ from typing import Any
 
 import autoscaler.simulation.runner as runner
 from autoscaler.scorecard.figures import MinuteLedger, ServiceTarget
-from autoscaler.targets.service_levels import (
-    Choice,
-    Chooser,
-    LedgerPrefix,
-    TuningSettings,
-    prefixes_of,
-    walk_forward,
-)
+from autoscaler.targets.service_levels import Choice, Chooser, LedgerPrefix, prefixes_of, walk_forward
+from autoscaler.targets.tuning import TuningSettings
 from benchmarks.slo_attainment import simulate_arguments
 
 

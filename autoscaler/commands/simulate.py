@@ -177,6 +177,16 @@ More: docs/command-line.md, docs/service-levels.md."""
     help="how many periods in a row past --tune-restart-burn make a level shift",
 )
 @click.option(
+    "--tune-drift-burn",
+    type=decimal(0, 1000),
+    default=2.0,
+    show_default=True,
+    help="auto-slo after a level shift, too: --tune-drift-periods of the last --tune-drift-window periods worse "
+    "than BURN x the target restart its judged window at the first of them (0: off)",
+)
+@click.option("--tune-drift-periods", type=integer(1, 1000), default=3, show_default=True, help="see --tune-drift-burn")
+@click.option("--tune-drift-window", type=integer(1, 1000), default=4, show_default=True, help="see --tune-drift-burn")
+@click.option(
     "--pools",
     "pools_path",
     type=click.Path(path_type=Path),

@@ -120,9 +120,17 @@ def _tuning(options: dict[str, Any]) -> TuningSettings:
         gain=options["tune_gain"],
         restart_burn=restart_burn,
         restart_periods=options["tune_restart_periods"],
+        drift_burn=float(options["tune_drift_burn"]) or None,
+        drift_periods=options["tune_drift_periods"],
+        drift_window=options["tune_drift_window"],
     )
     if tuning.window_s < tuning.every_s:
         raise ValueError(f"--tune-window ({window}) must be at least --tune-every ({every})")
+    if tuning.drift_window < tuning.drift_periods:
+        raise ValueError(
+            f"--tune-drift-window ({tuning.drift_window}) must be at least "
+            f"--tune-drift-periods ({tuning.drift_periods})"
+        )
     return tuning
 
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field, model_validator
 from autoscaler.config.server_settings import STRICT, Duration
 from autoscaler.quantity import Count, Number
 from autoscaler.scorecard.figures import ServiceTarget, TargetError, make_target, parse_fraction_target
-from autoscaler.targets.service_levels import TuningSettings
+from autoscaler.targets.tuning import TuningSettings
 
 _TARGET_FIELDS = ("minutes_short", "short_gpu_minutes_per_day", "window_start_delay_p95")
 
@@ -37,6 +37,11 @@ class TargetSettings(BaseModel):
     # null: off.
     restart_burn: Number | None = Field(default=3.0, gt=1, le=1000)
     restart_periods: Count = Field(default=2, ge=1, le=30)
+    # The same after drift_periods of the last drift_window periods worse than drift_burn x the target,
+    # in a row or not. null: off.
+    drift_burn: Number | None = Field(default=2.0, gt=1, le=1000)
+    drift_periods: Count = Field(default=3, ge=1, le=30)
+    drift_window: Count = Field(default=4, ge=1, le=30)
     # A level is served over the cheapest buffer that met only when it held this many percent fewer
     # GPU-seconds over the window (autoscaler/targets/service_levels.py, TuningSettings.forecast_margin).
     forecast_margin_percent: Number = Field(default=2.0, ge=0, le=50)
@@ -61,6 +66,10 @@ class TargetSettings(BaseModel):
                 raise ValueError(f"minutes_short: {error}") from None
         if self.tune_every <= timedelta(0) or self.tune_window < self.tune_every:
             raise ValueError("tune_every must be positive and tune_window at least tune_every")
+        if self.drift_window < self.drift_periods:
+            raise ValueError(
+                f"drift_window ({self.drift_window}) must be at least drift_periods ({self.drift_periods})"
+            )
         return self
 
     def service_target(self) -> ServiceTarget:
@@ -77,6 +86,9 @@ class TargetSettings(BaseModel):
             gain=self.calibration_gain,
             restart_burn=self.restart_burn,
             restart_periods=self.restart_periods,
+            drift_burn=self.drift_burn,
+            drift_periods=self.drift_periods,
+            drift_window=self.drift_window,
             forecast_margin=self.forecast_margin_percent / 100.0,
             hpa_tolerance_up=self.hpa_tolerance_up,
             hpa_tolerance_down=self.hpa_tolerance_down,

@@ -56,7 +56,7 @@ from autoscaler.targets.plans import (
     nothing_queued,
     nothing_recorded,
 )
-from autoscaler.targets.service_levels import TuningSettings
+from autoscaler.targets.tuning import TuningSettings
 
 log = logging.getLogger(__name__)
 

@@ -18,16 +18,8 @@ from typing import TypedDict
 
 from autoscaler.simulation.actuation import Actuation
 from autoscaler.targets.candidates import CANDIDATE_LEVELS
-from autoscaler.targets.service_levels import (
-    DAY_S,
-    Buffer,
-    Choice,
-    DeadBand,
-    TuningSettings,
-    buffer_grid,
-    stitched_metric,
-    walk_forward,
-)
+from autoscaler.targets.service_levels import Buffer, Choice, DeadBand, buffer_grid, stitched_metric, walk_forward
+from autoscaler.targets.tuning import DAY_S, TuningSettings
 
 __all__ = [
     "DAY_S",

@@ -16,7 +16,8 @@ from autoscaler import policy
 from autoscaler.scorecard.figures import ServiceTarget
 from autoscaler.serving.provider import MetricInfo
 from autoscaler.targets.launches import LearnedLaunchesFunction
-from autoscaler.targets.service_levels import LiveLedgerFunction, ReplayFunction, TuningSettings
+from autoscaler.targets.service_levels import LiveLedgerFunction, ReplayFunction
+from autoscaler.targets.tuning import TuningSettings
 
 
 class SignalSource(Protocol):

@@ -8,7 +8,9 @@ from collections.abc import Collection
 import numpy as np
 
 from autoscaler.scorecard.figures import ServiceTarget
-from autoscaler.targets.service_levels import LedgerPrefix, ShiftWatch, TuningSettings
+from autoscaler.targets.service_levels import LedgerPrefix
+from autoscaler.targets.shift_watch import ShiftWatch
+from autoscaler.targets.tuning import TuningSettings
 
 
 def figure(target: ServiceTarget, value: float) -> str:
@@ -53,7 +55,15 @@ def covered(
 
 def shift_note(shift: ShiftWatch, window_start_s: float, target: ServiceTarget, settings: TuningSettings) -> str:
     """Why the judged past is shorter than the tune window, when a level shift cut it."""
-    if shift.judged_from_s != window_start_s or settings.restart_burn is None:
+    if shift.judged_from_s != window_start_s:
+        return ""
+    if shift.cause == "drift" and settings.drift_burn is not None:
+        return (
+            f" (judged only since the level shift: the candidate served attained worse than "
+            f"{settings.drift_burn:g} x {figure(target, target.value)} in {settings.drift_periods} of "
+            f"{settings.drift_window} periods)"
+        )
+    if settings.restart_burn is None:
         return ""
     return (
         f" (judged only since the level shift: the candidate served attained worse than "

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -25,8 +25,9 @@ import numpy as np
 from autoscaler.scorecard.figures import MinuteLedger, ServiceTarget, ShortFigures, wait_figures
 from autoscaler.targets.candidate_ledgers import CandidateLedger, ShortAndHeld
 from autoscaler.targets.launches import LearnedLaunches
+from autoscaler.targets.shift_watch import ShiftWatch
+from autoscaler.targets.tuning import TuningSettings
 
-DAY_S = 86400.0
 _NO_WINDOWS = np.zeros(0)
 # Buffers up to this share of the largest demand (plus a node): past it a buffer costs more than any
 # target on the GPU traces in docs/service-levels.md needs.
@@ -42,43 +43,6 @@ def buffer_grid(largest_demand: float, gpus_per_node: int) -> list[int]:
     while grid[-1] < ceiling:
         grid.append(8 * math.ceil(grid[-1] * 1.25 / 8))
     return [gpus for gpus in grid if gpus <= ceiling]
-
-
-@dataclass(frozen=True)
-class TuningSettings:
-    """How often a tuned policy decides, over how much of the past, and how it calibrates."""
-
-    every_s: float = DAY_S
-    window_s: float = 7 * DAY_S
-    # Online calibration (auto-slo and targets only): the level asked of the past moves by
-    # gain x (target - attained) after each period, within [floor x target, ceiling x target]. Off by
-    # default: on Helios and the Alibaba pod list, gains of 0.5 and 1 attained no better and cost
-    # more than the walk-forward window alone, which already asks more after a miss (the miss stays
-    # in the window for a week) and less after a week of hits (docs/service-levels.md).
-    gain: float = 0.0
-    floor: float = 0.1
-    ceiling: float = 2.0
-    # A forecast candidate is served over the cheapest buffer that met only when it held this share
-    # fewer GPU-seconds over the window: a week's cost is a noisy estimate, and of ~60 candidates the
-    # cheapest that met is often the one that was lucky that week. Buffers, an operator's own
-    # settings, win the near-ties. 0 chose a level on days it generalised worse (Alibaba 0.3 %:
-    # 0.386 % of minutes short attained); 1 % to 5 % all met every target within 1.25 x on the four
-    # GPU traces of docs/service-levels.md (benchmarks/slo_rules.py).
-    forecast_margin: float = 0.02
-    # The placeholder HPA's behavior tolerances the service's replay models (manifests/examples ships
-    # up 0, down 0.05; an HPA without them has the controller's 0.1 each). The simulator's tuned
-    # policies go through its own HPA (--hpa-tolerance) instead.
-    hpa_tolerance_up: float = 0.0
-    hpa_tolerance_down: float = 0.05
-    # A level shift (auto-slo and targets only): after ``restart_periods`` periods in a row in which
-    # the candidate served attained worse than ``restart_burn`` times the target (burned the budget
-    # that many times too fast), candidates are judged from the first of them on (:class:`ShiftWatch`).
-    # None: off. On by default: on a 1.3x shift it brought DLRM at 1 % from 2.10 % to 1.84 % of minutes
-    # short in the week after, and on the four traces unshifted it changed no choice but DLRM's at 1 %
-    # (1.045 % against 1.080 %, 0.011 % more GPU-hours); a restart after one period, or past 2 x, cost
-    # Helios 0.5-2.3 % more GPU-hours (docs/service-levels.md, "A level shift").
-    restart_burn: float | None = 3.0
-    restart_periods: int = 2
 
 
 @dataclass(frozen=True)
@@ -271,37 +235,6 @@ def calibrated(asked: float, target: ServiceTarget, attained: float, settings: T
     """The level to ask next: lower after a period short of the target, higher after one within it."""
     moved = asked + settings.gain * (target.value - attained)
     return min(max(moved, settings.floor * target.value), settings.ceiling * target.value)
-
-
-@dataclass(frozen=True)
-class ShiftWatch:
-    """Where a target's judged past starts, moved by a level shift: once ``settings.restart_periods``
-    periods in a row had the candidate served burn the target more than ``settings.restart_burn`` times,
-    the days before the first of them no longer say what the next period needs, and candidates are
-    judged from its start on (the window growing back a period at a time). One bad period is noise a
-    week's window absorbs; a run of them is a shift."""
-
-    judged_from_s: float = -math.inf
-    burning_since_s: float | None = None  # the start of the current run of burning periods
-    burning_periods: int = 0
-
-    def after(
-        self, period_start_s: float, attained: float | None, target: ServiceTarget, settings: TuningSettings
-    ) -> ShiftWatch:
-        """The watch after a period from ``period_start_s`` in which the candidate attained ``attained``."""
-        burn = settings.restart_burn
-        if burn is None or attained is None:
-            return self
-        if not attained > burn * target.value:
-            return replace(self, burning_since_s=None, burning_periods=0)
-        since = period_start_s if self.burning_since_s is None else self.burning_since_s
-        periods = self.burning_periods + 1
-        if periods >= settings.restart_periods:
-            return ShiftWatch(max(self.judged_from_s, since), since, periods)
-        return ShiftWatch(self.judged_from_s, since, periods)
-
-
-NO_SHIFT = ShiftWatch()  # frozen: one shared default is safe
 
 
 def prefixes_of(candidates: Mapping[str, ShortAndHeld]) -> dict[str, LedgerPrefix]:

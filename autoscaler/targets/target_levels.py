@@ -45,15 +45,15 @@ from autoscaler.targets.service_levels import (
     LedgerPrefix,
     ReplayFunction,
     ReplayRequest,
-    ShiftWatch,
-    TuningSettings,
     buffer_grid,
     calibrated,
     choose,
     prefixes_of,
     unreached,
 )
+from autoscaler.targets.shift_watch import ShiftWatch
 from autoscaler.targets.target_store import TunerState
+from autoscaler.targets.tuning import TuningSettings
 
 log = logging.getLogger(__name__)
 __all__ = ["CANDIDATE_LEVELS", "FIRST_LEVEL", "LevelTuner", "RunInWorker", "describe"]

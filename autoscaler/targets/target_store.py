@@ -29,7 +29,7 @@ import numpy as np
 from autoscaler.scorecard.figures import ServiceTarget, make_target
 from autoscaler.state_files import Dropped, UnusableFile, not_in_the_future, read_versioned_list, write_atomically
 from autoscaler.targets.candidates import is_candidate
-from autoscaler.targets.service_levels import NO_SHIFT, ShiftWatch
+from autoscaler.targets.shift_watch import NO_SHIFT, ShiftWatch
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +166,8 @@ def _shift_entry(shift: ShiftWatch) -> dict[str, Any]:
         "judged_from": judged_from,
         "burning_since": shift.burning_since_s,
         "burning_periods": shift.burning_periods,
+        "recent": [[start, burned] for start, burned in shift.recent],
+        "cause": shift.cause,
     }
 
 
@@ -180,11 +182,28 @@ def _shift(document: Any) -> ShiftWatch:
     periods = document.get("burning_periods")
     if isinstance(periods, bool) or not isinstance(periods, int) or periods < 0:
         raise ValueError("shift.burning_periods is not a whole number of periods")
+    cause = document.get("cause", "")
+    if cause not in ("", "run", "drift"):
+        raise ValueError("shift.cause is not '', 'run' or 'drift'")
     return ShiftWatch(
         -math.inf if judged_from is None else _number(document, "judged_from"),
         None if since is None else _number(document, "burning_since"),
         periods,
+        _recent(document.get("recent", [])),
+        cause,
     )
+
+
+def _recent(document: Any) -> tuple[tuple[float, bool], ...]:
+    """The drift rule's last periods, each ``[start, burned]``; an older file has none."""
+    if not isinstance(document, list) or len(document) > 30:
+        raise ValueError("shift.recent is not a list of at most 30 periods")
+    recent = []
+    for entry in document:
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], bool)):
+            raise ValueError("shift.recent holds an entry that is not [start, burned]")
+        recent.append((_number({"shift.recent start": entry[0]}, "shift.recent start"), entry[1]))
+    return tuple(recent)
 
 
 def _target(document: dict[str, Any]) -> ServiceTarget:
@@ -252,6 +271,7 @@ def _not_in_the_future(state: TunerState, now_s: float) -> None:
         "times": state.times[-1] if state.times else None,
         "shift.judged_from": state.shift.judged_from_s,
         "shift.burning_since": state.shift.burning_since_s,
+        "shift.recent": max((start for start, _ in state.shift.recent), default=None),
     }
     for field, at_s in times.items():
         if at_s is not None:

@@ -15,9 +15,10 @@ from autoscaler.simulation.pool_set import PoolSetConfig
 from autoscaler.simulation.replay import replay_levels, replayed_pool
 from autoscaler.targets.launches import LEAD_TIME_POINTS, LearnedLaunches, alike, learned_launches
 from autoscaler.targets.plans import MetricPlan
-from autoscaler.targets.service_levels import ReplayRequest, TuningSettings
+from autoscaler.targets.service_levels import ReplayRequest
 from autoscaler.targets.target_levels import CANDIDATE_LEVELS, LevelTuner
 from autoscaler.targets.tuners import TargetLevels
+from autoscaler.targets.tuning import TuningSettings
 from tests.autoscaler.test_target_levels import _forecast
 
 STEP_S = 60.0

@@ -21,9 +21,10 @@ from autoscaler.simulation.replay import replay_levels
 from autoscaler.targets.candidate_ledgers import CandidateLedger
 from autoscaler.targets.observed import target_choice
 from autoscaler.targets.plans import MetricPlan
-from autoscaler.targets.service_levels import ReplayRequest, TuningSettings, buffer_grid
+from autoscaler.targets.service_levels import ReplayRequest, buffer_grid
 from autoscaler.targets.target_levels import CANDIDATE_LEVELS, FIRST_LEVEL, LevelTuner, describe
 from autoscaler.targets.tuners import TargetLevels
+from autoscaler.targets.tuning import TuningSettings
 from forecast.types import Forecast
 from tests.cli_helpers import assert_usage_error
 

@@ -23,10 +23,12 @@ from autoscaler.serving.provider import SnapshotProvider, empty_snapshot
 from autoscaler.simulation.replay import replay_levels
 from autoscaler.targets import target_store
 from autoscaler.targets.plans import RefreshSettings
-from autoscaler.targets.service_levels import ReplayRequest, ShiftWatch, TuningSettings
+from autoscaler.targets.service_levels import ReplayRequest
+from autoscaler.targets.shift_watch import ShiftWatch
 from autoscaler.targets.target_levels import CANDIDATE_LEVELS, FIRST_LEVEL, LevelTuner
 from autoscaler.targets.target_store import TunerState
 from autoscaler.targets.tuners import TargetLevels
+from autoscaler.targets.tuning import TuningSettings
 from autoscaler.web.shared.readiness import Readiness
 from tests.autoscaler.test_kubernetes_inputs import METRICS, PLANS
 from tests.autoscaler.test_target_levels import DAY_MINUTES, STEP_S, _a_tuned_headroom, _surges_of
@@ -183,13 +185,29 @@ def test_a_choice_alone_is_saved_and_read_back(tmp_path: Path, caplog: pytest.Lo
 def test_a_level_shift_is_saved_and_a_file_from_before_it_reads_as_none(tmp_path: Path) -> None:
     shifted = TunerState(
         "gpu_headroom", "a100", parse_fraction_target("1%"), 0, 0.0, "buffer:24", 0.01, 1.7e9, "chosen", 0.0,
-        False, (), (), (), ShiftWatch(1.69e9, 1.69e9, 2),
+        False, (), (), (), ShiftWatch(1.69e9, 1.69e9, 2, ((1.69e9, True), (1.6901e9, False)), "run"),
     )  # fmt: skip
     path = tmp_path / target_store.FILE_NAME
     target_store.save(path, [shifted])
     assert target_store.load(path, COLUMNS) == [shifted]
     document = json.loads(path.read_text())
-    assert document["tuners"][0]["shift"] == {"judged_from": 1.69e9, "burning_since": 1.69e9, "burning_periods": 2}
+    assert document["tuners"][0]["shift"] == {
+        "judged_from": 1.69e9,
+        "burning_since": 1.69e9,
+        "burning_periods": 2,
+        "recent": [[1.69e9, True], [1.6901e9, False]],
+        "cause": "run",
+    }
+    older = json.loads(path.read_text())
+    for field in ("recent", "cause"):  # as saved before the drift rule
+        del older["tuners"][0]["shift"][field]
+    path.write_text(json.dumps(older))
+    assert target_store.load(path, COLUMNS) == [replace(shifted, shift=ShiftWatch(1.69e9, 1.69e9, 2))]
+    for damage in ({"recent": [[1.69e9, "yes"]]}, {"recent": "none"}, {"cause": "luck"}):
+        damaged = json.loads(json.dumps(document))
+        damaged["tuners"][0]["shift"].update(damage)
+        path.write_text(json.dumps(damaged))
+        assert target_store.load(path, COLUMNS) == [], damage
     del document["tuners"][0]["shift"]  # as saved before level shifts were watched
     path.write_text(json.dumps(document))
     assert target_store.load(path, COLUMNS) == [replace(shifted, shift=ShiftWatch())]
@@ -240,8 +258,9 @@ def test_a_choice_made_in_2099_is_dropped_at_start_naming_the_file_and_the_field
         (a_choice(NOW_S + 61), "chosen_at"),
         (a_choice(NOW_S, shift=ShiftWatch(NOW_S + 61, None, 0)), "shift.judged_from"),
         (a_choice(NOW_S, shift=ShiftWatch(NOW_S, NOW_S + 61, 1)), "shift.burning_since"),
+        (a_choice(NOW_S, shift=ShiftWatch(NOW_S, None, 0, ((NOW_S + 61, True),))), "shift.recent"),
     ],
-    ids=["chosen_at", "judged_from", "burning_since"],
+    ids=["chosen_at", "judged_from", "burning_since", "recent"],
 )
 def test_every_time_of_an_entry_is_checked_and_60_s_of_skew_is_accepted(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, state: TunerState, field: str
