@@ -55,6 +55,49 @@ def test_a_half_written_rotation_keeps_the_current_certificate(pki, tmp_path, ca
     assert tls.reloads == 0
 
 
+def handshake_serial(server_context: ssl.SSLContext, ca_file) -> int:
+    """The serial of the certificate ``server_context`` presents, by a handshake in memory."""
+    client_context = ssl.create_default_context(cafile=str(ca_file))
+    client_context.check_hostname = False
+    pipes = [ssl.MemoryBIO() for _ in range(4)]
+    server = server_context.wrap_bio(pipes[0], pipes[1], server_side=True)
+    client = client_context.wrap_bio(pipes[2], pipes[3])
+    for _ in range(10):
+        done = 0
+        for side, outgoing, incoming in ((client, pipes[3], pipes[0]), (server, pipes[1], pipes[2])):
+            try:
+                side.do_handshake()
+                done += 1
+            except ssl.SSLWantReadError:
+                pass
+            incoming.write(outgoing.read())
+        if done == 2:
+            break
+    der = client.getpeercert(binary_form=True)
+    assert der is not None, "no handshake"
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+def test_a_reload_swaps_in_a_new_context_and_never_changes_the_one_in_use(pki, tmp_path):
+    """The secure port handshakes on another thread: a reload into the live context would race it."""
+    import shutil
+
+    from autoscaler.web.security.tls import ServingFiles
+
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    shutil.copy(pki.serving_cert, cert)
+    shutil.copy(pki.serving_key, key)
+    tls = ServerTLS(ServingFiles(cert, key), [])
+    in_use = tls.context
+    before = handshake_serial(in_use, pki.client_ca)
+    rotated = issue_certificate(pki.serving_ca_pair, "rotated", hosts=("127.0.0.1",), server=True)
+    rotated.write(cert, key)
+    assert tls.reload_if_changed() is True
+    assert tls.context is not in_use
+    assert handshake_serial(tls.context, pki.client_ca) == rotated.certificate.serial_number
+    assert handshake_serial(in_use, pki.client_ca) == before, "the context in use was changed under its handshakes"
+
+
 def test_self_signed_when_no_certificate_is_configured(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         files = ensure_self_signed(tmp_path, hosts=("localhost", "127.0.0.1"))

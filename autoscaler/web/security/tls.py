@@ -65,9 +65,12 @@ def ensure_self_signed(state_dir: Path, hosts: tuple[str, ...]) -> ServingFiles:
 class ServerTLS:
     """An SSLContext whose serving certificate follows the files on disk.
 
-    ``load_cert_chain`` on a live context affects only handshakes that start afterwards, so rotation
-    needs no restart and drops no connection in flight. Files that do not parse, do not match, or
-    are not valid now raise CertificateFileError at start and are not loaded on rotation.
+    Every change builds a whole new context and swaps it in with one assignment: the secure port
+    handshakes on another thread, and ``load_cert_chain`` into a live context releases the GIL
+    between the certificate and its key, so a handshake there could find a certificate without a
+    key (NO_SHARED_CIPHER). Connections in flight keep the context they started with. Files that do
+    not parse, do not match, or are not valid now raise CertificateFileError at start and are not
+    loaded on rotation.
     """
 
     def __init__(
@@ -80,8 +83,7 @@ class ServerTLS:
         self.serving = serving
         self._cipher_suites = tuple(cipher_suites)
         self.client_ca_pems = list(client_ca_pems)
-        self.context = self._new_context(self.client_ca_pems)
-        self.certificate = self._load()
+        self.context, self.certificate = self._loaded_context(self.client_ca_pems)
         self._stamp = self._file_stamp()
         self.reloads = 0
         self.authority_updates = 0
@@ -109,23 +111,24 @@ class ServerTLS:
         """
         if client_ca_pems == self.client_ca_pems:
             return
-        context = self._new_context(client_ca_pems)
         try:
-            context.load_cert_chain(self.serving.cert_file, self.serving.key_file)
-        except (OSError, ssl.SSLError) as error:  # keep serving with the old CAs; the next change retries
+            context, certificate = self._loaded_context(client_ca_pems)
+        except (OSError, CertificateFileError) as error:  # keep serving with the old CAs; the next change retries
             log.error("client CAs not updated: the serving certificate cannot be loaded (%s)", error)
             return
-        self.context, self.client_ca_pems = context, list(client_ca_pems)
+        self.context, self.certificate, self.client_ca_pems = context, certificate, list(client_ca_pems)
         self.authority_updates += 1
         log.info("TLS client CAs updated (%d certificates)", len(client_ca_pems))
 
-    def _load(self) -> x509.Certificate:
+    def _loaded_context(self, client_ca_pems: list[bytes]) -> tuple[ssl.SSLContext, x509.Certificate]:
+        """A new context serving the files on disk, with these client CAs; nothing shared is touched."""
         certificate, _ = check_pair(self.serving.cert_file, self.serving.key_file)
+        context = self._new_context(client_ca_pems)
         try:
-            self.context.load_cert_chain(self.serving.cert_file, self.serving.key_file)
+            context.load_cert_chain(self.serving.cert_file, self.serving.key_file)
         except ssl.SSLError as error:  # a chain OpenSSL refuses although cryptography reads it
             raise CertificateFileError(self.serving.cert_file, f"refused by OpenSSL ({error.reason})") from None
-        return certificate
+        return context, certificate
 
     def _file_stamp(self) -> tuple[float, float, int, int]:
         cert, key = self.serving.cert_file.stat(), self.serving.key_file.stat()
@@ -148,7 +151,7 @@ class ServerTLS:
         if stamp == self._stamp:
             return False
         try:
-            self.certificate = self._load()
+            self.context, self.certificate = self._loaded_context(self.client_ca_pems)
         except CertificateFileError as fault:
             # A rotation writes cert and key one after the other: try again next tick.
             log.warning("serving certificate not reloaded yet (%s); keeping the current one", fault)
