@@ -60,6 +60,9 @@ class LeaseElector:
     ) -> None:
         self.namespace, self.name, self.identity, self.timing = namespace, name, identity, timing
         self.holder: str | None = None  # the holder last seen
+        # The Lease's metadata.annotations at every create and renewal. A write replaces the whole
+        # object, so a key left out here is removed from the Lease by the next renewal.
+        self.annotations: dict[str, str] = {}
         self.last_error: str | None = None
         self._api = CoordinationV1Api(api)
         self._on_change = on_change
@@ -177,9 +180,11 @@ class LeaseElector:
             "leaseDurationSeconds": round(self.timing.lease_duration_s),
             "renewTime": moment,
         }
-        metadata = {"name": self.name, "namespace": self.namespace}
+        metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
         if lease is not None:
             metadata["resourceVersion"] = lease["metadata"]["resourceVersion"]
+        if self.annotations:
+            metadata["annotations"] = dict(self.annotations)
         body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata, "spec": spec}
         typed = cast("V1Lease", body)  # the client sends a dict body as it is (raw JSON, as read)
         try:
