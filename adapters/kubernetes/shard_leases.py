@@ -11,6 +11,20 @@ Design (docs/high-availability.md, "Ownership"): every replica renews a membersh
   Holding fewer, it takes free or expired shard Leases (starting at an offset its identity hashes
   to, so that replicas do not all contend for shard 0) until it holds its share.
 
+Warm standby (``ready``): a replica whose ``ready()`` is False (it does not hold fitted models yet for
+the shards it does not own, so taking one would mean a refit) is *warming*. Its membership Lease then
+carries the annotation ``gpu-autoscaler.io/warming: "true"``, written by its ordinary renewal (no
+extra write); once ready, the next renewal leaves the annotation out, which removes it (an absent
+annotation, or any value but "true", means warm; ``ready=None``: always warm, never annotated).
+
+- The other replicas leave warming members out of their count, so none releases a shard for one.
+- A warming replica counts its own share as if it were warm (itself and the live warm members) and
+  releases what it holds beyond that, to the warm ones. It takes no shard while another live member
+  is warm: that one takes what is free or expired (its share grows when a holder dies).
+- When no other live member is warm (the others are all dead or warming), it takes free or expired
+  shards up to ``ceil(shards / live)``, counting itself and the live warming members: cold, better
+  than unowned, and split among the cold. Shards are never released to a warming member.
+
 Every write is a resourceVersion-checked update (``LeaseElector``): of two replicas that read one
 version of a Lease, one write succeeds and the other gets 409 Conflict, so a shard never has two
 holders. A holder stops counting a shard as its own once ``renew_deadline`` has passed since its last
@@ -34,6 +48,8 @@ from adapters.kubernetes.client import KubeError, read_json
 from adapters.kubernetes.leases import LeaseElector, LeaseTiming
 
 log = logging.getLogger(__name__)
+
+WARMING_ANNOTATION = "gpu-autoscaler.io/warming"
 
 
 def shard_lease_name(prefix: str, shard: int, shards: int) -> str:
@@ -60,6 +76,7 @@ class ShardOwnership:
         timing: LeaseTiming,
         on_change: Callable[[int, bool], None] | None = None,
         forget_members_after_s: float = 600.0,
+        ready: Callable[[], bool] | None = None,
     ) -> None:
         self.namespace, self.prefix, self.shards, self.identity = namespace, prefix, shards, identity
         self.timing = timing
@@ -67,7 +84,10 @@ class ShardOwnership:
         self.on_change = on_change or (lambda shard, owned: None)
         self.rounds = 0
         self.attempted = asyncio.Event()  # set once the first round has been tried (done or failed)
-        self.live = 1  # live replicas counted at the last round (itself included)
+        self._ready = ready or (lambda: True)
+        self.warming = False  # as of the last round: not ready(), its membership Lease so annotated
+        self.live = 1  # replicas in the fair share at the last round: itself and the live warm members
+        self.warming_others = 0  # the live members other than itself that were warming at the last round
         self.last_error: str | None = None
         self._api = CoordinationV1Api(api)
         self.electors = [
@@ -144,8 +164,11 @@ class ShardOwnership:
             f"list leases in {self.namespace}",
         )
         leases = {str(item["metadata"]["name"]): item for item in listed.get("items") or ()}
-        await self.member.step(leases.get(self.member.name))
-        self.live = 1 + self._live_others(leases)
+        self.warming = not self._ready()
+        self.member.annotations = {WARMING_ANNOTATION: "true"} if self.warming else {}
+        await self.member.step(leases.get(self.member.name))  # with the annotation: no extra write
+        warm, self.warming_others = self._live_others(leases)
+        self.live = 1 + warm
         await self._forget_gone_members(leases)
         for shard, elector in enumerate(self.electors):
             lease = leases.get(elector.name)
@@ -160,8 +183,16 @@ class ShardOwnership:
         if len(owned) > self.share:
             await self._release_extras(owned[self.share :])
         else:
-            await self._acquire(leases, self.share - len(owned))
+            await self._acquire(leases, self._room(len(owned)))
         self.rounds += 1
+
+    def _room(self, held: int) -> int:
+        """How many more shards to take at this round, holding ``held`` (not above its share)."""
+        if not self.warming:
+            return self.share - held
+        if self.live > 1:  # a live warm replica takes what is free: none of it for a warming one
+            return 0
+        return math.ceil(self.shards / (1 + self.warming_others)) - held  # nobody else is warm
 
     async def _acquire(self, leases: dict[str, Any], wanted: int) -> None:
         for shard in self._order:
@@ -193,7 +224,8 @@ class ShardOwnership:
             log.warning("shard leases: %s: %s", name, error)
             return False
 
-    def _live_others(self, leases: dict[str, Any]) -> int:
+    def _live_others(self, leases: dict[str, Any]) -> tuple[int, int]:
+        """The live members other than itself: (warm, warming)."""
         now = asyncio.get_running_loop().time()
         prefix, seen = f"{self.prefix}-member-", {}
         for name, lease in leases.items():
@@ -205,7 +237,9 @@ class ShardOwnership:
             seen[name] = known if known is not None and known[0] == record else (record, now)
         self._members = seen
         duration = self.timing.lease_duration_s
-        return sum(1 for (holder, _), first_seen in seen.values() if holder and now - first_seen < duration)
+        live = [name for name, ((holder, _), first_seen) in seen.items() if holder and now - first_seen < duration]
+        warming = sum(1 for name in live if _is_warming(leases[name]))
+        return len(live) - warming, warming
 
     async def _forget_gone_members(self, leases: dict[str, Any]) -> None:
         """Delete the membership Leases seen unchanged for ``forget_members_after_s`` (their pods are
@@ -245,3 +279,7 @@ class ShardOwnership:
             return
         (self._acting.add if acting else self._acting.discard)(shard)
         self.on_change(shard, acting)
+
+
+def _is_warming(lease: dict[str, Any]) -> bool:
+    return ((lease.get("metadata") or {}).get("annotations") or {}).get(WARMING_ANNOTATION) == "true"

@@ -1,17 +1,18 @@
 """Shards owned through Leases (adapters/kubernetes/shard_leases.py) against the fake API with the real client,
-on looptime's loop: balance, failover of a dead replica, a replica cut off the API, the forced race."""
+on looptime's loop: balance, failover of a dead replica, a replica cut off the API, the forced race, and
+warm standby (a warming replica takes no shard a warm live replica would take)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 from kubernetes_asyncio.client import CoordinationV1Api, V1DeleteOptions, V1Preconditions
 
 from adapters.kubernetes.leases import LeaseElector, LeaseTiming
-from adapters.kubernetes.shard_leases import ShardOwnership, member_lease_name, shard_lease_name
+from adapters.kubernetes.shard_leases import WARMING_ANNOTATION, ShardOwnership, member_lease_name, shard_lease_name
 from tests import fakekube
 from tests.eventually import eventually
 
@@ -23,7 +24,9 @@ TIMING = LeaseTiming(15.0, 10.0, 2.0)
 
 
 @contextlib.asynccontextmanager
-async def replica(fake_kube, identity: str, changes: list | None = None) -> AsyncIterator[ShardOwnership]:
+async def replica(
+    fake_kube, identity: str, changes: list | None = None, ready: Callable[[], bool] | None = None
+) -> AsyncIterator[ShardOwnership]:
     """One replica's ownership loop on its own client (its User-Agent is its identity, so that a fault
     can cut this one replica off)."""
     api = await fake_kube.api_client()
@@ -31,6 +34,7 @@ async def replica(fake_kube, identity: str, changes: list | None = None) -> Asyn
     ownership = ShardOwnership(
         api, NAMESPACE, prefix=PREFIX, shards=SHARDS, identity=identity, timing=TIMING,
         on_change=(lambda shard, owned: changes.append((shard, owned))) if changes is not None else None,
+        ready=ready,
     )  # fmt: skip
     try:
         async with ownership.running():
@@ -270,3 +274,125 @@ async def test_the_fake_checks_delete_preconditions_as_the_api_server_does(fake_
     deleted = await delete(resource_version=stored["resourceVersion"], uid=stored["uid"])
     assert deleted.status == 200
     assert fake_kube.get("leases", "some-lease", NAMESPACE) is None
+
+
+# ---------------------------------------------------------------------------------------- warm standby
+
+
+def member_annotations(fake_kube, identity: str) -> dict[str, str] | None:
+    return fake_kube.get("leases", member_lease_name(PREFIX, identity), NAMESPACE)["metadata"].get("annotations")
+
+
+def member_writes(fake_kube, identity: str) -> int:
+    path = f"/leases/{member_lease_name(PREFIX, identity)}"
+    return sum(1 for r in fake_kube.requests_for("leases") if r.method == "PUT" and r.path.endswith(path)) + 1
+
+
+@pytest.mark.looptime
+async def test_a_warming_newcomer_takes_no_shard_from_a_warm_holder_until_it_is_ready(fake_kube):
+    warm = False
+    async with replica(fake_kube, "a") as a:
+        await eventually(lambda: len(a.owned()) == SHARDS, message="a holds all")
+        async with replica(fake_kube, "b", ready=lambda: warm) as b:
+            for _ in range(40):  # 40 s: many rounds, well past a lease duration
+                assert len(a.owned()) == SHARDS and not b.owned()
+                await asyncio.sleep(1)
+            assert holders(fake_kube) == dict.fromkeys(range(SHARDS), "a")
+            assert (a.warming, a.live, a.warming_others) == (False, 1, 1)  # b left out of a's count
+            assert (b.warming, b.live, b.warming_others) == (True, 2, 0)
+            assert member_annotations(fake_kube, "b") == {WARMING_ANNOTATION: "true"}
+            assert member_annotations(fake_kube, "a") is None  # ready=None: never annotated
+            warm = True
+            await eventually(lambda: len(a.owned()) == len(b.owned()) == SHARDS // 2, timeout=30,
+                             message="balanced once b is warm")  # fmt: skip
+            never_both(a, b)
+            assert member_annotations(fake_kube, "b") is None
+            assert (b.warming, a.live, b.live, a.warming_others) == (False, 2, 2, 0)
+            # The annotation rode on b's renewal: one write of its membership Lease per round.
+            assert b.rounds <= member_writes(fake_kube, "b") <= b.rounds + 1
+
+
+@pytest.mark.looptime
+async def test_a_warming_replica_takes_the_shards_once_no_warm_replica_is_live(fake_kube):
+    loop = asyncio.get_running_loop()
+    api = await fake_kube.api_client()
+    a = ShardOwnership(api, NAMESPACE, prefix=PREFIX, shards=SHARDS, identity="a", timing=TIMING)
+    task = asyncio.create_task(a.run())
+    await eventually(lambda: len(a.owned()) == SHARDS, message="a holds all")
+    async with replica(fake_kube, "b", ready=lambda: False) as b:
+        await eventually(lambda: a.warming_others == 1 and b.live == 2, timeout=10, message="b seen warming")
+        await asyncio.sleep(20)
+        assert not b.owned()
+        task.cancel()  # a dies: no release, its Leases simply stop being renewed
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        died = loop.time()
+        await eventually(lambda: b.owned() == frozenset(range(SHARDS)), timeout=40, message="b took a's shards")
+        assert loop.time() - died <= TIMING.lease_duration_s + 2 * TIMING.retry_period_s
+        assert holders(fake_kube) == dict.fromkeys(range(SHARDS), "b")
+        assert (b.warming, b.live, b.warming_others) == (True, 1, 0)
+        assert member_annotations(fake_kube, "b") == {WARMING_ANNOTATION: "true"}  # still cold, still says so
+    await api.close()
+
+
+@pytest.mark.looptime
+async def test_a_dead_warm_holders_shards_go_to_the_other_warm_replica_not_the_warming_one(fake_kube):
+    api = await fake_kube.api_client()
+    b = ShardOwnership(api, NAMESPACE, prefix=PREFIX, shards=SHARDS, identity="b", timing=TIMING)
+    async with replica(fake_kube, "a") as a:
+        await eventually(lambda: len(a.owned()) == SHARDS, message="a holds all")
+        task = asyncio.create_task(b.run())
+        await eventually(lambda: len(a.owned()) == len(b.owned()) == SHARDS // 2, timeout=40, message="balanced")
+        async with replica(fake_kube, "c", ready=lambda: False) as c:
+            await eventually(lambda: a.warming_others == b.warming_others == 1, message="c seen warming")
+            assert not c.owned() and len(a.owned()) == len(b.owned()) == SHARDS // 2
+            lost = b.owned()
+            task.cancel()  # b dies
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            for _ in range(60):  # a takes b's shards within the lease duration; c none of them, then or later
+                assert not c.owned()
+                never_both(a, b, c)
+                await asyncio.sleep(1)
+            assert a.owned() == frozenset(range(SHARDS))
+            assert all(holders(fake_kube)[shard] == "a" for shard in lost)
+            assert (a.live, a.warming_others, c.live, c.warming_others) == (1, 1, 2, 0)
+    await api.close()
+
+
+@pytest.mark.looptime
+async def test_warming_replicas_left_alone_split_the_shards_between_them(fake_kube):
+    """Nobody warm is live: the cold replicas take the shards, each its share of the live ones."""
+    api = await fake_kube.api_client()
+    a = ShardOwnership(api, NAMESPACE, prefix=PREFIX, shards=SHARDS, identity="a", timing=TIMING)
+    task = asyncio.create_task(a.run())
+    await eventually(lambda: len(a.owned()) == SHARDS, message="a holds all")
+    async with replica(fake_kube, "b", ready=lambda: False) as b, replica(fake_kube, "c", ready=lambda: False) as c:
+        await eventually(lambda: a.warming_others == 2, timeout=10, message="b and c seen warming")
+        task.cancel()  # a dies
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await eventually(lambda: len(b.owned()) == len(c.owned()) == SHARDS // 2, timeout=40,
+                         message="b and c split a's shards")  # fmt: skip
+        for _ in range(20):  # and keep that split
+            never_both(b, c)
+            assert len(b.owned()) == len(c.owned()) == SHARDS // 2
+            await asyncio.sleep(1)
+    await api.close()
+
+
+@pytest.mark.looptime
+async def test_a_holder_that_turns_warming_keeps_its_shards_and_hands_none_to_a_warming_newcomer(fake_kube):
+    """Shards move only to warm replicas: a holder no longer warm (its ready() turned False) still has the
+    models of its own shards, so it keeps them rather than split them with a newcomer colder than itself."""
+    ready = True
+    async with replica(fake_kube, "a", ready=lambda: ready) as a:
+        await eventually(lambda: len(a.owned()) == SHARDS, message="a holds all")
+        ready = False
+        await eventually(lambda: member_annotations(fake_kube, "a") == {WARMING_ANNOTATION: "true"},
+                         message="a says it is warming")  # fmt: skip
+        async with replica(fake_kube, "b", ready=lambda: False) as b:
+            for _ in range(40):
+                assert len(a.owned()) == SHARDS and not b.owned()
+                await asyncio.sleep(1)
+            assert (a.warming, a.live, a.warming_others, b.live, b.warming_others) == (True, 1, 1, 1, 1)
