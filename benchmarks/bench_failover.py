@@ -76,6 +76,7 @@ def config(args: argparse.Namespace, prometheus_url: str, kubeconfig: Path) -> d
                 "lease_duration": args.lease_duration,
                 "renew_deadline": args.renew_deadline,
                 "retry_period": args.retry_period,
+                "standby_models": not args.cold,
             },
         },
     }
@@ -100,6 +101,20 @@ async def wait_balanced(fake: FakeKube, replicas: list[Replica], shards: int, li
             return
         await asyncio.sleep(0.5)
     raise RuntimeError(f"shards not balanced within {limit:g} s: {holders(fake, shards)}")
+
+
+async def wait_standby(session: aiohttp.ClientSession, replicas: list[Replica], limit: float) -> float:
+    """Until every replica holds every standby model (``gpu_autoscaler_standby_models_due`` 0), so
+    that a kill finds the survivors warm as a real deployment's are between restarts."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        due = [await self_metric(session, r, "gpu_autoscaler_standby_models_due") for r in replicas]
+        if all(d == 0 for d in due) or all(d is None for d in due):  # None: standby models off
+            return time.monotonic() - started
+        for replica in replicas:
+            replica.sample_rss()
+        await asyncio.sleep(1.0)
+    raise RuntimeError(f"standby models not all held within {limit:g} s")
 
 
 @dataclass
@@ -205,6 +220,8 @@ async def measure(
     first = await wait_all_serving(session, replicas, args.series, args.start_limit)
     print(f"first full selection: every replica serves all {args.series} series {first:.1f} s after start", flush=True)
     await wait_balanced(fake, replicas, args.shards, args.start_limit)
+    warm = await wait_standby(session, replicas, args.start_limit)
+    print(f"standby models: every replica holds every other shard's models {warm:.1f} s later", flush=True)
     writes = await steady_writes(fake, args.steady_window)
     refreshes = [await self_metric(session, r, "gpu_autoscaler_refresh_duration_seconds") for r in replicas]
     print(f"steady refresh (last, per replica): {', '.join(f'{s:.2f} s' if s else '-' for s in refreshes)}")
@@ -225,7 +242,9 @@ async def measure(
         print(f"kill {kill + 1}: {victim.name} (shard {shard}) {result}", flush=True)
         victim.start()
         await wait_all_serving(session, replicas, args.series, args.start_limit)
+        warm = await wait_standby(session, replicas, args.start_limit)  # the restarted replica warms up first
         await wait_balanced(fake, replicas, args.shards, args.start_limit)
+        print(f"  restarted {victim.name}: warm {warm:.1f} s after serving", flush=True)
     for replica in replicas:
         replica.sample_rss()
     report(results, replicas, args)
@@ -287,6 +306,7 @@ def main() -> None:
     parser.add_argument("--steady-window", type=float, default=30.0, help="seconds over which writes are counted")
     parser.add_argument("--failover-limit", type=float, default=90.0, help="seconds per kill at most")
     parser.add_argument("--start-limit", type=float, default=600.0, help="seconds to start/converge at most")
+    parser.add_argument("--cold", action="store_true", help="without standby models: a takeover refits")
     parser.add_argument("--keep-logs", type=Path, help="copy each replica's serve.log into this directory")
     args = parser.parse_args()
     print(

@@ -40,6 +40,7 @@ from autoscaler.web.ops import queued_views
 from autoscaler.web.ops.inspection import add_inspection_routes
 from autoscaler.web.ops.launch_metrics import LaunchMetrics
 from autoscaler.web.ops.page import add_page_routes
+from autoscaler.web.ops.shard_metrics import ShardMetrics
 from autoscaler.web.security.auth import (
     AccessControl,
 )
@@ -210,6 +211,7 @@ def create_app(
     self_metrics.watch_refreshes(refresh_stats)
     readiness.metrics = lambda: metric_states(pipeline.plans, api_app[PROVIDER].snapshot, refresh_stats())
     self_metrics.watch_publication(lambda: api_app.get(PUBLISHER))
+    self_metrics.registry.register(ShardMetrics(lambda: api_app.get(SHARDING)))
     scoring.attach(pipeline.scorecard, pipeline.plans, ops_app, self_metrics)
     if pipeline.launches is not None:
         ops_app[LAUNCHES] = launches = pipeline.launches

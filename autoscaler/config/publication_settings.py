@@ -25,6 +25,10 @@ class ShardingSettings(LeaseTimings):
     # A membership Lease seen unchanged this long (its pod was killed, or its node lost) is deleted by
     # a live replica, so that `kubectl get leases` lists only replicas that may still come back.
     forget_members_after: Duration = timedelta(minutes=10)
+    # Keep fitted, in the workers, the models other replicas publish for their shards, so that a
+    # takeover forecasts at once instead of refitting (docs/high-availability.md, "Standby models").
+    # Costs one refit a series per reselect_every and the memory of every series' models.
+    standby_models: bool = True
 
     @model_validator(mode="after")
     def _forget_after_expiry(self) -> ShardingSettings:

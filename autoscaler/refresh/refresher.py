@@ -20,7 +20,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pandas as pd
@@ -29,9 +29,10 @@ from adapters.types import NODEPOOL_LABEL, AdapterError, ScheduledWindow, Signal
 from autoscaler import policy
 from autoscaler.refresh import fit_groups, fitting
 from autoscaler.refresh.fitting import CapacityInputs, SeriesKey, WorkerResult, WorkRequest
+from autoscaler.refresh.requested_now import requested, restorable
 from autoscaler.refresh.schedule import FitSchedule
 from autoscaler.refresh.workers import ForecastPools, WorkFailed
-from autoscaler.serving.provenance import Provenance
+from autoscaler.serving.provenance import Provenance, WorkKind
 from autoscaler.serving.provider import ServedSeries, Snapshot, SnapshotProvider
 from autoscaler.targets.observed import target_choice
 from autoscaler.targets.plans import MetricPlan, RefreshInputs, RefreshSettings, RefreshStats, SignalSource, windows_for
@@ -87,6 +88,12 @@ class Refresher:
         self._wake = asyncio.Event()
         # Series forgotten since the last refresh: their workers drop the models they hold for them.
         self._dropped: set[SeriesKey] = set()
+        # Whether models of series handed to another replica stay in the workers as standbys
+        # (``standby.Standby``), and what the last refresh pulled (it fits standbys from it).
+        self.keeps_standby = False
+        self.pulled: Mapping[SeriesKey, Signal] = {}
+        self.past_windows: Sequence[ScheduledWindow] = ()
+        self.refreshed = asyncio.Event()
         self.levels = TargetLevels(inputs.replay, inputs.refresh.interval.total_seconds(), inputs.live_ledger)
         self.levels.learned_launches = inputs.learned_launches
 
@@ -117,7 +124,7 @@ class Refresher:
         grouped: dict[SeriesKey, list[ServedSeries]] = {}
         for series_list in snapshot.series.values():
             for series in series_list:
-                checked = self._restorable(plan, series) if (plan := plan_of.get(series.metric)) else None
+                checked = restorable(self.inputs, plan, series) if (plan := plan_of.get(series.metric)) else None
                 if plan is not None and checked is not None:
                     grouped.setdefault((plan.signal, tuple(sorted(series.labels.items()))), []).append(checked)
         now = self.clock()
@@ -149,29 +156,19 @@ class Refresher:
         if owns is None:
             return
         for key in [key for key in self._served if not owns(key)]:
-            self._forget(key)
+            self._forget(key, standby=self.keeps_standby)
         self._previous = {k: v for k, v in self._previous.items() if owns(k[1])}
 
-    def _forget(self, key: SeriesKey) -> None:
-        self._dropped.add(key)
+    def _forget(self, key: SeriesKey, *, standby: bool = False) -> None:
+        """Stop serving ``key``; its models stay in the workers only as a ``standby``."""
+        if standby:
+            self.schedule.to_standby(key)
+        else:
+            self._dropped.add(key)
+            self.schedule.forget(key)
         self._served.pop(key, None)
         self._previous = {k: v for k, v in self._previous.items() if k[1] != key}
-        self.schedule.forget(key)
         self.levels.forget(key)
-
-    def _restorable(self, plan: MetricPlan, series: ServedSeries) -> ServedSeries | None:
-        reason = policy.unservable(series.value)
-        if reason is not None:
-            log.warning("dropping the saved value of %s%s: %s", series.metric, dict(series.labels), reason)
-            return None
-        decision = policy.Decision(series.value, series.explanation)
-        if plan.kind == "headroom" and self.inputs.caps is not None:
-            # GPUs requested now are not known yet: a pool's whole limit bounds its placeholders.
-            decision = policy.apply_caps(decision, self.inputs.caps(plan, series.labels, 0.0))
-        decision = policy.clamp(decision, plan.min_value, plan.max_value)
-        if not decision.adjustments:
-            return series
-        return replace(series, value=decision.value, explanation=decision.explanation)
 
     async def refresh_once(self) -> Snapshot:
         started = time.perf_counter()
@@ -182,6 +179,7 @@ class Refresher:
         self._forget_gone(pulled)
         history_span = max((s.series.index[-1] - s.series.index[0] for s in signals if len(s.series)), default=None)
         past_windows = list(self.windows(now - history_span, history_span)) if history_span is not None else []
+        self.pulled, self.past_windows = pulled, past_windows
         # Only signals that a plan serves are forecast; the others (utilisation, replicas) feed them.
         served_signals = {plan.signal for plan in self.plans}
         self.keep_owned()
@@ -210,6 +208,7 @@ class Refresher:
         await self.levels.tune_due(now.timestamp(), self.pools.run, self.settings.fit_timeout.total_seconds())
         self.stats.refreshes += 1
         self.stats.last_duration_s = time.perf_counter() - started
+        self.refreshed.set()
         if self.on_success is not None:
             self.on_success(snapshot)
         return snapshot
@@ -267,11 +266,20 @@ class Refresher:
         per_replica = signal.series / replicas.series.where(replicas.series > 0)
         return CapacityInputs(utilization.series, per_replica, plan.target_utilization)
 
+    def standby_request(self, signal: Signal, model: str, now: datetime) -> WorkRequest:
+        """A refit of ``model`` for a series another replica owns, from the last pull (``standby``)."""
+        return self._work_request(signal, now, self.past_windows, None, ("refit", model))
+
     def _work_request(
-        self, signal: Signal, now: datetime, past_windows: Sequence[ScheduledWindow], capacity: CapacityInputs | None
+        self,
+        signal: Signal,
+        now: datetime,
+        past_windows: Sequence[ScheduledWindow],
+        capacity: CapacityInputs | None,
+        work_and_model: tuple[WorkKind, str | None] | None = None,
     ) -> WorkRequest:
         key = series_key(signal)
-        work, model = self.schedule.work_for(key, now)
+        work, model = work_and_model or self.schedule.work_for(key, now)
         plans = [plan for plan in self.plans if plan.signal == signal.name]
         # Past runs of known jobs come out of a GPU history (the schedule adds them back, once); a
         # request-rate history holds no GPUs to take out.
@@ -316,7 +324,7 @@ class Refresher:
         signal, result = fitted.signal, fitted.result
         lead_time = self.lead_time(signal.labels)
         relevant = windows_for(signal.labels, windows) if plan.kind in policy.WINDOW_KINDS else []
-        requested_now, requested_source = self._requested_now(signal) if plan.kind == "headroom" else (None, "")
+        requested_now, requested_source = requested(self.inputs, signal) if plan.kind == "headroom" else (None, "")
         previous_key = (plan.metric, fitted.key)
         caps = self.inputs.caps
         situation = policy.Situation(
@@ -368,24 +376,6 @@ class Refresher:
             explanation=decision.explanation,
             provenance=provenance,
         )
-
-    def _requested_now(self, signal: Signal) -> tuple[float, str]:
-        """GPUs requested now in the series' pool, and what besides its signal that holds. A pod waiting
-        for a node is in the pool-less series (``nodepool=""``); the GPUs of those Karpenter would place in
-        a pool count in that pool, and the pool-less series leaves them out: no pod is counted twice."""
-        observed = policy.last_observed(signal.series)
-        pending = self.inputs.pending_gpus
-        if math.isnan(observed) or pending is None or NODEPOOL_LABEL not in signal.labels:
-            return observed, ""
-        pool = signal.labels[NODEPOOL_LABEL]
-        if pool:
-            waiting = pending(pool)
-            placement = self.inputs.pending_placement(pool) if self.inputs.pending_placement is not None else ""
-            source = f"{waiting:g} of them Pending pods waiting for NodePool {pool}" if waiting else ""
-            return observed + waiting, source + (f"; {placement}" if source and placement else "")
-        moved = pending(None) - pending("")
-        source = f"less {moved:g} of Pending pods counted in their NodePools" if moved else ""
-        return max(0.0, observed - moved), source
 
     def _build(self, now: datetime) -> Snapshot:
         served: dict[str, list[ServedSeries]] = {name: [] for name in self.metrics}

@@ -25,6 +25,7 @@ from adapters.kubernetes.shard_leases import ShardOwnership
 from autoscaler.config.publication_settings import PublicationSettings
 from autoscaler.refresh.fitting import SeriesKey
 from autoscaler.refresh.refresher import Refresher
+from autoscaler.refresh.standby import Standby
 from autoscaler.replication.forecast_objects import shard_of
 from autoscaler.replication.publication import Publication
 from autoscaler.serving.provider import Snapshot
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 class Sharding:
     ownership: ShardOwnership
     signal_of: Mapping[str, str]  # served metric -> its signal (a served series' shard is its signal's)
+    standby: Standby | None = None  # the other shards' models kept fitted here (None: not kept)
 
     def owns_key(self, key: SeriesKey) -> bool:
         return self.ownership.owns(shard_of(key, self.ownership.shards))
@@ -44,6 +46,22 @@ class Sharding:
         """Whether this replica owns the shard of a served series (e.g. the one sizing a buffer)."""
         signal = self.signal_of.get(metric)
         return signal is not None and self.owns_key((signal, tuple(sorted(labels.items()))))
+
+
+def published_models(publication: Publication, ownership: ShardOwnership, namespace: str) -> dict[SeriesKey, str]:
+    """The model published for each series of a shard another replica owns (what ``Standby`` fits)."""
+    models: dict[SeriesKey, str] = {}
+    signal_of = publication.publisher.signal_of
+    for shard in range(ownership.shards):
+        found = None if ownership.owns(shard) else publication.view.shard(namespace, shard)
+        for metric, series_list in found[1].series.items() if found is not None else ():
+            signal = signal_of.get(metric)
+            if signal is None:
+                continue
+            for series in series_list:
+                if series.published is not None and series.published.model:
+                    models[(signal, tuple(sorted(series.labels.items())))] = series.published.model
+    return models
 
 
 def take_over(
@@ -89,12 +107,19 @@ async def open_sharding(
         else:
             refresher.keep_owned()
 
+    standby = (
+        Standby(refresher, lambda: published_models(publication, ownership, settings.namespace))
+        if lease.standby_models
+        else None
+    )
+    refresher.keeps_standby = standby is not None
     ownership = ShardOwnership(
         kube, settings.namespace, prefix=lease.lease_prefix, shards=settings.shards,
         identity=identity or own_identity(), timing=timing, on_change=changed,
         forget_members_after_s=lease.forget_members_after.total_seconds(),
+        ready=standby.ready if standby is not None else None,
     )  # fmt: skip
-    sharding = Sharding(ownership, publication.publisher.signal_of)
+    sharding = Sharding(ownership, publication.publisher.signal_of, standby)
     refresher.owns = sharding.owns_key
     refresher.group_of = partial(shard_of, shards=settings.shards)
 
@@ -107,8 +132,20 @@ async def open_sharding(
     refresher.on_group_done = publish_shard
     publication.publisher.owns = ownership.owns
     refresher.keep_owned()  # owning nothing yet: values restored at start-up are served from the objects
-    async with ownership.running():
+    async with ownership.running(), _running(standby):
         # The first round takes this replica's share before its first refresh (bounded: the API may be down).
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(ownership.attempted.wait(), 2 * timing.retry_period_s)
         yield sharding
+
+
+@contextlib.asynccontextmanager
+async def _running(standby: Standby | None) -> AsyncIterator[None]:
+    task = asyncio.create_task(standby.run(), name="standby-models") if standby is not None else None
+    try:
+        yield
+    finally:
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

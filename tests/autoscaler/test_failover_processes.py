@@ -3,7 +3,9 @@ and one real Prometheus backfilled with Helios Earth per-VC demand (issue #16, "
 
 - two, then three replicas serve one answer: identical items for every metric (values, labels;
   timestamps within one refresh), and exactly what the GPUForecast objects hold;
-- SIGKILL of a shard's holder: a live replica holds its Leases within lease_duration plus one refresh,
+- SIGKILL of a shard's holder (once every replica holds its standby models): a live replica holds
+  its Leases within lease_duration plus one refresh, its first forecasts of them are updates from
+  those models (no refit),
   and no served value goes missing or to 0 on any live replica meanwhile;
 - one replica cut off the API (the fake drops its requests and its open watches, matched by the
   User-Agent that names its Lease identity): it stops writing within its renew deadline, the other
@@ -342,6 +344,32 @@ def agents_of(cluster: Cluster) -> dict[str, str]:
     }
 
 
+async def wait_standbys_held(cluster: Cluster, replicas: list[Replica]) -> None:
+    """Every replica holds the models of every shard it does not own (autoscaler/refresh/standby.py)."""
+
+    async def held() -> bool:
+        due = [await self_metric(cluster.session, r, "gpu_autoscaler_standby_models_due") for r in replicas]
+        held = [await self_metric(cluster.session, r, "gpu_autoscaler_standby_models") for r in replicas]
+        owned = [await self_metric(cluster.session, r, "gpu_autoscaler_shards_owned") for r in replicas]
+        assert due == [0.0] * len(replicas), f"standby fits due: {due}, held: {held}, shards owned: {owned}"
+        return True
+
+    await eventually(held, message="every standby held", timeout=START_LIMIT_S, interval=POLL_S)
+
+
+async def watch_first_fresh(fake: FakeKube, shards: list[int], moment: float, found: dict[int, set[str]]) -> None:
+    """Record the ``work`` of each shard's items the first time all were decided after ``moment``
+    (polled far faster than a refresh: a later refresh rewrites them)."""
+    while len(found) < len(shards):
+        for shard in set(shards) - found.keys():
+            obj = fake.get(FORECASTS, f"shard-{shard}-of-{SHARDS}", NAMESPACE) or {}
+            items = (obj.get("status") or {}).get("items") or []
+            decided = [datetime.fromisoformat(item["decidedAt"].replace("Z", "+00:00")).timestamp() for item in items]
+            if items and min(decided) > moment:
+                found[shard] = {str(item.get("work")) for item in items}
+        await asyncio.sleep(0.05)
+
+
 # ----------------------------------------------------------------------------- the tests
 
 
@@ -366,6 +394,7 @@ async def test_sigkill_of_a_shard_holder_fails_over_without_a_gap(cluster: Clust
     replicas = cluster.add(3)
     await wait_serving(cluster, replicas)
     await wait_balanced(cluster, replicas)
+    await wait_standbys_held(cluster, replicas)
     baseline = await one_answer(cluster, replicas)
     victim = next(r for r in replicas if r.name == holders(cluster.fake, SHARDS)[0])
     survivors = [r for r in replicas if r is not victim]
@@ -378,9 +407,11 @@ async def test_sigkill_of_a_shard_holder_fails_over_without_a_gap(cluster: Clust
         assert all(held[shard] in {r.name for r in survivors} for shard in orphaned), held
         return True
 
+    first_fresh: dict[int, set[str]] = {}  # shard taken over -> the work of its first fresh items
     async with polling(Poller(cluster, survivors, baseline)) as poller:
-        killed_at = loop.time()
+        killed_at, killed_wall = loop.time(), time.time()
         victim.kill()
+        watching = asyncio.create_task(watch_first_fresh(cluster.fake, orphaned, killed_wall, first_fresh))
         # The Lease expires lease_duration after the victim's last renewal (up to one retry period before
         # the kill); a survivor notices at its next round (one more): two retry periods, within one
         # refresh interval here. One poll more, as the state is seen up to one poll late.
@@ -400,6 +431,12 @@ async def test_sigkill_of_a_shard_holder_fails_over_without_a_gap(cluster: Clust
     assert poller.taken_early(orphaned, victim_identity, killed_at) == []
     assert poller.writes_by_non_holders(agents_of(cluster)) == []
     await one_answer(cluster, survivors)
+    await eventually(
+        lambda: len(first_fresh) == len(orphaned), message="the new owners' own forecasts", timeout=REFRESH_S
+    )
+    watching.cancel()
+    # The new owners' first forecasts of the shards they took over came from their standby models.
+    assert first_fresh == {shard: {"update"} for shard in orphaned}
 
 
 async def test_a_replica_cut_off_the_api_stops_acting_keeps_serving_and_rejoins(cluster: Cluster) -> None:

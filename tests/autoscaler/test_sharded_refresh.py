@@ -42,6 +42,8 @@ POOLS = {"earth": 0, "uranus": 1, "saturn": 2, "jupiter": 3}
 SETTINGS = PublicationSettings.model_validate(
     {"enabled": True, "namespace": NAMESPACE, "shards": SHARDS, "serve_from": "objects", "sharding": {"enabled": True}}
 )
+# Without standby models: a takeover refits (tests/autoscaler/test_standby_models.py has them).
+COLD = SETTINGS.model_copy(update={"sharding": SETTINGS.sharding.model_copy(update={"standby_models": False})})
 
 
 class PoolsSource(TraceSource):
@@ -72,7 +74,9 @@ class Replica:
 
 
 @contextlib.asynccontextmanager
-async def replica(fake_kube, pool, clock, identity: str) -> AsyncIterator[Replica]:
+async def replica(
+    fake_kube, pool, clock, identity: str, settings: PublicationSettings = COLD
+) -> AsyncIterator[Replica]:
     api: ApiClient = await fake_kube.api_client()
     api.user_agent = identity  # so that a fault can cut off this replica alone
     served = SnapshotProvider(empty_snapshot(METRICS), clock=clock)
@@ -80,10 +84,10 @@ async def replica(fake_kube, pool, clock, identity: str) -> AsyncIterator[Replic
     try:
         async with (
             open_publication(
-                SETTINGS, api, served=served, metrics=METRICS, plans=PLANS, watch_settings=WatchSettings()
+                settings, api, served=served, metrics=METRICS, plans=PLANS, watch_settings=WatchSettings()
             ) as publication,
             open_sharding(
-                SETTINGS, api, refresher=instance, publication=publication, lead_times=None, identity=identity
+                settings, api, refresher=instance, publication=publication, lead_times=None, identity=identity
             ) as sharding,
         ):
             yield Replica(identity, instance, served, publication, sharding)

@@ -1,0 +1,134 @@
+"""Standby models (autoscaler/refresh/standby.py): two replicas in one process on the fake API, on
+looptime's loop, with the real forecast worker function. A replica that joins holds the published
+models of the shards it does not own before it takes its share; a takeover then forecasts from
+them (an update) instead of refitting, for the shards handed over at the join and for those taken
+over from a replica cut off the API."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from autoscaler.refresh.schedule import FitSchedule
+from autoscaler.targets.plans import RefreshSettings
+from autoscaler.web.ops.shard_metrics import ShardMetrics
+from tests.autoscaler import test_publication
+from tests.autoscaler.test_publication import NAMESPACE, Clock
+from tests.autoscaler.test_sharded_refresh import (
+    POOLS,
+    SETTINGS,
+    SHARDS,
+    Replica,
+    fits,
+    held_pools,
+    owned_pools,
+    replica,
+    served_pools,
+    works,
+)
+from tests.eventually import eventually
+from tests.fakekube import fake_kube
+
+pool = test_publication.pool
+__all__ = ["fake_kube", "fits", "pool", "works"]  # fixtures
+
+
+def models_published(fake_kube) -> dict[str, str]:
+    """pool -> the model its shard's object names for its demand forecast."""
+    found = {}
+    for pool_, shard in POOLS.items():
+        obj = fake_kube.get("gpuforecasts", f"shard-{shard}-of-{SHARDS}", NAMESPACE)
+        for item in obj["status"]["items"] if obj else ():
+            if item["metric"] == "gpu_demand_forecast":
+                found[pool_] = item["model"]
+    return found
+
+
+def shard_samples(who: Replica) -> dict[str, float]:
+    """What ``/metrics`` says of the replica's shards and standbys (the collector the service registers)."""
+    registry = CollectorRegistry()
+    registry.register(ShardMetrics(lambda: who.sharding))
+    lines = generate_latest(registry).decode().splitlines()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in lines if not line.startswith("#")}
+
+
+def work_of(works: dict, who: Replica, pools: set[str]) -> dict[str, tuple[str | None, str]]:
+    return {pool_: works[who.refresher.scope, pool_] for pool_ in pools}
+
+
+@pytest.mark.looptime
+async def test_a_joining_replica_warms_up_first_and_a_takeover_needs_no_refit(fake_kube, pool, fits, works):
+    clock = Clock()
+    async with replica(fake_kube, pool, clock, "a", SETTINGS) as a:
+        await a.refresh()
+        assert a.sharding.standby is not None and a.sharding.standby.ready()  # nothing of others to hold
+        published = models_published(fake_kube)
+        assert set(published) == set(POOLS)
+
+        async with replica(fake_kube, pool, clock, "b", SETTINGS) as b:
+            standby = b.sharding.standby
+            assert standby is not None
+            await asyncio.sleep(10)  # rounds go by: warming, b takes nothing from a
+            assert (owned_pools(a), owned_pools(b)) == (set(POOLS), set())
+            assert not standby.ready()
+            await b.refresh()  # its first pull: then it fits every published model as a standby
+            await eventually(standby.ready, timeout=60, message="b holds every standby")
+            assert (standby.fits, standby.held()) == (len(POOLS), len(POOLS))
+            assert work_of(works, b, set(POOLS)) == {p: (published[p], "refit") for p in POOLS}
+            assert held_pools(b) == set(POOLS)
+            assert shard_samples(b) == {
+                "gpu_autoscaler_shards_owned": 0.0,
+                "gpu_autoscaler_shard_replicas_live": float(b.sharding.ownership.live),
+                "gpu_autoscaler_standby_models": 4.0,
+                "gpu_autoscaler_standby_models_due": 0.0,
+                "gpu_autoscaler_standby_ready": 1.0,
+                'gpu_autoscaler_standby_fits_total{outcome="done"}': 4.0,
+                'gpu_autoscaler_standby_fits_total{outcome="failed"}': 0.0,
+            }
+
+            await eventually(lambda: len(owned_pools(a)) == len(owned_pools(b)) == 2, timeout=40, message="balanced")
+            handed = owned_pools(b)
+            fits.clear()
+            clock.now += timedelta(minutes=1)
+            await asyncio.gather(a.refresh(), b.refresh())
+            # b forecasts the shards handed to it from its standbys; a keeps their models as standbys.
+            assert work_of(works, b, handed) == {p: (published[p], "update") for p in handed}
+            assert work_of(works, a, set(POOLS) - handed) == {
+                p: (published[p], "update") for p in POOLS if p not in handed
+            }
+            assert held_pools(a) == set(POOLS)
+            assert a.sharding.standby is not None and a.sharding.standby.held() == 2
+
+            fake_kube.fail(status=503, user_agent="b", times=None)  # b is cut off: a takes its shards
+            await eventually(lambda: owned_pools(a) == set(POOLS), timeout=25, message="a took b's shards")
+            fits.clear()
+            clock.now += timedelta(minutes=1)
+            await a.refresh()
+            # Every series from held models, the ones taken over too: no refit, no selection.
+            assert work_of(works, a, set(POOLS)) == {p: (published[p], "update") for p in POOLS}
+            assert served_pools(a) == sorted(POOLS)
+
+
+def test_a_standby_is_used_only_for_the_model_published():
+    key = ("gpus", (("pool", "earth"),))
+    schedule = FitSchedule(RefreshSettings(timedelta(minutes=1), timedelta(minutes=5)))
+    start = Clock().now
+    schedule.warmed(key, "gbm", start)
+    assert not schedule.standby_due(key, "gbm", start + timedelta(hours=1))
+    assert schedule.standby_due(key, "mstl", start + timedelta(hours=1))  # the owner reselected
+    assert schedule.standby_due(key, "gbm", start + schedule.settings.reselect_every)  # as old as a selection
+    schedule.adopt(key, "mstl", start + timedelta(hours=1))
+    assert schedule.work_for(key, start + timedelta(hours=1)) == ("refit", "mstl")
+
+    other = ("gpus", (("pool", "mars"),))
+    schedule.warmed(other, "gbm", start)
+    schedule.adopt(other, "gbm", start + timedelta(hours=1))
+    assert schedule.work_for(other, start + timedelta(hours=1)) == ("update", "gbm")
+    assert other not in schedule.standby
+    # Handed away again: its model stays as the standby, fitted when it was.
+    schedule.to_standby(other)
+    assert schedule.standby[other] == ("gbm", start)
+    assert other not in schedule.selected
