@@ -12,15 +12,21 @@ After each refresh, ``Standby`` refits the published model of each series whose 
 of another model, or as old as a selection cadence, one series at a time: workers take their work
 first come, first served, so a refresh's own work waits behind at most one standby fit.
 
+Standby fits wait while some series of another replica's shards has no published model yet (a
+deployment's first selection under way), up to ``PUBLICATION_WAIT``: they would take the CPU that
+selection needs, and the models it will publish are the ones to hold.
+
 ``ready`` says whether every standby is held (once true, it stays true): a replica still warming
 does not take shards from live replicas (``ShardOwnership``), so that a restarted replica takes
-its share back warm.
+its share back warm. A replica that starts before anything is published (a deployment's first
+start) is ready at once: there is nothing to hold, and every replica is alike.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
 
 from autoscaler.refresh import fitting
 from autoscaler.refresh.fitting import SeriesKey
@@ -29,18 +35,28 @@ from autoscaler.refresh.workers import WorkFailed
 
 log = logging.getLogger(__name__)
 
+# How long standby fits wait for every series to be published before fitting those that are.
+PUBLICATION_WAIT = timedelta(minutes=10)
+
 
 class Standby:
     """Keeps fitted, in this replica's workers, the published models of series it does not own."""
 
-    def __init__(self, refresher: Refresher, published_models: Callable[[], Mapping[SeriesKey, str]]) -> None:
+    def __init__(
+        self,
+        refresher: Refresher,
+        published_models: Callable[[], Mapping[SeriesKey, str]],
+        *,
+        ready: bool = False,
+    ) -> None:
         self.refresher = refresher
         # Series of shards other replicas own -> the model their owner published for them.
         self.published_models = published_models
         self.fits = 0
         self.failures = 0
         self.due_count: int | None = None  # standby fits still due (None: no pass yet)
-        self._ready = False
+        self._ready = ready  # True: started before anything was published
+        self._unpublished_since: datetime | None = None
 
     def ready(self) -> bool:
         """Whether every standby has been held once (a newcomer's warm-up is over)."""
@@ -50,16 +66,20 @@ class Standby:
     def held(self) -> int:
         return len(self.refresher.schedule.standby)
 
-    def due(self) -> list[tuple[SeriesKey, str]]:
-        """Series pulled at the last refresh, of a shard another replica owns, whose standby is due."""
+    def due(self) -> tuple[list[tuple[SeriesKey, str]], int]:
+        """Series pulled at the last refresh, of a shard another replica owns, whose standby is due,
+        and how many such series have no published model yet."""
         refresher = self.refresher
         owns, now = refresher.owns or (lambda key: True), refresher.clock()
         published = self.published_models()
-        return [
-            (key, model)
-            for key, model in sorted(published.items())
-            if key in refresher.pulled and not owns(key) and refresher.schedule.standby_due(key, model, now)
+        served = {plan.signal for plan in refresher.plans}
+        others = sorted(key for key in refresher.pulled if key[0] in served and not owns(key))
+        due = [
+            (key, published[key])
+            for key in others
+            if key in published and refresher.schedule.standby_due(key, published[key], now)
         ]
+        return due, sum(key not in published for key in others)
 
     async def run(self) -> None:
         """After each refresh, a pass over the standbys due (forever; cancelled with the service)."""
@@ -73,8 +93,14 @@ class Standby:
         """Fit every standby due now, one at a time; drop those of series gone from their source."""
         refresher = self.refresher
         await self._drop_gone()
-        due = self.due()
-        self.due_count = len(due)
+        due, unpublished = self.due()
+        now = refresher.clock()
+        self._unpublished_since = (self._unpublished_since or now) if unpublished else None
+        waiting = self._unpublished_since is not None and now - self._unpublished_since < PUBLICATION_WAIT
+        # Past the wait, a series never published (its owner cannot fit it) holds nobody back.
+        self.due_count = len(due) + (unpublished if waiting else 0)
+        if waiting:
+            return  # a first selection is under way somewhere: its CPU first, and its models
         failures: list[str] = []
         for key, model in due:
             owns = refresher.owns or (lambda key: True)

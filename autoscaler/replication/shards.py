@@ -107,8 +107,12 @@ async def open_sharding(
         else:
             refresher.keep_owned()
 
+    # Nothing published at start (a deployment's first start): nothing to hold, so no warm-up.
+    nothing_published = publication.initial is not None and not any(publication.initial.series.values())
     standby = (
-        Standby(refresher, lambda: published_models(publication, ownership, settings.namespace))
+        Standby(
+            refresher, lambda: published_models(publication, ownership, settings.namespace), ready=nothing_published
+        )
         if lease.standby_models
         else None
     )

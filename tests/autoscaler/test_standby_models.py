@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from autoscaler.refresh.schedule import FitSchedule
+from autoscaler.refresh.standby import PUBLICATION_WAIT, Standby
 from autoscaler.targets.plans import RefreshSettings
 from autoscaler.web.ops.shard_metrics import ShardMetrics
 from tests.autoscaler import test_publication
@@ -132,3 +134,51 @@ def test_a_standby_is_used_only_for_the_model_published():
     schedule.to_standby(other)
     assert schedule.standby[other] == ("gbm", start)
     assert other not in schedule.selected
+
+
+class RecordingPools:
+    """Stands in for the workers: records which series a standby fit was asked for."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def run(self, key, work, request, timeout_s):
+        self.asked.append(dict(key[1])["pool"])
+
+
+def standby_of(published: dict[str, str], clock: Clock) -> tuple[Standby, RecordingPools]:
+    """A Standby over a refresher that pulled every pool of POOLS, owns none of them, and sees
+    ``published`` (pool -> model) published by their owners."""
+    pools = RecordingPools()
+    keys = {pool_: ("gpus", (("pool", pool_),)) for pool_ in POOLS}
+    refresher = SimpleNamespace(
+        pulled={key: SimpleNamespace(name="gpus") for key in keys.values()},
+        plans=[SimpleNamespace(signal="gpus")],
+        owns=lambda key: False,
+        schedule=FitSchedule(RefreshSettings(timedelta(minutes=1), timedelta(minutes=5))),
+        clock=lambda: clock.now,
+        pools=pools,
+        standby_request=lambda signal, model, now: SimpleNamespace(timeout_s=1.0),
+    )
+    return Standby(refresher, lambda: {keys[p]: model for p, model in published.items()}), pools
+
+
+async def test_standby_fits_wait_for_a_first_selection_to_be_published_for_a_while():
+    clock, published = Clock(), {"earth": "gbm", "uranus": "gbm"}
+    standby, pools = standby_of(published, clock)
+    await standby.warm()
+    # Two of four pools published: nothing fitted yet, four standbys not held, not ready.
+    assert (pools.asked, standby.due_count, standby.ready()) == ([], 4, False)
+    published.update(saturn="mstl", jupiter="gbm")
+    await standby.warm()
+    assert (sorted(pools.asked), standby.due_count, standby.ready()) == (sorted(POOLS), 0, True)
+
+    clock2 = Clock()
+    never = {"earth": "gbm"}  # three pools whose owner never publishes them
+    standby, pools = standby_of(never, clock2)
+    await standby.warm()
+    assert pools.asked == []
+    clock2.now += PUBLICATION_WAIT
+    await standby.warm()
+    # Past the wait, what is published is fitted and the rest holds nobody back.
+    assert (pools.asked, standby.due_count, standby.ready()) == (["earth"], 0, True)
