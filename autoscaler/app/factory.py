@@ -293,6 +293,7 @@ async def _refresher_ctx(
                     lead_times=pipeline.lead_times, identity=identity,
                 )
             )  # fmt: skip
+            readiness.gates["shards"] = app[SHARDING].warming_problem
             if actuator is not None:  # a pool's buffer is written by the owner of its sizing series
                 actuator.owns_series = app[SHARDING].owns_series
             scoring.follow_shards(pipeline.scorecard, app[SHARDING].owns_series, pipeline.plans)

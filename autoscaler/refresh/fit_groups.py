@@ -5,7 +5,8 @@ its series are fitted, not every shard at the end. After a takeover the new owne
 it took over (0.1 s a series with gbm), and before this its own shards' fresh values and the first
 refitted shard both waited for the last refit. Groups that need only forecasts from fitted models
 (milliseconds a series) go first, then the others, cheapest first: one shard's refits never hold
-back another shard's updates.
+back another shard's updates. Among groups of equal cost, those serving values restored from a
+shard's object (a takeover: with standby models, its series are updates too) go first.
 
 A worker takes its work first come, first served (``workers.ForecastPools``), so the order the
 runs start in is the order they are done in, and each group can be served as soon as it and the
@@ -33,21 +34,28 @@ def in_groups(
     items: Sequence[Item],
     describe: Callable[[Item], tuple[SeriesKey, WorkKind]],
     group_of: Callable[[SeriesKey], int] | None,
+    stale: Callable[[SeriesKey], bool] | None = None,
 ) -> list[tuple[int, list[Item]]]:
-    """``items`` split by ``group_of`` of their key, groups ordered by (costliest work, number of
-    fits, group); without ``group_of``, all of them in one group (0), in their own order."""
+    """``items`` split by ``group_of`` of their key, groups ordered by (costliest work, whether any
+    series is ``stale``: those first, number of fits, group); without ``group_of``, all of them in
+    one group (0), in their own order. A stale series serves values restored from elsewhere (a
+    shard taken over): among groups of equal cost, the oldest values are replaced first."""
     if group_of is None:
         return [(0, list(items))] if items else []
     groups: dict[int, list[Item]] = {}
     costs: dict[int, list[int]] = {}
+    stale_groups: set[int] = set()
     for item in items:
         key, work = describe(item)
         group = group_of(key)
         groups.setdefault(group, []).append(item)
         costs.setdefault(group, []).append(WORK_COST[work])
+        if stale is not None and stale(key):
+            stale_groups.add(group)
 
-    def order(group: int) -> tuple[int, int, int]:
-        return max(costs[group]), sum(1 for cost in costs[group] if cost > 0), group
+    def order(group: int) -> tuple[int, bool, int, int]:
+        fits = sum(1 for cost in costs[group] if cost > 0)
+        return max(costs[group]), group not in stale_groups, fits, group
 
     return [(group, groups[group]) for group in sorted(groups, key=order)]
 

@@ -94,6 +94,7 @@ class Refresher:
         self.pulled: Mapping[SeriesKey, Signal] = {}
         self.past_windows: Sequence[ScheduledWindow] = ()
         self.refreshed = asyncio.Event()
+        self._restored: set[SeriesKey] = set()  # serving restored values: replaced first (``fit_groups``)
         self.levels = TargetLevels(inputs.replay, inputs.refresh.interval.total_seconds(), inputs.live_ledger)
         self.levels.learned_launches = inputs.learned_launches
 
@@ -129,6 +130,8 @@ class Refresher:
                     grouped.setdefault((plan.signal, tuple(sorted(series.labels.items()))), []).append(checked)
         now = self.clock()
         for key, restored in grouped.items():
+            if key not in self._served:
+                self._restored.add(key)
             self._served.setdefault(key, tuple(restored))
             model = next((s.published.model for s in restored if s.published and s.published.model), None)
             if model is not None:  # from another process's object: refit its model, do not reselect
@@ -167,6 +170,7 @@ class Refresher:
             self._dropped.add(key)
             self.schedule.forget(key)
         self._served.pop(key, None)
+        self._restored.discard(key)
         self._previous = {k: v for k, v in self._previous.items() if k[1] != key}
         self.levels.forget(key)
 
@@ -198,10 +202,13 @@ class Refresher:
             for outcome in outcomes:
                 if outcome is not None:
                     self._served[outcome.key] = self._serve_all(outcome, now, windows)
+                    self._restored.discard(outcome.key)
             if not last and self.on_group_done is not None:  # the provider gets the whole refresh, at its end
                 self.on_group_done(self._build(now), group)
 
-        groups = fit_groups.in_groups(requests, lambda pair: (pair[1].key, pair[1].work), self.group_of)
+        groups = fit_groups.in_groups(
+            requests, lambda pair: (pair[1].key, pair[1].work), self.group_of, self._restored.__contains__
+        )
         await fit_groups.run_in_groups(groups, lambda pair: self._fit(*pair, now), serve_group)
         snapshot = self._build(now)
         self.provider.swap(snapshot)

@@ -42,6 +42,17 @@ class Sharding:
     def owns_key(self, key: SeriesKey) -> bool:
         return self.ownership.owns(shard_of(key, self.ownership.shards))
 
+    def warming_problem(self) -> str | None:
+        """Why this replica should not be ready yet (a readiness gate), or None: it is warming while
+        a warm replica is live. A rolling update then waits for it to hold its standby models before
+        stopping an old replica, whose shards a cold replica would otherwise take. Alone, it is
+        needed: it is ready (and takes the shards cold)."""
+        standby, ownership = self.standby, self.ownership
+        if standby is None or standby.ready() or ownership.live <= 1:
+            return None
+        due = "not yet counted" if standby.due_count is None else f"{standby.due_count} to go"
+        return f"warming: fitting the other replicas' models before taking a share of the shards ({due})"
+
     def owns_series(self, metric: str, labels: Mapping[str, str]) -> bool:
         """Whether this replica owns the shard of a served series (e.g. the one sizing a buffer)."""
         signal = self.signal_of.get(metric)

@@ -41,6 +41,19 @@ def test_updates_first_then_fewest_fits_then_selections_ties_by_group():
     ]
 
 
+def test_among_groups_of_equal_cost_those_serving_restored_values_go_first():
+    """A shard taken over with standby models is all updates: it goes before this replica's own
+    shards' updates (their values are one refresh old, its are a Lease's and more); a refit still
+    never goes before an update."""
+    items: list[tuple[str, WorkKind]] = [("a", "update"), ("b", "update"), ("c", "update"), ("d", "refit")]
+    stale = {key("c"), key("d")}
+    groups = fit_groups.in_groups(items, describe, group_of, stale.__contains__)
+    assert groups == [(2, [("c", "update")]), (0, [("a", "update")]), (1, [("b", "update")]), (3, [("d", "refit")])]
+    assert fit_groups.in_groups(items, describe, group_of) == [
+        (0, [("a", "update")]), (1, [("b", "update")]), (2, [("c", "update")]), (3, [("d", "refit")]),
+    ]  # fmt: skip
+
+
 def test_without_groups_everything_is_one_group_in_its_own_order():
     items: list[tuple[str, WorkKind]] = [("d", "select"), ("a", "update"), ("c", "refit")]
     assert fit_groups.in_groups(items, describe, None) == [(0, items)]

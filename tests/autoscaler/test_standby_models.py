@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from autoscaler.refresh.schedule import FitSchedule
 from autoscaler.refresh.standby import PUBLICATION_WAIT, Standby
+from autoscaler.replication.shards import Sharding
 from autoscaler.targets.plans import RefreshSettings
 from autoscaler.web.ops.shard_metrics import ShardMetrics
 from tests.autoscaler import test_publication
@@ -30,6 +31,7 @@ from tests.autoscaler.test_sharded_refresh import (
     replica,
     served_pools,
     works,
+    written_pools,
 )
 from tests.eventually import eventually
 from tests.fakekube import fake_kube
@@ -64,7 +66,9 @@ def work_of(works: dict, who: Replica, pools: set[str]) -> dict[str, tuple[str |
 @pytest.mark.looptime
 async def test_a_joining_replica_warms_up_first_and_a_takeover_needs_no_refit(fake_kube, pool, fits, works):
     clock = Clock()
-    async with replica(fake_kube, pool, clock, "a", SETTINGS) as a:
+    # "first" starts its shard order at 0, so it hands over shards 2 and 3 (saturn, jupiter): published
+    # after its own in shard order, before them once they serve restored values.
+    async with replica(fake_kube, pool, clock, "first", SETTINGS) as a:
         await a.refresh()
         assert a.sharding.standby is not None and a.sharding.standby.ready()  # nothing of others to hold
         published = models_published(fake_kube)
@@ -76,8 +80,14 @@ async def test_a_joining_replica_warms_up_first_and_a_takeover_needs_no_refit(fa
             await asyncio.sleep(10)  # rounds go by: warming, b takes nothing from a
             assert (owned_pools(a), owned_pools(b)) == (set(POOLS), set())
             assert not standby.ready()
+            # Not ready while a warm replica serves: a rolling update waits before stopping one.
+            assert b.sharding.warming_problem() == (
+                "warming: fitting the other replicas' models before taking a share of the shards (not yet counted)"
+            )
+            assert a.sharding.warming_problem() is None
             await b.refresh()  # its first pull: then it fits every published model as a standby
             await eventually(standby.ready, timeout=60, message="b holds every standby")
+            assert b.sharding.warming_problem() is None
             assert (standby.fits, standby.held()) == (len(POOLS), len(POOLS))
             assert work_of(works, b, set(POOLS)) == {p: (published[p], "refit") for p in POOLS}
             assert held_pools(b) == set(POOLS)
@@ -93,6 +103,7 @@ async def test_a_joining_replica_warms_up_first_and_a_takeover_needs_no_refit(fa
 
             await eventually(lambda: len(owned_pools(a)) == len(owned_pools(b)) == 2, timeout=40, message="balanced")
             handed = owned_pools(b)
+            assert handed == {"saturn", "jupiter"}
             fits.clear()
             clock.now += timedelta(minutes=1)
             await asyncio.gather(a.refresh(), b.refresh())
@@ -108,9 +119,15 @@ async def test_a_joining_replica_warms_up_first_and_a_takeover_needs_no_refit(fa
             await eventually(lambda: owned_pools(a) == set(POOLS), timeout=25, message="a took b's shards")
             fits.clear()
             clock.now += timedelta(minutes=1)
+            written_before = len(fake_kube.requests_for("gpuforecasts", watch=False))
             await a.refresh()
             # Every series from held models, the ones taken over too: no refit, no selection.
             assert work_of(works, a, set(POOLS)) == {p: (published[p], "update") for p in POOLS}
+            # The shards taken over (serving b's last values) were published first, then a's own.
+            assert written_pools(fake_kube, written_before) == [
+                *sorted(handed, key=POOLS.__getitem__),
+                *sorted(set(POOLS) - handed, key=POOLS.__getitem__),
+            ]
             assert served_pools(a) == sorted(POOLS)
 
 
@@ -182,3 +199,13 @@ async def test_standby_fits_wait_for_a_first_selection_to_be_published_for_a_whi
     await standby.warm()
     # Past the wait, what is published is fitted and the rest holds nobody back.
     assert (pools.asked, standby.due_count, standby.ready()) == (["earth"], 0, True)
+
+
+def test_a_warming_replica_is_ready_when_no_warm_replica_is_live():
+    """Alone (the warm ones gone), it is needed: ready, and it takes the shards cold."""
+    standby, _ = standby_of({}, Clock())
+    assert not standby.ready()
+    sharding = Sharding(SimpleNamespace(live=2), {}, standby)
+    assert sharding.warming_problem() is not None
+    sharding.ownership.live = 1
+    assert sharding.warming_problem() is None
