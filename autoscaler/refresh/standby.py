@@ -24,6 +24,7 @@ start) is ready at once: there is nothing to hold, and every replica is alike.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
@@ -102,11 +103,22 @@ class Standby:
         if waiting:
             return  # a first selection is under way somewhere: its CPU first, and its models
         failures: list[str] = []
+        by_worker: dict[int, list[tuple[SeriesKey, str]]] = {}
         for key, model in due:
+            by_worker.setdefault(refresher.pools.shard_of(key), []).append((key, model))
+        # One fit at a time per worker, every worker at once: a replica with two workers warms up in
+        # half the time, and each worker's refresh work still waits behind one standby fit at most.
+        await asyncio.gather(*(self._fit_in_turn(work, failures) for work in by_worker.values()))
+        if failures:  # one line a pass; the next pass tries them again
+            log.warning("standby models: %d fits failed, e.g. %s", len(failures), failures[0])
+
+    async def _fit_in_turn(self, work: list[tuple[SeriesKey, str]], failures: list[str]) -> None:
+        refresher = self.refresher
+        for key, model in work:
             owns = refresher.owns or (lambda key: True)
             signal = refresher.pulled.get(key)
             if signal is None or owns(key):  # taken over since: its refresh fits it
-                self.due_count -= 1
+                self._one_done()
                 continue
             now = refresher.clock()
             request = refresher.standby_request(signal, model, now)
@@ -117,11 +129,13 @@ class Standby:
                 failures.append(f"{key[0]}{dict(key[1])}: {error}")
                 continue
             self.fits += 1
-            self.due_count -= 1
+            self._one_done()
             if not owns(key):
                 refresher.schedule.warmed(key, model, now)
-        if failures:  # one line a pass; the next pass tries them again
-            log.warning("standby models: %d fits failed, e.g. %s", len(failures), failures[0])
+
+    def _one_done(self) -> None:
+        if self.due_count is not None:
+            self.due_count -= 1
 
     async def _drop_gone(self) -> None:
         """Standbys of series a pull of their signal no longer has (a pool that disappeared)."""

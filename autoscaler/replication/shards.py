@@ -4,8 +4,11 @@
 only the series of owned shards), the publisher (it writes only owned shards) and, through
 ``Sharding.owns_series``, to whatever else acts. A shard taken over is first restored from its
 published object (values, step-down pacing, lead-time samples, the models its owner selected), then
-refreshed at once: its series are refitted with those models, not selected again, and each shard is
-published as soon as its series are fitted, not when the whole refresh ends.
+refreshed at once: its series forecast from this replica's standby models of them
+(``autoscaler.refresh.standby``), or are refitted with the published models where it holds none (never
+selected again), and each shard is published as soon as its series are done, not when the whole
+refresh ends. With standby models, ``Sharding.warming_problem`` keeps a replica that does not hold
+them yet out of readiness while a warm replica is live.
 """
 
 from __future__ import annotations

@@ -154,12 +154,24 @@ def test_a_standby_is_used_only_for_the_model_published():
 
 
 class RecordingPools:
-    """Stands in for the workers: records which series a standby fit was asked for."""
+    """Stands in for two workers: records which series a standby fit was asked for, and how many
+    fits ran at once, in all and on one worker."""
 
     def __init__(self) -> None:
         self.asked: list[str] = []
+        self.running: dict[int, int] = {0: 0, 1: 0}
+        self.most_at_once = self.most_on_one_worker = 0
+
+    def shard_of(self, key) -> int:
+        return POOLS[dict(key[1])["pool"]] % 2
 
     async def run(self, key, work, request, timeout_s):
+        worker = self.shard_of(key)
+        self.running[worker] += 1
+        self.most_at_once = max(self.most_at_once, sum(self.running.values()))
+        self.most_on_one_worker = max(self.most_on_one_worker, self.running[worker])
+        await asyncio.sleep(1)  # a fit
+        self.running[worker] -= 1
         self.asked.append(dict(key[1])["pool"])
 
 
@@ -180,6 +192,7 @@ def standby_of(published: dict[str, str], clock: Clock) -> tuple[Standby, Record
     return Standby(refresher, lambda: {keys[p]: model for p, model in published.items()}), pools
 
 
+@pytest.mark.looptime
 async def test_standby_fits_wait_for_a_first_selection_to_be_published_for_a_while():
     clock, published = Clock(), {"earth": "gbm", "uranus": "gbm"}
     standby, pools = standby_of(published, clock)
@@ -189,6 +202,8 @@ async def test_standby_fits_wait_for_a_first_selection_to_be_published_for_a_whi
     published.update(saturn="mstl", jupiter="gbm")
     await standby.warm()
     assert (sorted(pools.asked), standby.due_count, standby.ready()) == (sorted(POOLS), 0, True)
+    # One fit at a time on each worker, both workers at once.
+    assert (pools.most_on_one_worker, pools.most_at_once) == (1, 2)
 
     clock2 = Clock()
     never = {"earth": "gbm"}  # three pools whose owner never publishes them
