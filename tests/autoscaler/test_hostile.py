@@ -267,10 +267,10 @@ class _Transport:
     """What WriteStallGuard reads of a transport: a write buffer that stays full, or a broken one."""
 
     def __init__(self, size: int, broken: bool = False) -> None:
-        self.size, self.broken, self.aborted = size, broken, False
+        self.size, self.broken, self.aborted, self.closed = size, broken, False, False
 
     def is_closing(self) -> bool:
-        return self.aborted
+        return self.aborted or self.closed
 
     def get_write_buffer_size(self) -> int:
         if self.broken:
@@ -297,3 +297,25 @@ async def test_a_broken_connection_does_not_end_the_write_stall_guard(caplog):
     finally:
         task.cancel()
     assert "write-stall guard: a connection's write buffer could not be read; not watched" in caplog.text
+
+
+def test_a_connection_closed_with_answers_unread_is_still_aborted(monkeypatch):
+    """aiohttp closes an idle keep-alive connection; its close then waits for the peer to take the
+    answers queued: a peer that reads nothing would hold it for good. The guard aborts it still, and
+    forgets a closing one with nothing waiting."""
+    from autoscaler.throttled_log import ThrottledLog
+    from autoscaler.web.security import tls_accept
+    from autoscaler.web.security.tls_accept import WriteStallGuard
+
+    monkeypatch.setattr(tls_accept, "_stalls", ThrottledLog(tls_accept.log))  # its own throttle
+    now = [0.0]
+    guard = WriteStallGuard(1.0, clock=lambda: now[0])
+    stalled, drained = _Transport(4096), _Transport(0)
+    for transport in (stalled, drained):
+        transport.closed = True
+        guard.watch(transport)  # type: ignore[arg-type]
+    for _ in range(3):
+        now[0] += 0.5
+        guard.sweep()
+    assert (stalled.aborted, drained.aborted, guard.aborted) == (True, False, 1)
+    assert guard._watched == {}

@@ -56,6 +56,7 @@ class WriteStallGuard:
     nothing waiting is idle, which aiohttp's keep-alive timeout handles. Where the kernel does not
     report acknowledged bytes, a write buffer that shrank counts as progress. The abort resets the
     connection (SO_LINGER 0), so the kernel does not keep the unread answers queued in FIN-WAIT-1 either.
+    A connection closed with answers still waiting is watched until they are taken or it is aborted.
     """
 
     def __init__(self, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
@@ -70,15 +71,17 @@ class WriteStallGuard:
     def sweep(self) -> None:
         now = self._clock()
         for transport, last in list(self._watched.items()):
-            if transport.is_closing():
-                del self._watched[transport]
-                continue
             try:
                 unsent, acknowledged = _unsent(transport), _acknowledged(transport)
             except Exception:  # a transport in a state nobody expected: not watched any more
                 del self._watched[transport]
                 log.exception("write-stall guard: a connection's write buffer could not be read; not watched")
                 continue
+            if transport.is_closing() and unsent == 0:
+                del self._watched[transport]
+                continue
+            # A closing transport with answers unread stays watched: its close waits for the peer to
+            # take them (aiohttp closes an idle keep-alive connection so, whose peer may read nothing).
             if unsent == 0 or last.advanced(unsent, acknowledged):
                 self._watched[transport] = _Progress(unsent, acknowledged, now)
             elif now - last.since < self.timeout_s:
