@@ -103,17 +103,19 @@ async def wait_balanced(fake: FakeKube, replicas: list[Replica], shards: int, li
     raise RuntimeError(f"shards not balanced within {limit:g} s: {holders(fake, shards)}")
 
 
-async def wait_standby(session: aiohttp.ClientSession, replicas: list[Replica], limit: float) -> float:
+async def wait_standby(session: aiohttp.ClientSession, replicas: list[Replica], args: argparse.Namespace) -> float:
     """Until every replica holds every standby model (``gpu_autoscaler_standby_models_due`` 0), so
-    that a kill finds the survivors warm as a real deployment's are between restarts."""
-    started = time.monotonic()
-    while time.monotonic() - started < limit:
+    that a kill finds the survivors warm as a real deployment's are between restarts (``--cold``: at once)."""
+    started, limit = time.monotonic(), args.start_limit
+    while not args.cold and time.monotonic() - started < limit:
         due = [await self_metric(session, r, "gpu_autoscaler_standby_models_due") for r in replicas]
-        if all(d == 0 for d in due) or all(d is None for d in due):  # None: standby models off
+        if all(d == 0 for d in due):
             return time.monotonic() - started
         for replica in replicas:
             replica.sample_rss()
         await asyncio.sleep(1.0)
+    if args.cold:
+        return 0.0
     raise RuntimeError(f"standby models not all held within {limit:g} s")
 
 
@@ -220,7 +222,7 @@ async def measure(
     first = await wait_all_serving(session, replicas, args.series, args.start_limit)
     print(f"first full selection: every replica serves all {args.series} series {first:.1f} s after start", flush=True)
     await wait_balanced(fake, replicas, args.shards, args.start_limit)
-    warm = await wait_standby(session, replicas, args.start_limit)
+    warm = await wait_standby(session, replicas, args)
     print(f"standby models: every replica holds every other shard's models {warm:.1f} s later", flush=True)
     writes = await steady_writes(fake, args.steady_window)
     refreshes = [await self_metric(session, r, "gpu_autoscaler_refresh_duration_seconds") for r in replicas]
@@ -242,7 +244,7 @@ async def measure(
         print(f"kill {kill + 1}: {victim.name} (shard {shard}) {result}", flush=True)
         victim.start()
         await wait_all_serving(session, replicas, args.series, args.start_limit)
-        warm = await wait_standby(session, replicas, args.start_limit)  # the restarted replica warms up first
+        warm = await wait_standby(session, replicas, args)  # the restarted replica warms up first
         await wait_balanced(fake, replicas, args.shards, args.start_limit)
         print(f"  restarted {victim.name}: warm {warm:.1f} s after serving", flush=True)
     for replica in replicas:

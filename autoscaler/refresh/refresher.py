@@ -29,7 +29,8 @@ from adapters.types import NODEPOOL_LABEL, AdapterError, ScheduledWindow, Signal
 from autoscaler import policy
 from autoscaler.refresh import fit_groups, fitting
 from autoscaler.refresh.fitting import CapacityInputs, SeriesKey, WorkerResult, WorkRequest
-from autoscaler.refresh.requested_now import requested, restorable
+from autoscaler.refresh.requested_now import requested
+from autoscaler.refresh.restored import restorable
 from autoscaler.refresh.schedule import FitSchedule
 from autoscaler.refresh.workers import ForecastPools, WorkFailed
 from autoscaler.serving.provenance import Provenance, WorkKind

@@ -113,7 +113,7 @@ class ServerTLS:
             return
         try:
             context, certificate = self._loaded_context(client_ca_pems)
-        except (OSError, CertificateFileError) as error:  # keep serving with the old CAs; the next change retries
+        except OSError as error:  # CertificateFileError too: keep serving with the old CAs; the next change retries
             log.error("client CAs not updated: the serving certificate cannot be loaded (%s)", error)
             return
         self.context, self.certificate, self.client_ca_pems = context, certificate, list(client_ca_pems)
