@@ -106,16 +106,16 @@ async def wait_balanced(fake: FakeKube, replicas: list[Replica], shards: int, li
 async def wait_standby(session: aiohttp.ClientSession, replicas: list[Replica], args: argparse.Namespace) -> float:
     """Until every replica holds every standby model (``gpu_autoscaler_standby_models_due`` 0), so
     that a kill finds the survivors warm as a real deployment's are between restarts (``--cold``: at once)."""
+    if args.cold:
+        return 0.0
     started, limit = time.monotonic(), args.start_limit
-    while not args.cold and time.monotonic() - started < limit:
+    while time.monotonic() - started < limit:
         due = [await self_metric(session, r, "gpu_autoscaler_standby_models_due") for r in replicas]
         if all(d == 0 for d in due):
             return time.monotonic() - started
         for replica in replicas:
             replica.sample_rss()
         await asyncio.sleep(1.0)
-    if args.cold:
-        return 0.0
     raise RuntimeError(f"standby models not all held within {limit:g} s")
 
 
