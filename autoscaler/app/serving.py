@@ -149,7 +149,12 @@ async def running(
         # cycle) runs between the app's start and the port's, as when both ran on this loop.
         api_loop.wait_for(
             _start_secure_site(
-                api_runner, secure_socket, context=lambda: tls.context, handshake_timeout_s=idle, on_refused=refused.inc
+                api_runner,
+                secure_socket,
+                context=lambda: tls.context,
+                handshake_timeout_s=idle,
+                on_refused=refused.inc,
+                on_stalled=api_app[SELF_METRICS].connections_aborted.inc,
             ),
             timeout_s=START_TIMEOUT_S,
         )

@@ -246,6 +246,7 @@ async def test_a_client_that_never_reads_is_cut_off_after_the_idle_timeout(api_s
         r"connection from 127\.0\.0\.1:\d+ aborted: \d+ bytes of answers unread for 1 s", record.getMessage()
     ), record.getMessage()
     await still_serving(api_server)
+    assert "gpu_autoscaler_connections_aborted_total 1.0" in await ops_metrics(api_server)
 
 
 async def test_a_selector_bound_go_would_not_parse_is_a_400(api_server):

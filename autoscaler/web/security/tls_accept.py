@@ -59,9 +59,15 @@ class WriteStallGuard:
     A connection closed with answers still waiting is watched until they are taken or it is aborted.
     """
 
-    def __init__(self, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        timeout_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        on_aborted: Callable[[], None] = lambda: None,
+    ) -> None:
         self.timeout_s = timeout_s
         self._clock = clock
+        self._on_aborted = on_aborted  # the service's counter of them (its log line is throttled)
         self._watched: dict[asyncio.Transport, _Progress] = {}
         self.aborted = 0
 
@@ -92,6 +98,7 @@ class WriteStallGuard:
 
     def _abort(self, transport: asyncio.Transport, size: int) -> None:
         self.aborted += 1
+        self._on_aborted()
         peer = _address(transport.get_extra_info("peername"))
         _stalls.warning("connection from %s aborted: %d bytes of answers unread for %.0f s", peer, size, self.timeout_s)
         sock = transport.get_extra_info("socket")
@@ -171,6 +178,7 @@ class TLSAcceptSite(web.BaseSite):
         context: ssl.SSLContext | Callable[[], ssl.SSLContext],
         handshake_timeout_s: float,
         on_refused: Callable[[], None],
+        on_stalled: Callable[[], None] = lambda: None,
         backlog: int = 128,
     ) -> None:
         super().__init__(runner, backlog=backlog)
@@ -179,7 +187,7 @@ class TLSAcceptSite(web.BaseSite):
         self._handshake_timeout_s = handshake_timeout_s
         self._on_refused = on_refused
         self._tasks: set[asyncio.Task[None]] = set()
-        self.stalls = WriteStallGuard(handshake_timeout_s)
+        self.stalls = WriteStallGuard(handshake_timeout_s, on_aborted=on_stalled)
         host, port = sock.getsockname()[:2]
         self._name = str(URL.build(scheme="https", host=host, port=port))
 

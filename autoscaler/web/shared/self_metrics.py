@@ -315,6 +315,11 @@ class SelfMetrics:
             "TLS handshakes the gRPC port refused (read from gRPC core's log; the reason is in the service's log)",
             registry=self.registry,
         )
+        self.connections_aborted = Counter(
+            "gpu_autoscaler_connections_aborted",
+            "Secure-port connections aborted because their client left answers unread for idle_timeout",
+            registry=self.registry,
+        )
         self.auth_failures = Counter(
             "gpu_autoscaler_auth_failures",
             "Requests refused by authentication (401) or authorisation (403)",
