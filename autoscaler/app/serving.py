@@ -12,7 +12,6 @@ import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 from aiohttp import web
 from kubernetes_asyncio.client import ApiClient
@@ -40,6 +39,7 @@ from autoscaler.web.security.tls_accept import TLSAcceptSite
 from autoscaler.web.shared import demo_pki
 from autoscaler.web.shared.http_server import ParserLimits, StatusAppRunner
 from autoscaler.web.shared.keys import ACCESS, HTTP_AUTH, PROVIDER, READINESS, SELF_METRICS
+from autoscaler.web.shared.self_metrics import SelfMetrics
 
 log = logging.getLogger(__name__)
 GRPC_THREAD = "keda-external-scaler"
@@ -134,7 +134,6 @@ async def running(
     ops_runner = StatusAppRunner(ops_app, limits=limits, **runner_kwargs)
     api_app[ACCESS] = reviews_on(api_app[ACCESS], asyncio.get_running_loop())
     api_app[READINESS].gates["tls"] = tls.problem
-    refused = api_app[SELF_METRICS].auth_failures.labels("tls")
     host = server.bind_address
     secure_socket = _bind(host, server.secure_port)
     http_socket = _bind(host, server.http_port) if server.http_port is not None else None
@@ -148,14 +147,7 @@ async def running(
         # Blocking this loop for the few ms the start takes: nothing here (the refresher's first
         # cycle) runs between the app's start and the port's, as when both ran on this loop.
         api_loop.wait_for(
-            _start_secure_site(
-                api_runner,
-                secure_socket,
-                context=lambda: tls.context,
-                handshake_timeout_s=idle,
-                on_refused=refused.inc,
-                on_stalled=api_app[SELF_METRICS].connections_aborted.inc,
-            ),
+            _start_secure_site(api_runner, secure_socket, tls, idle, api_app[SELF_METRICS]),
             timeout_s=START_TIMEOUT_S,
         )
         if http_socket is not None:
@@ -180,10 +172,21 @@ async def running(
                 sock.close()
 
 
-async def _start_secure_site(runner: web.BaseRunner, sock: socket.socket, **site: Any) -> None:
-    """Set the runner up and start its TLS site, on the loop that will serve them."""
+async def _start_secure_site(
+    runner: web.BaseRunner, sock: socket.socket, tls: ServerTLS, idle_s: float, metrics: SelfMetrics
+) -> None:
+    """Set the runner up and start its TLS site, on the loop that will serve them; refused handshakes
+    and connections aborted with answers unread count in ``metrics``."""
     await runner.setup()
-    await TLSAcceptSite(runner, sock, **site).start()
+    site = TLSAcceptSite(
+        runner,
+        sock,
+        context=lambda: tls.context,
+        handshake_timeout_s=idle_s,
+        on_refused=metrics.auth_failures.labels("tls").inc,
+        on_stalled=metrics.connections_aborted.inc,
+    )
+    await site.start()
 
 
 async def _start_grpc(
