@@ -45,7 +45,8 @@ def main() -> None:
     args = parser.parse_args()
     pools = [f"pool-{i}" for i in range(args.pools)]
     index = pd.date_range(end=pd.Timestamp(NOW), periods=POINTS, freq="1min")
-    series = [Signal("gpus_requested", {"nodepool": p}, pd.Series(np.full(POINTS, 4.0), index=index), index.freq)
+    step = pd.Timedelta(minutes=1)
+    series = [Signal("gpus_requested", {"nodepool": p}, pd.Series(np.full(POINTS, 4.0), index=index), step)
               for p in pools]  # fmt: skip
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "claimed_demand-gpus_requested.json"

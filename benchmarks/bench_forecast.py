@@ -20,13 +20,10 @@ from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import data_helpers  # importable once the path above is set
-
 from forecast.engine import EngineResult, fit_select_predict
-from tests import traces
+from tests import data_helpers, traces  # importable once the path above is set
 
 STEPS_14D = 14 * 288
 SLIDE = 72  # 6 h
@@ -103,7 +100,7 @@ def _compare_statsforecast(inputs: list[pd.Series]) -> None:
     from statsforecast.models import AutoETS
 
     frames = [
-        pd.DataFrame({"unique_id": str(i), "ds": s.index.tz_localize(None), "y": s.to_numpy()})
+        pd.DataFrame({"unique_id": str(i), "ds": pd.DatetimeIndex(s.index).tz_localize(None), "y": s.to_numpy()})
         for i, s in enumerate(inputs)
     ]
     # The first call compiles statsforecast's numba code: time it apart from the steady cost.

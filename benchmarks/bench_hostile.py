@@ -133,13 +133,14 @@ def send_counted(send: Callable[..., object], payload: bytes, codes: dict[str, i
         send(payload, timeout=30)
         code = "OK"
     except grpc.RpcError as error:
-        code = error.code().name  # type: ignore[attr-defined]
+        code = error.code().name
     codes[code] = codes.get(code, 0) + 1
 
 
 def flood(state: Path, port: str, payload: bytes, stop: threading.Event, codes: dict[str, int]) -> None:
     with channel(state, port) as open_channel:
-        send = open_channel.unary_unary(GET_METRICS)  # bytes in, bytes out: no client-side protobuf work
+        # Bytes in, bytes out: no client-side protobuf work.
+        send: grpc.UnaryUnaryMultiCallable[bytes, bytes] = open_channel.unary_unary(GET_METRICS)
         while not stop.is_set():
             send_counted(send, payload, codes)
 
@@ -184,12 +185,12 @@ def main() -> None:
             before = rss_mb(process.pid)
             codes = {}
             with channel(state, ports["grpc"]) as open_channel:
-                send = open_channel.unary_unary(GET_METRICS)
+                send: grpc.UnaryUnaryMultiCallable[bytes, bytes] = open_channel.unary_unary(GET_METRICS)
                 for index in range(40):
                     try:
                         send(request_bytes(150_000, tag=f"t{index}-"), timeout=30)
                     except grpc.RpcError as error:
-                        codes[error.code().name] = codes.get(error.code().name, 0) + 1  # type: ignore[attr-defined]
+                        codes[error.code().name] = codes.get(error.code().name, 0) + 1
                 after_case2 = rss_mb(process.pid)
                 print(f"RSS case 2 (40 triggers x 150,000 keys, answers {codes}): {before:.0f} -> {after_case2:.0f} MB")
                 codes = {}

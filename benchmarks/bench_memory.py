@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.refresh import fitting
+from autoscaler.serving.provenance import WorkKind
 from forecast import trees
 from forecast.base import CalibratedModel
 from tests.service_replicas import real_series
@@ -48,7 +49,7 @@ def resident_mb() -> tuple[float, float]:
     return rss, hwm
 
 
-def request(index: int, series: Any, work: fitting.WorkKind) -> fitting.WorkRequest:
+def request(index: int, series: Any, work: WorkKind) -> fitting.WorkRequest:
     key: fitting.SeriesKey = ("gpus", (("pool", f"pool-{index}"),))
     return fitting.WorkRequest(scope=SCOPE, key=key, series=series, lead_steps=1, quantiles=(0.9,), work=work)
 
@@ -86,15 +87,24 @@ def breakdown(series: list[Any]) -> list[tuple[str, int]]:
             models.selection.forecast(values, 2, (0.9,))
         caches = tracemalloc.get_traced_memory()[0] - before_caches
         fitted = members(held.values())
+
+        def drop_caches() -> None:
+            drop(fitted, ("recent_",))
+            trees._flat.clear()
+
+        def drop_the_rest() -> None:
+            fitted.clear()
+            held.clear()
+
         parts = [
             ("held after a selection and a refresh", loaded),
             ("grown by one more refresh", caches),
             ("calibration ledgers", freed(lambda: drop(fitted, ("actual_", "mean_paths_", "raw_paths_", "origins_")))),
-            ("forecast caches", freed(lambda: (drop(fitted, ("recent_",)), trees._flat.clear()))),
+            ("forecast caches", freed(drop_caches)),
             ("history and history-length arrays", freed(lambda: drop(fitted, HISTORY_PARTS))),
             ("fitted trees (gbm)", freed(lambda: drop(fitted, ("models_",)))),
         ]
-        rest = freed(lambda: (fitted.clear(), held.clear()))
+        rest = freed(drop_the_rest)
         parts.append(("parameters, offsets, scores, notes", rest))
         return parts
     finally:

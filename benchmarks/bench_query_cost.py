@@ -29,6 +29,7 @@ import pandas as pd
 
 from adapters.prometheus import presets
 from adapters.prometheus.client import PrometheusClientSettings, PrometheusSource
+from adapters.prometheus.promql import SignalQuery
 from tests.prometheus_fixture import BackfillSeries, PrometheusServer, binaries_or_skip, write_blocks
 
 STEP = timedelta(minutes=5)
@@ -57,7 +58,7 @@ def backfill(pods: int, pools: int, days: int, end: pd.Timestamp) -> list[Backfi
     return out
 
 
-async def timed(url: str, query: presets.SignalQuery, start: pd.Timestamp, end: pd.Timestamp, repeat: int) -> float:
+async def timed(url: str, query: SignalQuery, start: pd.Timestamp, end: pd.Timestamp, repeat: int) -> float:
     async with PrometheusSource(PrometheusClientSettings(url=url, timeout_s=600.0)) as prometheus:
         seconds = []
         for _ in range(repeat):

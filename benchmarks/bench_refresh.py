@@ -129,7 +129,7 @@ async def measure(count: int, days: int, workers: int, pki_dir: Path, rate: floa
         idle = await load(url)
         cpu_workers, cpu_self = workers_cpu(pools), self_cpu()
         started = time.perf_counter()
-        refresher._selected.clear()  # a full model selection, as at start or on the reselect cadence
+        refresher.schedule.selected.clear()  # a full model selection, as at start or on the reselect cadence
         busy_task = asyncio.create_task(refresher.refresh_once())
         busy = await load(url)
         await busy_task

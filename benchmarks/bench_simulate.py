@@ -22,10 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import data_helpers  # importable once the path above is set
 
 from autoscaler.commands.simulate import DEFAULT_POLICIES
 from autoscaler.config.settings import ForecastSettings
@@ -35,7 +32,7 @@ from autoscaler.simulation.lead_times import parse_lead_time_distribution
 from autoscaler.simulation.policies import parse_policies
 from autoscaler.simulation.runner import SimulationConfig, simulate
 from forecast.durations import parse_positive_duration
-from tests import traces
+from tests import data_helpers, traces  # importable once the path above is set
 
 GOAL_S = 60.0
 

@@ -33,6 +33,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
+
 from benchmarks.bench_hostile import GET_METRICS, channel, request_bytes, wait_ready
 from tests.hostile_clients import pipeline_without_reading
 
@@ -102,7 +104,7 @@ def read_continuously(state: Path, port: int, pause_s: float, stop: threading.Ev
 def grpc_flood(state: Path, port: str, stop: threading.Event, counts: dict[str, int]) -> None:
     payload = request_bytes(0)
     with channel(state, port) as open_channel:
-        send = open_channel.unary_unary(GET_METRICS)
+        send: grpc.UnaryUnaryMultiCallable[bytes, bytes] = open_channel.unary_unary(GET_METRICS)
         while not stop.is_set():
             send(payload, timeout=30)
             counts["grpc"] = counts.get("grpc", 0) + 1

@@ -35,10 +35,7 @@ import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 from sklearn.ensemble import HistGradientBoostingRegressor
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import data_helpers  # importable once the path above is set
 
 from autoscaler.simulation.actuation import Actuation
 from autoscaler.simulation.engine import run_policy
@@ -48,7 +45,7 @@ from autoscaler.simulation.lead_times import parse_lead_time_distribution
 from autoscaler.simulation.policies import scheduled_gpus
 from autoscaler.simulation.provisioner import PoolConfig
 from autoscaler.simulation.runner import simulation_period
-from tests import traces
+from tests import data_helpers, traces  # importable once the path above is set
 
 QUANTILE = 0.9
 STEPS_PER_DAY = 288  # 5-minute steps

@@ -146,7 +146,9 @@ def read(provider: SnapshotProvider, metric: str) -> float:
     return series.value
 
 
-def simulate(scenario: Scenario, origin: pd.Timestamp, headroom: np.ndarray, last_end: pd.Timestamp) -> dict:
+def simulate(
+    scenario: Scenario, origin: pd.Timestamp, headroom: np.ndarray, last_end: pd.Timestamp
+) -> dict[str, float | str]:
     """Idle GPU-hours from ``last_end`` on, and when the pool had no node left after it."""
     pods = [pod for pod in scenario.pods if pod.start >= origin]
     arrival = np.array([(pod.start - origin).total_seconds() for pod in pods])

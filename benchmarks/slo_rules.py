@@ -39,13 +39,14 @@ def capture(name: str, out: Path) -> list[tuple[Any, ...]]:
         with path.open("rb") as file:
             return list(pickle.load(file))  # noqa: S301 - this script's own file, written below
     calls: list[tuple[Any, ...]] = []
-    original = runner.walk_forward
+    # Through the module's namespace: the runner looks the name up there at each call.
+    original = vars(runner)["walk_forward"]
 
     def recording(candidates: Mapping[str, MinuteLedger], target: ServiceTarget, *args: Any, **kwargs: Any) -> Any:
         calls.append((dict(candidates), target, args, kwargs))
         return original(candidates, target, *args, **kwargs)
 
-    runner.walk_forward = recording  # type: ignore[assignment]  # the one run's choices, recorded
+    vars(runner)["walk_forward"] = recording  # the one run's choices, recorded
     from autoscaler.commands.cli import main
 
     policies = "auto-slo:1%,scheduled_buffer@1%,auto-slo:0.3%,scheduled_buffer@0.3%"
@@ -53,9 +54,9 @@ def capture(name: str, out: Path) -> list[tuple[Any, ...]]:
         with (out / f"{name}.simulate.json").open("w") as report, contextlib.redirect_stdout(report):
             main.main(args=simulate_arguments(name, out, policies), standalone_mode=False)
     finally:
-        runner.walk_forward = original
-    with path.open("wb") as file:
-        pickle.dump(calls, file)
+        vars(runner)["walk_forward"] = original
+    with path.open("wb") as written:
+        pickle.dump(calls, written)
     return calls
 
 

@@ -42,7 +42,8 @@ WINDOW = ["--schedule", "0 2 * * *;16;2h"]
 def shifted_series(series: pd.Series, shift_day: int) -> pd.Series:
     start = series.index[0].floor("1D") + pd.Timedelta(days=shift_day)
     cut = series[(series.index >= start - pd.Timedelta(days=7)) & (series.index < start + pd.Timedelta(days=7))]
-    return cut.where(cut.index < start, cut * SCALE)
+    shifted: pd.Series = cut.where(cut.index < start, cut * SCALE)
+    return shifted
 
 
 def shifted_pods(pods: pd.DataFrame, shift_day: int) -> pd.DataFrame:

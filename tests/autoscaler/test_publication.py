@@ -36,7 +36,7 @@ from autoscaler.replication.forecast_objects import (
 from autoscaler.replication.publication import PublishedView, Publisher, open_publication, signals_of
 from autoscaler.selectors import EVERYTHING
 from autoscaler.serving.provider import MetricInfo, PublishedRecord, SnapshotProvider, empty_snapshot
-from autoscaler.targets.plans import MetricPlan, RefreshInputs, RefreshSettings
+from autoscaler.targets.plans import MetricPlan, RefreshInputs, RefreshSettings, SignalSource
 from tests.eventually import eventually
 
 NAMESPACE = "gpu-autoscaler"
@@ -84,7 +84,9 @@ def pool():
     executor.shutdown()
 
 
-def refresher(pool, clock, source=None, provider=None):
+def refresher(
+    pool: ForecastPools, clock: Clock, source: SignalSource | None = None, provider: SnapshotProvider | None = None
+) -> Refresher:
     settings = RefreshSettings(
         interval=timedelta(minutes=1), lead_time=timedelta(minutes=10), reselect_every=timedelta(hours=1)
     )
