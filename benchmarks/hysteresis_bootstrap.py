@@ -19,25 +19,33 @@ from typing import Any
 
 import numpy as np
 
+from forecast.metrics import pinball
+
 QUANTILE = 0.9
+Run = tuple[np.ndarray, np.ndarray]  # one trace and margin: each origin's 60-minute actual and upper forecast
 
 
-def pinball(record: dict[str, Any]) -> np.ndarray:
-    """Each origin's pinball loss at 60 minutes."""
-    error = np.asarray(record["actual_60m"], dtype=float) - np.asarray(record["upper_60m"], dtype=float)
-    return np.asarray(np.maximum(QUANTILE * error, (QUANTILE - 1) * error))
+def run_of(record: dict[str, Any]) -> Run:
+    return np.asarray(record["actual_60m"], dtype=float), np.asarray(record["upper_60m"], dtype=float)
 
 
-def interval(before: np.ndarray, after: np.ndarray, block: int, resamples: int, seed: int) -> tuple[float, float]:
-    """2.5 % and 97.5 % of ``mean(after) / mean(before) - 1`` over resampled blocks of origins (days
-    of 24 hourly origins, wrapped around: circular), the same origins for both (paired)."""
+def change(before: Run, after: Run, index: np.ndarray | slice = slice(None)) -> float:
+    """Relative change of the 60-minute pinball loss (the backtest's own) over the origins ``index``."""
+    (actual_before, upper_before), (actual_after, upper_after) = before, after
+    loss_before = pinball(actual_before[index], upper_before[index], QUANTILE)
+    return pinball(actual_after[index], upper_after[index], QUANTILE) / loss_before - 1
+
+
+def interval(before: Run, after: Run, block: int, resamples: int, seed: int) -> tuple[float, float]:
+    """2.5 % and 97.5 % of :func:`change` over resampled blocks of origins (days of 24 hourly
+    origins, wrapped around: circular), the same origins for both (paired)."""
     rng = np.random.default_rng(seed)
-    count = len(before)
+    count = len(before[0])
     changes = []
     for _ in range(resamples):
         starts = rng.integers(0, count, size=-(-count // block))
         index = (starts[:, None] + np.arange(block)[None, :]).ravel()[:count] % count
-        changes.append(after[index].mean() / before[index].mean() - 1)
+        changes.append(change(before, after, index))
     low, high = np.percentile(changes, [2.5, 97.5])
     return float(low), float(high)
 
@@ -58,10 +66,9 @@ def main() -> None:
         for margin, record in sorted(by_margin.items()):
             if margin == 0.0:
                 continue
-            before, after = pinball(without), pinball(record)
+            before, after = run_of(without), run_of(record)
             low, high = interval(before, after, args.block, args.resamples, args.seed)
-            change = after.mean() / before.mean() - 1
-            print(f"{trace} margin {margin:g}: {change:+.1%} ({low:+.1%} .. {high:+.1%})")
+            print(f"{trace} margin {margin:g}: {change(before, after):+.1%} ({low:+.1%} .. {high:+.1%})")
 
 
 if __name__ == "__main__":

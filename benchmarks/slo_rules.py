@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import autoscaler.simulation.runner as runner
 from autoscaler.scorecard.figures import MinuteLedger, ServiceTarget
@@ -39,22 +40,22 @@ def capture(name: str, out: Path) -> list[tuple[Any, ...]]:
         with path.open("rb") as file:
             return list(pickle.load(file))  # noqa: S301 - this script's own file, written below
     calls: list[tuple[Any, ...]] = []
-    # Through the module's namespace: the runner looks the name up there at each call.
-    original = vars(runner)["walk_forward"]
+    original = walk_forward  # the object the runner imported, through tuning
 
     def recording(candidates: Mapping[str, MinuteLedger], target: ServiceTarget, *args: Any, **kwargs: Any) -> Any:
         calls.append((dict(candidates), target, args, kwargs))
         return original(candidates, target, *args, **kwargs)
 
-    vars(runner)["walk_forward"] = recording  # the one run's choices, recorded
     from autoscaler.commands.cli import main
 
     policies = "auto-slo:1%,scheduled_buffer@1%,auto-slo:0.3%,scheduled_buffer@0.3%"
-    try:
-        with (out / f"{name}.simulate.json").open("w") as report, contextlib.redirect_stdout(report):
-            main.main(args=simulate_arguments(name, out, policies), standalone_mode=False)
-    finally:
-        vars(runner)["walk_forward"] = original
+    # The one run's choices, recorded (the runner looks the name up in its module at each call).
+    with (
+        mock.patch.object(runner, "walk_forward", recording),
+        (out / f"{name}.simulate.json").open("w") as report,
+        contextlib.redirect_stdout(report),
+    ):
+        main.main(args=simulate_arguments(name, out, policies), standalone_mode=False)
     with path.open("wb") as written:
         pickle.dump(calls, written)
     return calls
